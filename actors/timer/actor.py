@@ -1,0 +1,172 @@
+"""TimerActor: a broker's scheduler for delayed and periodic work (Kafka's KafkaScheduler role,
+built on the timing wheel).
+
+A task names a target actor, a method and its arguments; when the task fires the actor calls
+``getattr(target, method).remote(*args)`` and watches the result in the background. A target
+found dead (``ActorDiedError`` or any other ``RayActorError`` but a transient
+``ActorUnavailableError``) is logged and dropped: its periodic task is cancelled, never retried.
+Periodic tasks run at a fixed rate; a run is skipped, not queued, while the previous call to
+the target is still outstanding, so a slow target never accumulates a backlog.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Optional
+
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+from protocols.errors import InvalidRequestError
+
+from actors.timer.system_timer import AsyncioTimer, monotonic_ms
+from actors.timer.wheel import TimerTask
+
+__all__ = ["TimerActor"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _ScheduledCall:
+    task_id: int
+    target: Any
+    method_name: str
+    args: tuple
+    period_ms: Optional[int]
+    next_fire_ms: int
+    timer_task: Optional[TimerTask] = None
+    in_flight: bool = False
+
+
+@ray.remote(num_cpus=0)
+class TimerActor:
+    """One per broker. Methods are coroutines: they all run on the actor's event loop."""
+
+    def __init__(self, broker_id: int = -1, tick_ms: int = 1, wheel_size: int = 20):
+        self.broker_id = broker_id
+        self._tick_ms = tick_ms
+        self._wheel_size = wheel_size
+        # Built on first use: the event loop that runs this actor's methods is not running
+        # while __init__ executes.
+        self._timer: Optional[AsyncioTimer] = None
+        self._scheduled: dict[int, _ScheduledCall] = {}
+        self._task_ids = itertools.count(1)
+        self._outstanding_calls: set[asyncio.Task] = set()
+
+    def _ensure_timer(self) -> AsyncioTimer:
+        if self._timer is None:
+            self._timer = AsyncioTimer(tick_ms=self._tick_ms, wheel_size=self._wheel_size,
+                                       name=f"timer-actor-{self.broker_id}")
+        return self._timer
+
+    async def schedule(self, delay_ms: int, target_handle: Any, method_name: str,
+                       *args: Any) -> int:
+        """Call ``target_handle.<method_name>.remote(*args)`` once, ``delay_ms`` from now."""
+        if delay_ms < 0:
+            raise InvalidRequestError(f"delay_ms must be >= 0, got {delay_ms}")
+        return self._add(target_handle, method_name, args, delay_ms, period_ms=None)
+
+    async def schedule_periodic(self, period_ms: int, target_handle: Any, method_name: str,
+                                *args: Any, initial_delay_ms: Optional[int] = None) -> int:
+        """Call the method every ``period_ms`` (first after ``initial_delay_ms``, default one
+        period) until cancelled or the target dies."""
+        if period_ms <= 0:
+            raise InvalidRequestError(f"period_ms must be > 0, got {period_ms}")
+        first = period_ms if initial_delay_ms is None else initial_delay_ms
+        if first < 0:
+            raise InvalidRequestError(f"initial_delay_ms must be >= 0, got {first}")
+        return self._add(target_handle, method_name, args, first, period_ms=period_ms)
+
+    async def cancel(self, task_id: int) -> bool:
+        """True iff the task was still scheduled (a one-shot task that fired is not)."""
+        call = self._scheduled.pop(task_id, None)
+        if call is None:
+            return False
+        if call.timer_task is not None:
+            call.timer_task.cancel()
+        return True
+
+    async def pending(self) -> int:
+        """Scheduled tasks: one-shot tasks not yet fired plus live periodic tasks."""
+        return len(self._scheduled)
+
+    def _add(self, target: Any, method_name: str, args: tuple, delay_ms: int,
+             period_ms: Optional[int]) -> int:
+        if not isinstance(method_name, str) or not method_name:
+            raise InvalidRequestError(f"method_name must be a method name, got {method_name!r}")
+        self._ensure_timer()
+        task_id = next(self._task_ids)
+        call = _ScheduledCall(task_id, target, method_name, tuple(args), period_ms,
+                              next_fire_ms=monotonic_ms() + delay_ms)
+        self._scheduled[task_id] = call
+        self._arm(call, delay_ms)
+        return task_id
+
+    def _arm(self, call: _ScheduledCall, delay_ms: int) -> None:
+        call.timer_task = TimerTask(delay_ms, partial(self._fire, call.task_id))
+        self._ensure_timer().add(call.timer_task)
+
+    def _fire(self, task_id: int) -> None:
+        call = self._scheduled.get(task_id)
+        if call is None:
+            return
+        if call.period_ms is None:
+            del self._scheduled[task_id]
+        else:
+            self._rearm_periodic(call)
+            if call.in_flight:
+                logger.debug("timer task %d: previous call to %s still running, skipping",
+                             task_id, call.method_name)
+                return
+        try:
+            ref = getattr(call.target, call.method_name).remote(*call.args)
+        except Exception:
+            logger.exception("timer task %d: cannot call %s; dropping it", task_id,
+                             call.method_name)
+            self._drop(task_id)
+            return
+        call.in_flight = True
+        watcher = asyncio.ensure_future(self._watch_call(call, ref))
+        self._outstanding_calls.add(watcher)
+        watcher.add_done_callback(self._outstanding_calls.discard)
+
+    def _rearm_periodic(self, call: _ScheduledCall) -> None:
+        # Fixed rate: the next run is due one period after the previous one was due; runs
+        # missed while the actor was busy are skipped rather than fired in a burst.
+        now = monotonic_ms()
+        period = call.period_ms
+        due = call.next_fire_ms + period
+        if due <= now:
+            due += ((now - due) // period + 1) * period
+        call.next_fire_ms = due
+        self._arm(call, due - now)
+
+    async def _watch_call(self, call: _ScheduledCall, ref: Any) -> None:
+        try:
+            await ref
+        except RayTaskError as e:
+            # Caught first: the method's own failure (even one caused by some other dead
+            # actor it called) says nothing about whether the target is alive.
+            logger.warning("timer task %d: %s raised: %s", call.task_id, call.method_name, e)
+        except ActorUnavailableError as e:
+            # Transient (the target is restarting or unreachable): a periodic task carries on.
+            logger.warning("timer task %d: target unavailable for %s: %s", call.task_id,
+                           call.method_name, e)
+        except RayActorError as e:
+            logger.warning("timer task %d: target actor is dead, dropping the task (%s): %s",
+                           call.task_id, call.method_name, e)
+            self._drop(call.task_id)
+        except Exception:
+            logger.exception("timer task %d: call to %s failed", call.task_id,
+                             call.method_name)
+        finally:
+            call.in_flight = False
+
+    def _drop(self, task_id: int) -> None:
+        call = self._scheduled.pop(task_id, None)
+        if call is not None and call.timer_task is not None:
+            call.timer_task.cancel()

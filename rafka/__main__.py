@@ -1,0 +1,4 @@
+"""``python -m rafka ...``: the same CLI as the ``rafka`` script."""
+from rafka.cli import main
+
+raise SystemExit(main())

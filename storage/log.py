@@ -1,0 +1,725 @@
+"""Log: a partition's ordered list of segments on one broker's disk (Kafka's UnifiedLog).
+
+The log never decodes records on its hot paths: appends read batch headers, check CRC-32C and
+sizes, patch baseOffset / partitionLeaderEpoch in place, and write; reads return whole batches
+as bytes. Time comes from an injected clock; delayed file deletion is a list of due
+deletions that the caller's scheduler runs (``delete_pending_segments``), so every decision
+here is deterministic under test.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import random
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from protocols.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, InvalidRecordError,
+                              OffsetOutOfRangeError, RecordListTooLargeError,
+                              RecordTooLargeError)
+from protocols.records import (RecordBatch, encode_batch, iter_batches, set_base_offset,
+                               set_log_append_time, set_partition_leader_epoch)
+from storage.checkpoint import LeaderEpochCheckpointFile
+from storage.config import LogConfig
+from storage.epoch import LeaderEpochFileCache
+from storage.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT,
+                           LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file,
+                           segment_file)
+from storage.segment import BatchInfo, FetchDataInfo, LogSegment
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+# schedule(delay_ms, fn): run fn later (a timer actor, a thread timer, or a test's fake).
+Scheduler = Callable[[int, Callable[[], Any]], Any]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    shallow_count: int
+    valid_bytes: int
+    last_leader_epoch: int
+    source_compression: str = "none"
+    batch_infos: list = field(default_factory=list, repr=False)
+
+
+def _as_config(config: LogConfig | Mapping[str, Any] | None,
+               broker: Mapping[str, Any] | None) -> LogConfig:
+    if isinstance(config, LogConfig):
+        return config
+    return LogConfig.from_props(config or {}, broker=broker)
+
+
+class Log:
+    """Open with ``Log.open(directory, config)``; see the module docstring."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock,
+                 scheduler: Scheduler | None):
+        self.dir = Path(directory)
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._pending_deletions: list[tuple[int, list[Path]]] = []
+        self._random = random.Random()
+        self.log_start_offset = 0
+        self._log_end_offset = 0
+        self.recovery_point = 0
+        self._high_watermark = 0
+        self.unflushed_messages = 0
+        self.last_flush_ms = clock()
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT))
+        # Tests set this to raise at a named step and so simulate a crash there.
+        self.fault_injector: Callable[[str], None] | None = None
+
+    # ==== opening and recovery ============================================================
+    @classmethod
+    def open(cls, directory: Path | str, config: LogConfig | Mapping[str, Any] | None = None,
+             *, broker_config: Mapping[str, Any] | None = None, recovery_point: int = 0,
+             log_start_offset: int = 0, high_watermark: int | None = None,
+             clean_shutdown: bool = False, clock: Clock | None = None,
+             scheduler: Scheduler | None = None) -> "Log":
+        """Open (creating if needed) the log in ``directory``.
+
+        After an unclean shutdown (the default, unless the caller knows better) every segment
+        from the one holding ``recovery_point`` is re-validated and a torn tail cut off."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self = cls(directory, _as_config(config, broker_config), clock or wall_clock_ms,
+                   scheduler)
+        self._load(recovery_point, log_start_offset, clean_shutdown)
+        hw = self.log_start_offset if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, self.log_start_offset), self._log_end_offset)
+        return self
+
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
+        jitter = (self._random.randrange(self.config.segment_jitter_ms)
+                  if self.config.segment_jitter_ms > 0 else 0)
+        return LogSegment.open(self.dir, base_offset,
+                               index_interval_bytes=self.config.index_interval_bytes,
+                               max_index_size=self.config.segment_index_bytes,
+                               rolling_jitter_ms=jitter, now_ms=self.clock(), suffix=suffix)
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        swap_files: list[Path] = []
+        cleaned_offsets: list[int] = []
+        for path in sorted(self.dir.iterdir()):
+            name = path.name
+            if not path.is_file():
+                continue
+            if name.endswith(DELETED_SUFFIX):
+                path.unlink()  # a deletion that was scheduled before the restart
+            elif name.endswith(CLEANED_SUFFIX):
+                cleaned_offsets.append(offset_from_file(path))
+                path.unlink()  # an unfinished compaction: it is simply redone later
+            elif name.endswith(SWAP_SUFFIX):
+                swap_files.append(path)
+        # A .swap newer than an unfinished .cleaned may be incomplete (Kafka's rule).
+        min_cleaned = min(cleaned_offsets, default=None)
+        for path in list(swap_files):
+            if min_cleaned is not None and offset_from_file(path) >= min_cleaned:
+                path.unlink()
+                swap_files.remove(path)
+
+        segments: dict[int, LogSegment] = {}
+        for path in sorted(self.dir.glob(f"*{LOG_SUFFIX}")):
+            base = offset_from_file(path)
+            index_missing = not segment_file(self.dir, base, INDEX_SUFFIX).exists()
+            time_missing = not segment_file(self.dir, base, TIME_INDEX_SUFFIX).exists()
+            segment = self._new_segment(base)
+            needs_rebuild = index_missing or time_missing
+            if not needs_rebuild:
+                try:
+                    segment.sanity_check()
+                except CorruptIndexError as e:
+                    log.warning("%s: rebuilding index of segment %d: %s", self.dir, base, e)
+                    needs_rebuild = True
+            if needs_rebuild:
+                segment.recover(self.config.max_message_bytes, self._on_recovered_batch)
+            segments[base] = segment
+        for suffix_path in (*self.dir.glob(f"*{INDEX_SUFFIX}"),
+                            *self.dir.glob(f"*{TIME_INDEX_SUFFIX}")):
+            if not segment_file(self.dir, offset_from_file(suffix_path), LOG_SUFFIX).exists():
+                suffix_path.unlink()  # an index without its log is garbage
+
+        for path in swap_files:
+            if not path.name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                continue
+            base = offset_from_file(path)
+            swap = self._new_segment(base, suffix=SWAP_SUFFIX)
+            swap.recover(self.config.max_message_bytes)
+            next_offset = swap.read_next_offset()
+            for old_base in [b for b in segments if base <= b < max(next_offset, base + 1)]:
+                segments.pop(old_base).delete()
+            swap.change_suffixes(SWAP_SUFFIX, "")
+            segments[base] = swap
+        for path in self.dir.glob(f"*{SWAP_SUFFIX}"):
+            path.unlink()  # index swaps whose log swap was handled (or never written)
+
+        self._segments = [segments[b] for b in sorted(segments)]
+        self._bases = sorted(segments)
+
+        if not clean_shutdown:
+            self._recover_from(recovery_point)
+        if not self._segments:
+            start = max(log_start_offset, 0)
+            self._add_segment(self._new_segment(start))
+        self._log_end_offset = self.active_segment.read_next_offset()
+        self.recovery_point = min(max(recovery_point, 0), self._log_end_offset) \
+            if not clean_shutdown else self._log_end_offset
+        self.active_segment.resize_indexes(self.config.segment_index_bytes)
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        if self.log_start_offset > self._log_end_offset:
+            self.log_start_offset = self._log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    def _on_recovered_batch(self, batch: RecordBatch) -> None:
+        epoch = batch.partition_leader_epoch
+        latest = self.leader_epoch_cache.latest_epoch
+        if epoch >= 0 and (latest is None or epoch > latest):
+            self.leader_epoch_cache.assign(epoch, batch.base_offset)
+
+    def _recover_from(self, recovery_point: int) -> None:
+        idx = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        i = idx
+        while i < len(self._segments):
+            segment = self._segments[i]
+            truncated = segment.recover(self.config.max_message_bytes, self._on_recovered_batch)
+            if truncated > 0:
+                log.warning("%s: found invalid bytes at the end of segment %d; truncated %d "
+                            "bytes and dropped %d later segments", self.dir,
+                            segment.base_offset, truncated, len(self._segments) - i - 1)
+                for later in self._segments[i + 1:]:
+                    later.delete()
+                del self._segments[i + 1:]
+                del self._bases[i + 1:]
+                break
+            i += 1
+
+    # ==== facts ===========================================================================
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    def update_config(self, props: LogConfig | Mapping[str, Any]) -> None:
+        self.config = _as_config(props, None)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW (kept within [log start, LEO]); the replica layer decides its value."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)
+            return self._high_watermark
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._segments[i] if i >= 0 else None
+
+    # ==== appends =========================================================================
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+                         *, now_ms: int | None = None) -> LogAppendInfo:
+        """Validate producer batches, assign offsets from the log end offset, stamp the
+        leader epoch (and LogAppendTime if configured), and append."""
+        now = self.clock() if now_ms is None else now_ms
+        buf = bytearray(records)
+        batches = self._validate(buf, leader=True)
+        target = self.config.compression_type
+        if target != "producer":
+            codec = "none" if target == "uncompressed" else target
+            if any(b.compression != codec for b in batches):
+                buf = self._recompress(batches, codec)
+                batches = self._validate(buf, leader=True)
+        with self._lock:
+            offset = self._log_end_offset
+            append_time = -1
+            for batch in batches:
+                pos = batch.position
+                set_base_offset(buf, pos, offset)
+                set_partition_leader_epoch(buf, pos, leader_epoch)
+                if self.config.log_append_time:
+                    set_log_append_time(buf, pos, now)
+                    append_time = now
+                offset += batch.last_offset_delta + 1
+            return self._append(buf, batches, now, append_time)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches fetched from the leader verbatim, keeping the leader's offsets."""
+        buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
+        batches = self._validate(buf, leader=False)
+        with self._lock:
+            if not batches:
+                return self._empty_info()
+            expected = self._log_end_offset
+            for batch in batches:
+                if batch.base_offset < expected or batch.last_offset < batch.base_offset:
+                    raise InvalidOffsetError(
+                        f"Out of order offsets in append to {self.name}: batch "
+                        f"[{batch.base_offset}, {batch.last_offset}] where the next offset "
+                        f"must be at least {expected}")
+                expected = batch.last_offset + 1
+            return self._append(buf, batches, self.clock(), -1)
+
+    def _empty_info(self) -> LogAppendInfo:
+        return LogAppendInfo(-1, -1, -1, -1, -1, self.log_start_offset, 0, 0, 0, -1)
+
+    def _validate(self, buf: bytes | bytearray, leader: bool) -> list[RecordBatch]:
+        batches: list[RecordBatch] = []
+        end = 0
+        for batch in iter_batches(buf):
+            size = batch.size_in_bytes
+            if size > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"The record batch at offset {batch.base_offset} is {size} bytes, larger "
+                    f"than max.message.bytes={self.config.max_message_bytes} of {self.name}")
+            batch.ensure_valid()
+            if leader:
+                count = batch.record_count
+                if count <= 0:
+                    raise InvalidRecordError(f"A record batch produced to {self.name} "
+                                             "has no records")
+                if batch.last_offset_delta != count - 1:
+                    raise InvalidRecordError(
+                        f"A record batch produced to {self.name} has lastOffsetDelta "
+                        f"{batch.last_offset_delta} for {count} records")
+                if self.config.compact and not batch.is_control:
+                    for record in batch.records():
+                        if record.key is None:
+                            raise InvalidRecordError(
+                                f"Compacted topic cannot accept message without key in "
+                                f"topic partition {self.name}.")
+            batches.append(batch)
+            end = batch.position + size
+        if end != len(buf):
+            raise CorruptRecordError(
+                f"{len(buf) - end} trailing bytes in an append to {self.name} do not form a "
+                "complete record batch")
+        if leader and not batches:
+            raise InvalidRecordError(f"An append to {self.name} holds no record batch")
+        if end > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"Message batch size is {end} bytes in append to partition {self.name} which "
+                f"exceeds the maximum configured segment size of {self.config.segment_bytes}.")
+        return batches
+
+    @staticmethod
+    def _recompress(batches: list[RecordBatch], codec: str) -> bytearray:
+        """The topic's compression.type overrides the producer's codec (Kafka recompresses)."""
+        out = bytearray()
+        for b in batches:
+            out += encode_batch(list(b.records()), base_offset=0, compression=codec,
+                                timestamp_type=b.timestamp_type, producer_id=b.producer_id,
+                                producer_epoch=b.producer_epoch, base_sequence=b.base_sequence,
+                                partition_leader_epoch=b.partition_leader_epoch,
+                                transactional=b.is_transactional, control=b.is_control)
+        return out
+
+    def _append(self, buf: bytes | bytearray, batches: list[RecordBatch], now: int,
+                log_append_time: int) -> LogAppendInfo:
+        infos: list[BatchInfo] = []
+        max_ts, offset_of_max_ts, records = -1, -1, 0
+        for b in batches:
+            ts = b.max_timestamp
+            last = b.last_offset
+            infos.append(BatchInfo(last, ts, b.size_in_bytes))
+            if ts > max_ts:
+                max_ts, offset_of_max_ts = ts, last
+            records += b.record_count
+        first_offset = batches[0].base_offset
+        last_offset = batches[-1].last_offset
+        segment = self._maybe_roll(len(buf), max_ts, first_offset, last_offset, now)
+        segment.append(buf, infos)
+        self._log_end_offset = last_offset + 1
+        for b in batches:
+            epoch = b.partition_leader_epoch
+            if epoch >= 0:
+                latest = self.leader_epoch_cache.latest_epoch
+                if latest is None or epoch > latest:
+                    self.leader_epoch_cache.assign(epoch, b.base_offset)
+        self.unflushed_messages += records
+        if (self.unflushed_messages >= self.config.flush_messages
+                or now - self.last_flush_ms >= self.config.flush_ms):
+            self.flush()
+        return LogAppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts,
+                             log_append_time, self.log_start_offset, records, len(batches),
+                             len(buf), batches[-1].partition_leader_epoch,
+                             batches[0].compression, infos)
+
+    # ==== rolling =========================================================================
+    def _maybe_roll(self, messages_size: int, max_timestamp: int, first_offset: int,
+                    last_offset: int, now: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.should_roll(segment_bytes=self.config.segment_bytes,
+                               segment_ms=self.config.segment_ms, messages_size=messages_size,
+                               max_timestamp_in_messages=max_timestamp,
+                               max_offset_in_messages=last_offset, now_ms=now):
+            return self.roll(first_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, log end offset)."""
+        with self._lock:
+            new_offset = max(expected_next_offset or 0, self._log_end_offset)
+            active = self.active_segment
+            if active.base_offset == new_offset:
+                if active.size == 0:
+                    # An empty active segment already starts there: nothing to roll.
+                    return active
+                raise InvalidOffsetError(_roll_error(self.name, new_offset))
+            if new_offset < active.base_offset:
+                raise InvalidOffsetError(_roll_error(self.name, new_offset))
+            active.on_become_inactive()
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                stale = segment_file(self.dir, new_offset, suffix)
+                if stale.exists():
+                    log.warning("%s: removing stale file %s before roll", self.dir, stale)
+                    stale.unlink()
+            segment = self._new_segment(new_offset)
+            self._add_segment(segment)
+            return segment
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, segment.base_offset)
+        if i < len(self._bases) and self._bases[i] == segment.base_offset:
+            self._segments[i] = segment
+        else:
+            self._bases.insert(i, segment.base_offset)
+            self._segments.insert(i, segment)
+
+    def _remove_segment(self, segment: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, segment.base_offset)
+        if i < len(self._segments) and self._segments[i] is segment:
+            del self._segments[i]
+            del self._bases[i]
+
+    # ==== reads ===========================================================================
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> bytes:
+        """Whole batches from the one holding ``offset``: at most ``max_bytes`` (at least
+        one batch if ``min_one_message``), none reaching ``max_offset`` (the HW for
+        consumers)."""
+        return self.read_info(offset, max_bytes, max_offset, min_one_message).records
+
+    def read_info(self, offset: int, max_bytes: int, max_offset: int | None = None,
+                  min_one_message: bool = True) -> FetchDataInfo:
+        segments, bases = self._segments, self._bases
+        leo = self._log_end_offset
+        if offset == leo or (max_offset is not None and offset >= max_offset
+                             and offset <= leo and offset >= self.log_start_offset):
+            return FetchDataInfo(offset, segments[-1].base_offset, -1, b"", offset, offset)
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {offset} for partition {self.name}, but we only "
+                f"have log segments in the range {self.log_start_offset} to {leo}.")
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        while i < len(segments):
+            info = segments[i].read(offset, max_bytes, max_offset, min_one_message)
+            if info is not None:
+                return info
+            i += 1
+        return FetchDataInfo(offset, segments[-1].base_offset, -1, b"", offset, offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets by time);
+        -2 means earliest and -1 latest, as in Kafka's ListOffsets. None if no such record."""
+        found = self.fetch_offset_by_timestamp(timestamp)
+        return None if found is None else found[1]
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        if timestamp == -2:
+            return (-1, self.log_start_offset)
+        if timestamp == -1:
+            return (-1, self._log_end_offset)
+        if timestamp == -3:  # MAX_TIMESTAMP
+            best = None
+            for s in self._segments:
+                if s.max_timestamp_so_far >= 0 and (best is None or
+                                                    s.max_timestamp_so_far > best[0]):
+                    best = (s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far)
+            return best
+        for segment in self._segments:
+            if segment.largest_timestamp < timestamp or segment.max_timestamp_so_far < 0:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    # ==== truncation (follower) ===========================================================
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove everything at and after ``target_offset``. Returns False if there was
+        nothing to remove."""
+        if target_offset < 0:
+            raise ValueError(f"Cannot truncate {self.name} to a negative offset "
+                             f"({target_offset})")
+        with self._lock:
+            if target_offset >= self._log_end_offset:
+                return False
+            if target_offset < self._segments[0].base_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            doomed = [s for s in self._segments if s.base_offset > target_offset]
+            for s in doomed:
+                self._remove_segment(s)
+            self._schedule_deletion(doomed)
+            active = self.active_segment
+            loc = active.translate_offset(target_offset)
+            active.truncate_to(target_offset)
+            active.resize_indexes(self.config.segment_index_bytes)
+            # A batch straddling the target is removed whole; the log then ends before it.
+            new_end = target_offset if loc is None or loc.base_offset >= target_offset \
+                else loc.base_offset
+            new_end = max(new_end, active.base_offset)
+            self._log_end_offset = new_end
+            self.leader_epoch_cache.truncate_from_end(new_end)
+            self.log_start_offset = min(self.log_start_offset, new_end)
+            self.recovery_point = min(self.recovery_point, new_end)
+            self._high_watermark = min(self._high_watermark, new_end)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Drop every segment and restart the log, empty, at ``new_offset``."""
+        with self._lock:
+            doomed = list(self._segments)
+            self._segments, self._bases = [], []
+            self._schedule_deletion(doomed)
+            self._add_segment(self._new_segment(new_offset))
+            self.leader_epoch_cache.clear_and_flush()
+            self.log_start_offset = self._log_end_offset = new_offset
+            self.recovery_point = self._high_watermark = new_offset
+
+    # ==== retention =======================================================================
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention: by time and size when ``cleanup.policy`` includes delete, and
+        always by log start offset. Returns the number of segments deleted."""
+        now = self.clock() if now_ms is None else now_ms
+        deleted = 0
+        cfg = self.config
+        if cfg.delete:
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_matching(
+                    lambda seg, nxt: now - seg.largest_timestamp > cfg.retention_ms,
+                    "retention time")
+            if cfg.retention_bytes >= 0:
+                deleted += self._delete_retention_size_breached()
+        deleted += self._delete_matching(
+            lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+            "log start offset")
+        self.delete_pending_segments(now)
+        return deleted
+
+    def _delete_retention_size_breached(self) -> int:
+        diff = self.size - self.config.retention_bytes
+        if diff <= 0:
+            return 0
+        remaining = [diff]
+
+        def breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            if remaining[0] - seg.size >= 0:
+                remaining[0] -= seg.size
+                return True
+            return False
+
+        return self._delete_matching(breached, "retention size")
+
+    def _delete_matching(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
+                         reason: str) -> int:
+        with self._lock:
+            deletable: list[LogSegment] = []
+            segs = self._segments
+            for i, seg in enumerate(segs):
+                nxt = segs[i + 1] if i + 1 < len(segs) else None
+                upper = nxt.base_offset if nxt is not None else self._log_end_offset
+                last_and_empty = nxt is None and seg.size == 0
+                if self._high_watermark >= upper and not last_and_empty and predicate(seg, nxt):
+                    deletable.append(seg)
+                else:
+                    break
+            if not deletable:
+                return 0
+            if len(deletable) == len(self._segments):
+                # Every segment expired: roll a fresh active segment first (Kafka).
+                self.roll()
+            for seg in deletable:
+                self._remove_segment(seg)
+            log.info("%s: deleting %d segment(s) due to %s: %s", self.dir, len(deletable),
+                     reason, [s.base_offset for s in deletable])
+            self._schedule_deletion(deletable)
+            self._increment_log_start_offset(self._segments[0].base_offset)
+            return len(deletable)
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the HW)."""
+        with self._lock:
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot increment the log start offset to {offset} of partition "
+                    f"{self.name} since it is larger than the high watermark "
+                    f"{self._high_watermark}")
+            self._increment_log_start_offset(offset)
+            return self.log_start_offset
+
+    def _increment_log_start_offset(self, new_start: int) -> None:
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            self.recovery_point = max(self.recovery_point, new_start)
+
+    # ==== delayed file deletion ===========================================================
+    def _schedule_deletion(self, segments: Iterable[LogSegment]) -> None:
+        """Rename to ``.deleted`` now; remove from disk file.delete.delay.ms later."""
+        paths: list[Path] = []
+        for seg in segments:
+            seg.change_suffixes("", DELETED_SUFFIX)
+            seg.close_handlers()
+            paths.extend(seg.files())
+        if not paths:
+            return
+        if self.fault_injector:
+            self.fault_injector("segments.renamed-deleted")
+        delay = self.config.file_delete_delay_ms
+        self._pending_deletions.append((self.clock() + delay, paths))
+        if self.scheduler is not None:
+            self.scheduler(delay, self.delete_pending_segments)
+
+    def delete_pending_segments(self, now_ms: int | None = None) -> int:
+        """Remove the ``.deleted`` files whose delay has passed; returns files removed."""
+        now = self.clock() if now_ms is None else now_ms
+        removed = 0
+        keep = []
+        for due, paths in self._pending_deletions:
+            if due <= now:
+                for p in paths:
+                    if p.exists():
+                        p.unlink()
+                        removed += 1
+            else:
+                keep.append((due, paths))
+        self._pending_deletions = keep
+        return removed
+
+    @property
+    def pending_deletions(self) -> list[Path]:
+        return [p for _, paths in self._pending_deletions for p in paths]
+
+    # ==== compaction support ==============================================================
+    def replace_segments(self, new_segments: list[LogSegment],
+                         old_segments: list[LogSegment]) -> None:
+        """Swap cleaned segments (files suffixed ``.cleaned``) in for ``old_segments``,
+        crash-safely: .cleaned -> .swap, old -> .deleted, .swap -> final name. A crash
+        between any two steps is completed or rolled back by ``_load``."""
+        with self._lock:
+            new_segments = sorted(new_segments, key=lambda s: s.base_offset)
+            for seg in new_segments:
+                seg.change_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            if self.fault_injector:
+                self.fault_injector("replace.swap-renamed")
+            live = [s for s in old_segments if self.segment_for(s.base_offset) is s]
+            for s in live:
+                self._remove_segment(s)
+            self._schedule_deletion(live)
+            if self.fault_injector:
+                self.fault_injector("replace.old-deleted")
+            for seg in new_segments:
+                seg.change_suffixes(SWAP_SUFFIX, "")
+                self._add_segment(seg)
+
+    # ==== flushing ========================================================================
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding data below ``offset`` (default: everything) and move
+        the recovery point there."""
+        with self._lock:
+            upto = self._log_end_offset if offset is None else min(offset,
+                                                                    self._log_end_offset)
+            if upto <= self.recovery_point and offset is not None:
+                return
+            for i, seg in enumerate(self._segments):
+                nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
+                if nxt is not None and nxt <= self.recovery_point:
+                    continue  # already flushed before the recovery point
+                if seg.base_offset >= upto:
+                    break
+                seg.flush()
+            self.recovery_point = max(self.recovery_point, upto)
+            self.unflushed_messages = 0
+            self.last_flush_ms = self.clock()
+
+    def flush_if_due(self, now_ms: int | None = None) -> bool:
+        """The periodic flusher's check (flush.ms)."""
+        now = self.clock() if now_ms is None else now_ms
+        if self.unflushed_messages and now - self.last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # ==== lifecycle =======================================================================
+    def close(self) -> None:
+        with self._lock:
+            for seg in self._segments:
+                seg.flush()
+                seg.close()
+            self.recovery_point = self._log_end_offset
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (topic deletion)."""
+        with self._lock:
+            for seg in self._segments:
+                seg.close_handlers()
+            self._segments, self._bases = [], []
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.dir}, log_start_offset={self.log_start_offset}, "
+                f"log_end_offset={self._log_end_offset}, segments={len(self._segments)})")
+
+
+def _roll_error(name: str, offset: int) -> str:
+    return (f"Trying to roll a new log segment for {name} at offset {offset} which is not "
+            "after the active segment")

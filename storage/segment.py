@@ -1,0 +1,357 @@
+"""LogSegment: one ``.log`` file with its ``.index`` and ``.timeindex``.
+
+A segment is named by its base offset. Index entries are added every
+``index.interval.bytes`` of appended data, mapping a batch's last offset to the batch's
+position, so a lookup lands at most about that many bytes before the wanted batch.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from protocols.records import NO_TIMESTAMP, RecordBatch, iter_batches
+from storage.file_records import BatchLocation, FileRecords
+from storage.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, filename_prefix,
+                           segment_file)
+from storage.index import OffsetIndex, TimeIndex, TimestampOffset
+
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What the segment needs to know of each batch it appends (from the batch header)."""
+
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """Bytes read from a segment: whole batches starting at ``position``."""
+
+    fetch_offset: int
+    segment_base_offset: int
+    position: int
+    records: bytes
+    first_batch_base_offset: int
+    next_offset: int  # offset after the last batch returned
+
+
+class LogSegment:
+    def __init__(self, log: FileRecords, offset_index: OffsetIndex, time_index: TimeIndex,
+                 base_offset: int, index_interval_bytes: int, rolling_jitter_ms: int,
+                 created_ms: int):
+        self.log = log
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self.created_ms = created_ms
+        self.bytes_since_last_index_entry = 0
+        # The first batch's max timestamp, the reference for time-based rolling.
+        self._rolling_based_timestamp: int | None = None
+        last = time_index.last_entry
+        self._max_timestamp_so_far = last.timestamp
+        self._offset_of_max_timestamp_so_far = last.offset
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
+             max_index_size: int, rolling_jitter_ms: int = 0, now_ms: int,
+             suffix: str = "") -> "LogSegment":
+        directory = Path(directory)
+        log = FileRecords(segment_file(directory, base_offset, LOG_SUFFIX, suffix))
+        offset_index = OffsetIndex(segment_file(directory, base_offset, INDEX_SUFFIX, suffix),
+                                   base_offset, max_index_size)
+        time_index = TimeIndex(segment_file(directory, base_offset, TIME_INDEX_SUFFIX, suffix),
+                               base_offset, max_index_size)
+        return cls(log, offset_index, time_index, base_offset, index_interval_bytes,
+                   rolling_jitter_ms, now_ms)
+
+    # ---- facts ---------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_so_far
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._offset_of_max_timestamp_so_far
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What time retention judges: the largest record timestamp, or the file's
+        modification time if no record carries a timestamp (Kafka's largestTimestamp)."""
+        if self._max_timestamp_so_far >= 0:
+            return self._max_timestamp_so_far
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    @property
+    def name(self) -> str:
+        return filename_prefix(self.base_offset)
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT_MAX
+
+    def rolling_based_timestamp(self) -> int | None:
+        if self._rolling_based_timestamp is None and self.log.size > 0:
+            for loc in self.log.locations(0, chunk_bytes=4096):
+                self._rolling_based_timestamp = loc.max_timestamp
+                break
+        return self._rolling_based_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        first = self.rolling_based_timestamp()
+        if first is not None and first >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    def should_roll(self, *, segment_bytes: int, segment_ms: int, messages_size: int,
+                    max_timestamp_in_messages: int, max_offset_in_messages: int,
+                    now_ms: int) -> bool:
+        """Kafka's four roll conditions: size, time since the first timestamp, a full index,
+        and an offset that cannot be stored relative to this segment's base offset."""
+        reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
+                           > segment_ms - self.rolling_jitter_ms)
+        return (self.size > segment_bytes - messages_size
+                or (self.size > 0 and reached_roll_ms)
+                or self.offset_index.is_full()
+                or self.time_index.is_full()
+                or not self.can_convert_to_relative_offset(max_offset_in_messages))
+
+    # ---- writing -------------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview, batches: Sequence[BatchInfo]) -> None:
+        """Append whole batches. Index entries are added as Kafka does: before a batch, if
+        more than index.interval.bytes were appended since the last entry."""
+        if not batches:
+            return
+        position = start_size = self.log.size
+        rolling_before = self._rolling_based_timestamp
+        if position == 0:
+            self._rolling_based_timestamp = batches[0].max_timestamp
+        offsets_before = self.offset_index.entries
+        times_before = self.time_index.entries
+        state_before = (self.bytes_since_last_index_entry, self._max_timestamp_so_far,
+                        self._offset_of_max_timestamp_so_far)
+        try:
+            self.log.append(data)
+            for b in batches:
+                if b.max_timestamp > self._max_timestamp_so_far:
+                    self._max_timestamp_so_far = b.max_timestamp
+                    self._offset_of_max_timestamp_so_far = b.last_offset
+                if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(b.last_offset, position)
+                    self.time_index.maybe_append(self._max_timestamp_so_far,
+                                                 self._offset_of_max_timestamp_so_far)
+                    self.bytes_since_last_index_entry = 0
+                position += b.size
+                self.bytes_since_last_index_entry += b.size
+        except BaseException:
+            # Leave the segment exactly as it was before this append.
+            if self.log.size > start_size:
+                self.log.truncate_to(start_size)
+            self._rolling_based_timestamp = rolling_before
+            self._undo_append(offsets_before, times_before, state_before)
+            raise
+
+    def _undo_append(self, offset_entries: int, time_entries: int, state) -> None:
+        if self.offset_index.entries > offset_entries:
+            self.offset_index.truncate_to(self.offset_index.entry(offset_entries).offset)
+        if self.time_index.entries > time_entries:
+            self.time_index.truncate_to(self.time_index.entry(time_entries).offset)
+        (self.bytes_since_last_index_entry, self._max_timestamp_so_far,
+         self._offset_of_max_timestamp_so_far) = state
+
+    # ---- reading -------------------------------------------------------------------------
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchLocation | None:
+        """The first batch whose last offset is >= ``offset``: index lookup, then a scan."""
+        mapping = self.offset_index.lookup(offset)
+        return self.log.search_for_offset(offset, max(mapping.position, starting_position))
+
+    def read(self, start_offset: int, max_size: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo | None:
+        """Whole batches from the one containing ``start_offset``, at most ``max_size`` bytes
+        (but at least one batch if ``min_one_message``), none with an offset >= max_offset.
+        None if the segment holds nothing at or after ``start_offset``."""
+        if max_size < 0:
+            raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log}")
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        if max_offset is not None and start.last_offset >= max_offset:
+            return FetchDataInfo(start_offset, self.base_offset, start.position, b"",
+                                 start.base_offset, start.base_offset)
+        want = max(max_size, start.size) if min_one_message else max_size
+        data = self.log.read(start.position, want)
+        end, next_offset = 0, start.base_offset
+        for batch in iter_batches(data):
+            if batch.position + batch.size_in_bytes > max_size and end > 0:
+                break
+            if batch.position + batch.size_in_bytes > want:
+                break
+            if max_offset is not None and batch.last_offset >= max_offset:
+                break
+            end = batch.position + batch.size_in_bytes
+            next_offset = batch.last_offset + 1
+        if len(data) != end:
+            data = data[:end]
+        return FetchDataInfo(start_offset, self.base_offset, start.position, data,
+                             start.base_offset, next_offset)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch of the segment (base offset if empty)."""
+        last_entry = self.offset_index.lookup(2**63 - 1)
+        next_offset = self.base_offset
+        for loc in self.log.locations(last_entry.position):
+            next_offset = loc.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp: int,
+                                 starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp >= target, scanning from
+        the time index's hint; decodes only the one batch that holds the answer."""
+        hint: TimestampOffset = self.time_index.lookup(timestamp)
+        start = self.translate_offset(max(hint.offset, starting_offset))
+        if start is None:
+            return None
+        for pos, batch in self.log.batches(start.position, chunk_bytes=64 * 1024):
+            if batch.max_timestamp >= timestamp:
+                for record in batch.records():
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return record.timestamp, record.offset
+        return None
+
+    # ---- recovery and truncation ---------------------------------------------------------
+    def recover(self, max_message_bytes: int,
+                on_batch: Callable[[RecordBatch], None] | None = None) -> int:
+        """Rebuild both indexes from the ``.log`` and cut off a torn or corrupt tail.
+        Returns the number of bytes truncated."""
+        self.offset_index.truncate()
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.truncate()
+        self.time_index.resize(self.time_index.max_index_size)
+        self.bytes_since_last_index_entry = 0
+        self._max_timestamp_so_far = NO_TIMESTAMP
+        self._offset_of_max_timestamp_so_far = self.base_offset
+        self._rolling_based_timestamp = None
+        expected_min = [self.base_offset]
+
+        def rebuild(position: int, batch: RecordBatch) -> bool:
+            last_offset = batch.last_offset
+            if batch.base_offset < expected_min[0] or not self.can_convert_to_relative_offset(
+                    last_offset):
+                return False
+            expected_min[0] = last_offset + 1
+            if batch.max_timestamp > self._max_timestamp_so_far:
+                self._max_timestamp_so_far = batch.max_timestamp
+                self._offset_of_max_timestamp_so_far = last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last_offset, position)
+                self.time_index.maybe_append(self._max_timestamp_so_far,
+                                             self._offset_of_max_timestamp_so_far)
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += batch.size_in_bytes
+            if on_batch is not None:
+                on_batch(batch)
+            return True
+
+        valid_end = self.log.valid_prefix(0, max_message_bytes, rebuild)
+        truncated = self.log.truncate_to(valid_end)
+        self.time_index.maybe_append(self._max_timestamp_so_far,
+                                     self._offset_of_max_timestamp_so_far, skip_full_check=True)
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""
+        loc = self.translate_offset(offset)
+        if loc is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
+        removed = self.log.truncate_to(loc.position)
+        self.bytes_since_last_index_entry = 0
+        if self.log.size == 0:
+            self._rolling_based_timestamp = None
+        self._reload_largest_timestamp()
+        return removed
+
+    def _reload_largest_timestamp(self) -> None:
+        last = self.time_index.last_entry
+        self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far = last
+        start = self.offset_index.lookup(last.offset).position
+        for loc in self.log.locations(start):
+            if loc.max_timestamp > self._max_timestamp_so_far:
+                self._max_timestamp_so_far = loc.max_timestamp
+                self._offset_of_max_timestamp_so_far = loc.last_offset
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def on_become_inactive(self) -> None:
+        """At roll: record the final time-index entry and trim the preallocated indexes."""
+        self.time_index.maybe_append(self._max_timestamp_so_far,
+                                     self._offset_of_max_timestamp_so_far, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def sanity_check(self) -> None:
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def files(self) -> list[Path]:
+        return [self.log.path, self.offset_index.path, self.time_index.path]
+
+    def change_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the segment's files, e.g. "" -> ".deleted" or ".swap" -> ""."""
+        def renamed(path: Path) -> Path:
+            name = path.name
+            base = name[: len(name) - len(old_suffix)] if old_suffix else name
+            return path.with_name(base + new_suffix)
+
+        self.log.rename_to(renamed(self.log.path))
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+
+    def close(self) -> None:
+        if self.log.closed:
+            return
+        self.time_index.maybe_append(self._max_timestamp_so_far,
+                                     self._offset_of_max_timestamp_so_far, skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
+    def close_handlers(self) -> None:
+        """Close files without touching their contents (before renaming or deleting)."""
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
+    def delete(self) -> None:
+        self.close_handlers()
+        for path in self.files():
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
