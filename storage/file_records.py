@@ -53,11 +53,13 @@ class FileRecords:
         """Write ``data`` at the end; on a short or failed write the file is cut back so a
         failed append leaves the file exactly as before."""
         start = self._size
-        view = memoryview(data)
-        written = 0
+        total = len(data)
         try:
-            while written < len(view):
-                written += os.pwrite(self._fd, view[written:], start + written)
+            written = os.pwrite(self._fd, data, start)
+            if written < total:  # rare: a short write; finish it
+                view = memoryview(data)
+                while written < total:
+                    written += os.pwrite(self._fd, view[written:], start + written)
         except BaseException:
             os.ftruncate(self._fd, start)
             raise

@@ -21,8 +21,10 @@ from typing import Any, Callable, Iterable, Mapping
 from protocols.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, InvalidRecordError,
                               OffsetOutOfRangeError, RecordListTooLargeError,
                               RecordTooLargeError)
-from protocols.records import (RecordBatch, encode_batch, iter_batches, set_base_offset,
-                               set_log_append_time, set_partition_leader_epoch)
+from protocols.compression import CODEC_NAMES
+from protocols.records import (LOG_OVERHEAD, BatchHeader, RecordBatch, encode_batch,
+                               iter_batches, set_base_offset, set_log_append_time,
+                               set_partition_leader_epoch)
 from storage.checkpoint import LeaderEpochCheckpointFile
 from storage.config import LogConfig
 from storage.epoch import LeaderEpochFileCache
@@ -185,6 +187,8 @@ class Log:
         self._log_end_offset = self.active_segment.read_next_offset()
         self.recovery_point = min(max(recovery_point, 0), self._log_end_offset) \
             if not clean_shutdown else self._log_end_offset
+        for segment in self._segments[:-1]:
+            segment.on_become_inactive()  # recovery preallocated their indexes
         self.active_segment.resize_indexes(self.config.segment_index_bytes)
         self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
         if self.log_start_offset > self._log_end_offset:
@@ -263,26 +267,32 @@ class Log:
         """Validate producer batches, assign offsets from the log end offset, stamp the
         leader epoch (and LogAppendTime if configured), and append."""
         now = self.clock() if now_ms is None else now_ms
-        buf = bytearray(records)
+        buf = bytearray(records)  # patched in place; the caller's bytes stay untouched
         batches = self._validate(buf, leader=True)
         target = self.config.compression_type
         if target != "producer":
             codec = "none" if target == "uncompressed" else target
-            if any(b.compression != codec for b in batches):
-                buf = self._recompress(batches, codec)
+            if any(b.compression != codec for b, _ in batches):
+                buf = self._recompress([b for b, _ in batches], codec)
                 batches = self._validate(buf, leader=True)
+        append_time = now if self.config.log_append_time else -1
         with self._lock:
-            offset = self._log_end_offset
-            append_time = -1
-            for batch in batches:
+            first = offset = self._log_end_offset
+            infos: list[BatchInfo] = []
+            records = 0
+            for batch, h in batches:
                 pos = batch.position
                 set_base_offset(buf, pos, offset)
                 set_partition_leader_epoch(buf, pos, leader_epoch)
-                if self.config.log_append_time:
-                    set_log_append_time(buf, pos, now)
-                    append_time = now
-                offset += batch.last_offset_delta + 1
-            return self._append(buf, batches, now, append_time)
+                if append_time >= 0:
+                    set_log_append_time(buf, pos, append_time)
+                last = offset + h.last_offset_delta
+                infos.append(BatchInfo(last, h.max_timestamp if append_time < 0
+                                       else append_time, h.batch_length + LOG_OVERHEAD))
+                records += h.record_count
+                offset = last + 1
+            return self._append(buf, infos, first, ((leader_epoch, first),), records, now,
+                                append_time, batches[0][1].attributes)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader verbatim, keeping the leader's offsets."""
@@ -292,44 +302,57 @@ class Log:
             if not batches:
                 return self._empty_info()
             expected = self._log_end_offset
-            for batch in batches:
-                if batch.base_offset < expected or batch.last_offset < batch.base_offset:
+            infos: list[BatchInfo] = []
+            epochs: list[tuple[int, int]] = []
+            records = 0
+            for _, h in batches:
+                last = h.base_offset + h.last_offset_delta
+                if h.base_offset < expected or last < h.base_offset:
                     raise InvalidOffsetError(
                         f"Out of order offsets in append to {self.name}: batch "
-                        f"[{batch.base_offset}, {batch.last_offset}] where the next offset "
-                        f"must be at least {expected}")
-                expected = batch.last_offset + 1
-            return self._append(buf, batches, self.clock(), -1)
+                        f"[{h.base_offset}, {last}] where the next offset must be at least "
+                        f"{expected}")
+                expected = last + 1
+                infos.append(BatchInfo(last, h.max_timestamp, h.batch_length + LOG_OVERHEAD))
+                epochs.append((h.partition_leader_epoch, h.base_offset))
+                records += h.record_count
+            return self._append(buf, infos, batches[0][1].base_offset, epochs, records,
+                                self.clock(), -1, batches[0][1].attributes)
 
     def _empty_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, -1, -1, -1, self.log_start_offset, 0, 0, 0, -1)
 
-    def _validate(self, buf: bytes | bytearray, leader: bool) -> list[RecordBatch]:
-        batches: list[RecordBatch] = []
+    def _validate(self, buf: bytes | bytearray,
+                  leader: bool) -> list[tuple[RecordBatch, BatchHeader]]:
+        batches: list[tuple[RecordBatch, BatchHeader]] = []
         end = 0
+        max_bytes = self.config.max_message_bytes
+        compact = self.config.compact
         for batch in iter_batches(buf):
-            size = batch.size_in_bytes
-            if size > self.config.max_message_bytes:
+            h = batch.header()
+            size = h.batch_length + LOG_OVERHEAD
+            if size > max_bytes:
                 raise RecordTooLargeError(
-                    f"The record batch at offset {batch.base_offset} is {size} bytes, larger "
-                    f"than max.message.bytes={self.config.max_message_bytes} of {self.name}")
-            batch.ensure_valid()
+                    f"The record batch at offset {h.base_offset} is {size} bytes, larger "
+                    f"than max.message.bytes={max_bytes} of {self.name}")
+            if h.crc != batch.compute_checksum():
+                batch.ensure_valid()  # raises CorruptRecordError with the details
             if leader:
-                count = batch.record_count
+                count = h.record_count
                 if count <= 0:
                     raise InvalidRecordError(f"A record batch produced to {self.name} "
                                              "has no records")
-                if batch.last_offset_delta != count - 1:
+                if h.last_offset_delta != count - 1:
                     raise InvalidRecordError(
                         f"A record batch produced to {self.name} has lastOffsetDelta "
-                        f"{batch.last_offset_delta} for {count} records")
-                if self.config.compact and not batch.is_control:
+                        f"{h.last_offset_delta} for {count} records")
+                if compact and not batch.is_control:
                     for record in batch.records():
                         if record.key is None:
                             raise InvalidRecordError(
                                 f"Compacted topic cannot accept message without key in "
                                 f"topic partition {self.name}.")
-            batches.append(batch)
+            batches.append((batch, h))
             end = batch.position + size
         if end != len(buf):
             raise CorruptRecordError(
@@ -355,36 +378,31 @@ class Log:
                                 transactional=b.is_transactional, control=b.is_control)
         return out
 
-    def _append(self, buf: bytes | bytearray, batches: list[RecordBatch], now: int,
-                log_append_time: int) -> LogAppendInfo:
-        infos: list[BatchInfo] = []
-        max_ts, offset_of_max_ts, records = -1, -1, 0
-        for b in batches:
-            ts = b.max_timestamp
-            last = b.last_offset
-            infos.append(BatchInfo(last, ts, b.size_in_bytes))
-            if ts > max_ts:
-                max_ts, offset_of_max_ts = ts, last
-            records += b.record_count
-        first_offset = batches[0].base_offset
-        last_offset = batches[-1].last_offset
+    def _append(self, buf: bytes | bytearray, infos: list[BatchInfo], first_offset: int,
+                epoch_starts, records: int, now: int, log_append_time: int,
+                first_attributes: int) -> LogAppendInfo:
+        max_ts, offset_of_max_ts = -1, -1
+        for info in infos:
+            if info.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = info.max_timestamp, info.last_offset
+        last_offset = infos[-1].last_offset
         segment = self._maybe_roll(len(buf), max_ts, first_offset, last_offset, now)
         segment.append(buf, infos)
         self._log_end_offset = last_offset + 1
-        for b in batches:
-            epoch = b.partition_leader_epoch
+        cache = self.leader_epoch_cache
+        for epoch, start in epoch_starts:
             if epoch >= 0:
-                latest = self.leader_epoch_cache.latest_epoch
+                latest = cache.latest_epoch
                 if latest is None or epoch > latest:
-                    self.leader_epoch_cache.assign(epoch, b.base_offset)
+                    cache.assign(epoch, start)
         self.unflushed_messages += records
         if (self.unflushed_messages >= self.config.flush_messages
                 or now - self.last_flush_ms >= self.config.flush_ms):
             self.flush()
         return LogAppendInfo(first_offset, last_offset, max_ts, offset_of_max_ts,
-                             log_append_time, self.log_start_offset, records, len(batches),
-                             len(buf), batches[-1].partition_leader_epoch,
-                             batches[0].compression, infos)
+                             log_append_time, self.log_start_offset, records, len(infos),
+                             len(buf), epoch_starts[-1][0],
+                             CODEC_NAMES[first_attributes & 0x07], infos)
 
     # ==== rolling =========================================================================
     def _maybe_roll(self, messages_size: int, max_timestamp: int, first_offset: int,

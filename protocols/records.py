@@ -1,0 +1,454 @@
+"""Kafka RecordBatch v2 (magic 2): encode, shallow and deep iteration, in-place patches.
+
+Batch layout (big-endian)::
+
+    baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 | crc u32 |
+    attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
+    producerId i64 | producerEpoch i16 | baseSequence i32 | recordCount i32 | records...
+
+The CRC-32C covers attributes to the end, so baseOffset and partitionLeaderEpoch can be
+patched by the broker without recomputing it. Each record is
+``length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
+keyLength varint | key | valueLength varint | value | headerCount varint | headers``
+with zig-zag varints, as in Kafka's DefaultRecord.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator, NamedTuple, Sequence
+
+import crc32c as _crc32c
+
+from protocols.compression import (CODEC_IDS, COMPRESSION_TYPES, CODEC_NAMES, compress,
+                                   decompress)
+from protocols.errors import CorruptRecordError, UnsupportedVersionError
+from protocols.varint import decode_varint, encode_varint, size_of_varint
+
+__all__ = ["BatchHeader", "MAGIC", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "NO_TIMESTAMP", "COMPRESSION_TYPES",
+           "Record", "RecordBatch", "encode_batch", "iter_batches", "read_batch_header",
+           "set_base_offset", "set_partition_leader_epoch", "set_log_append_time"]
+
+MAGIC = 2
+NO_TIMESTAMP = -1
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+LOG_OVERHEAD = 12
+RECORD_BATCH_OVERHEAD = 61
+# The smallest batchLength: the header after the batchLength field.
+MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+_HEADER = struct.Struct(">qiiBIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+
+TIMESTAMP_TYPES = ("create_time", "log_append_time")
+_crc = _crc32c.crc32c
+
+
+@dataclass(slots=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
+    headers: tuple = ()
+    offset: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.headers, tuple):
+            self.headers = tuple(tuple(h) for h in self.headers)
+
+
+# ---- encoding ---------------------------------------------------------------------------
+def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int,
+                    now_ms: int, out: bytearray) -> tuple[int, int]:
+    """Append the encoded records to ``out``; returns (max timestamp, max offset delta)."""
+    max_ts = NO_TIMESTAMP
+    max_delta = -1
+    for i, r in enumerate(records):
+        ts = now_ms if r.timestamp is None else r.timestamp
+        if ts > max_ts:
+            max_ts = ts
+        delta = i if r.offset is None else r.offset - base_offset
+        if delta < 0:
+            raise ValueError(f"record offset {r.offset} is below the batch base offset "
+                             f"{base_offset}")
+        if delta > max_delta:
+            max_delta = delta
+        body = bytearray(b"\x00")  # attributes (unused)
+        body += encode_varint(ts - base_timestamp)
+        body += encode_varint(delta)
+        key, value = r.key, r.value
+        if key is None:
+            body += b"\x01"  # varint(-1)
+        else:
+            body += encode_varint(len(key))
+            body += key
+        if value is None:
+            body += b"\x01"
+        else:
+            body += encode_varint(len(value))
+            body += value
+        headers = r.headers
+        body += encode_varint(len(headers))
+        for hkey, hvalue in headers:
+            hk = hkey.encode() if isinstance(hkey, str) else bytes(hkey)
+            body += encode_varint(len(hk))
+            body += hk
+            if hvalue is None:
+                body += b"\x01"
+            else:
+                body += encode_varint(len(hvalue))
+                body += hvalue
+        out += encode_varint(len(body))
+        out += body
+    return max_ts, max_delta
+
+
+def encode_batch(records: Iterable[Record], *, base_offset: int = 0,
+                 compression: str = "none", timestamp_type: str = "create_time",
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 partition_leader_epoch: int = -1, transactional: bool = False,
+                 control: bool = False, now_ms: int | None = None,
+                 last_offset_delta: int | None = None) -> bytes:
+    """One v2 record batch holding ``records``. A record with ``offset`` set keeps its offset
+    delta (compaction leaves gaps); ``last_offset_delta`` forces the batch's last offset."""
+    records = records if isinstance(records, (list, tuple)) else list(records)
+    if not records and last_offset_delta is None:
+        raise ValueError("a record batch needs at least one record (or last_offset_delta)")
+    codec = CODEC_IDS.get(compression)
+    if codec is None:
+        raise ValueError(f"unknown compression type {compression!r}; "
+                         f"expected one of {', '.join(COMPRESSION_TYPES)}")
+    if timestamp_type not in TIMESTAMP_TYPES:
+        raise ValueError(f"unknown timestamp type {timestamp_type!r}")
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    first = records[0] if records else None
+    base_ts = (now_ms if first.timestamp is None else first.timestamp) if first else now_ms
+    body = bytearray()
+    max_ts, max_delta = _encode_records(records, base_offset, base_ts, now_ms, body)
+    if not records:
+        max_ts = base_ts = NO_TIMESTAMP
+    if last_offset_delta is None:
+        last_offset_delta = max_delta
+    elif last_offset_delta < max_delta:
+        raise ValueError(f"last_offset_delta {last_offset_delta} is below a record's "
+                         f"offset delta {max_delta}")
+    if codec:
+        body = compress(compression, bytes(body))
+    attributes = codec
+    if timestamp_type == "log_append_time":
+        attributes |= TIMESTAMP_TYPE_MASK
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if control:
+        attributes |= CONTROL_MASK
+    batch = bytearray(RECORD_BATCH_OVERHEAD)
+    _HEADER.pack_into(batch, 0, base_offset, MIN_BATCH_LENGTH + len(body),
+                      partition_leader_epoch, MAGIC, 0, attributes, last_offset_delta, base_ts,
+                      max_ts, producer_id, producer_epoch, base_sequence, len(records))
+    batch += body
+    _U32.pack_into(batch, CRC_OFFSET, _crc(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+# ---- reading ----------------------------------------------------------------------------
+class BatchHeader(NamedTuple):
+    """All 61 header bytes unpacked at once (cheaper than one field at a time)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+
+class RecordBatch:
+    """A view over one batch's bytes; header fields are read on demand, records only by
+    ``records()``. ``position`` is where the batch began in the buffer it came from."""
+
+    __slots__ = ("_buf", "position", "_start", "_size")
+
+    def __init__(self, buf, position: int = 0, start: int | None = None,
+                 size: int | None = None):
+        self._buf = buf
+        self.position = position
+        self._start = position if start is None else start
+        if size is None:
+            size = LOG_OVERHEAD + _I32.unpack_from(buf, self._start + LENGTH_OFFSET)[0]
+        self._size = size
+
+    def header(self) -> BatchHeader:
+        if self._size < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(f"Record batch of {self._size} bytes is smaller than the "
+                                     "v2 header")
+        return BatchHeader._make(_HEADER.unpack_from(self._buf, self._start))
+
+    # header fields
+    def _i32(self, off: int) -> int:
+        return _I32.unpack_from(self._buf, self._start + off)[0]
+
+    def _i64(self, off: int) -> int:
+        return _I64.unpack_from(self._buf, self._start + off)[0]
+
+    @property
+    def buffer(self) -> memoryview:
+        return memoryview(self._buf)[self._start:self._start + self._size]
+
+    @property
+    def base_offset(self) -> int:
+        return self._i64(BASE_OFFSET_OFFSET)
+
+    @property
+    def batch_length(self) -> int:
+        return self._size - LOG_OVERHEAD
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self._i32(PARTITION_LEADER_EPOCH_OFFSET)
+
+    @property
+    def magic(self) -> int:
+        return self._buf[self._start + MAGIC_OFFSET]
+
+    @property
+    def crc(self) -> int:
+        return _U32.unpack_from(self._buf, self._start + CRC_OFFSET)[0]
+
+    @property
+    def attributes(self) -> int:
+        return _I16.unpack_from(self._buf, self._start + ATTRIBUTES_OFFSET)[0]
+
+    @property
+    def compression(self) -> str:
+        codec = self.attributes & COMPRESSION_MASK
+        name = CODEC_NAMES.get(codec)
+        if name is None:
+            from protocols.errors import UnsupportedCompressionTypeError
+            raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
+        return name
+
+    @property
+    def timestamp_type(self) -> str:
+        return TIMESTAMP_TYPES[1 if self.attributes & TIMESTAMP_TYPE_MASK else 0]
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self._i32(LAST_OFFSET_DELTA_OFFSET)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def base_timestamp(self) -> int:
+        return self._i64(BASE_TIMESTAMP_OFFSET)
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._i64(MAX_TIMESTAMP_OFFSET)
+
+    @property
+    def producer_id(self) -> int:
+        return self._i64(PRODUCER_ID_OFFSET)
+
+    @property
+    def producer_epoch(self) -> int:
+        return _I16.unpack_from(self._buf, self._start + PRODUCER_EPOCH_OFFSET)[0]
+
+    @property
+    def base_sequence(self) -> int:
+        return self._i32(BASE_SEQUENCE_OFFSET)
+
+    @property
+    def last_sequence(self) -> int:
+        base = self.base_sequence
+        if base < 0:
+            return -1
+        return (base + self.last_offset_delta) % (2**31)
+
+    @property
+    def record_count(self) -> int:
+        return self._i32(RECORDS_COUNT_OFFSET)
+
+    # integrity
+    def compute_checksum(self) -> int:
+        start = self._start
+        return _crc(memoryview(self._buf)[start + ATTRIBUTES_OFFSET:start + self._size])
+
+    def is_valid(self) -> bool:
+        return (self._size >= RECORD_BATCH_OVERHEAD and self.magic == MAGIC
+                and self.crc == self.compute_checksum())
+
+    def ensure_valid(self) -> None:
+        if self._size < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(f"Record batch at offset {self.base_offset} is only "
+                                     f"{self._size} bytes, less than the v2 header")
+        if self.magic != MAGIC:
+            raise UnsupportedVersionError(f"Record batch magic {self.magic} is not supported "
+                                          f"(only magic {MAGIC})")
+        stored, computed = self.crc, self.compute_checksum()
+        if stored != computed:
+            raise CorruptRecordError(
+                f"Record batch at offset {self.base_offset} is corrupt (stored crc = {stored}, "
+                f"computed crc = {computed})")
+
+    # deep iteration
+    def records(self) -> Iterator[Record]:
+        start = self._start
+        body = memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size]
+        codec = self.attributes & COMPRESSION_MASK
+        if codec:
+            body = memoryview(decompress(CODEC_NAMES[codec], bytes(body)))
+        base_offset = self.base_offset
+        base_ts = self.base_timestamp
+        append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+        count = self.record_count
+        pos = 0
+        try:
+            for _ in range(count):
+                length, pos = decode_varint(body, pos)
+                end = pos + length
+                if length < 0 or end > len(body):
+                    raise CorruptRecordError(f"Record in batch {base_offset} claims {length} "
+                                             "bytes beyond the batch")
+                pos += 1  # attributes
+                ts_delta, pos = decode_varint(body, pos)
+                off_delta, pos = decode_varint(body, pos)
+                klen, pos = decode_varint(body, pos)
+                if klen < 0:
+                    key = None
+                else:
+                    key = bytes(body[pos:pos + klen])
+                    pos += klen
+                vlen, pos = decode_varint(body, pos)
+                if vlen < 0:
+                    value = None
+                else:
+                    value = bytes(body[pos:pos + vlen])
+                    pos += vlen
+                nheaders, pos = decode_varint(body, pos)
+                headers = []
+                for _h in range(nheaders):
+                    hklen, pos = decode_varint(body, pos)
+                    hkey = bytes(body[pos:pos + hklen]).decode()
+                    pos += hklen
+                    hvlen, pos = decode_varint(body, pos)
+                    if hvlen < 0:
+                        hvalue = None
+                    else:
+                        hvalue = bytes(body[pos:pos + hvlen])
+                        pos += hvlen
+                    headers.append((hkey, hvalue))
+                if pos != end:
+                    raise CorruptRecordError(f"Record in batch {base_offset} has {end - pos} "
+                                             "bytes unaccounted for")
+                ts = append_time if append_time is not None else base_ts + ts_delta
+                yield Record(key, value, ts, tuple(headers), base_offset + off_delta)
+        except (IndexError, struct.error, UnicodeDecodeError) as e:
+            raise CorruptRecordError(f"Record batch at offset {base_offset} does not decode: "
+                                     f"{e}") from None
+
+    def __repr__(self) -> str:
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"count={self.record_count}, size={self._size}, "
+                f"compression={self.compression})")
+
+
+def read_batch_header(buffer, position: int = 0) -> tuple[int, int] | None:
+    """(baseOffset, batchLength) at ``position``, or None if fewer than 12 bytes remain."""
+    if len(buffer) - position < LOG_OVERHEAD:
+        return None
+    return _OFFSET_AND_LENGTH.unpack_from(buffer, position)
+
+
+def iter_batches(buffer, position: int = 0) -> Iterator[RecordBatch]:
+    """Shallow iteration: every complete batch, reading headers only. Stops silently at an
+    incomplete tail (as Kafka's batch iterator does); a batchLength below the v2 header is
+    CorruptRecordError and a magic other than 2 UnsupportedVersionError. No CRC check."""
+    end = len(buffer)
+    unpack = _OFFSET_AND_LENGTH.unpack_from
+    while end - position >= LOG_OVERHEAD:
+        _, length = unpack(buffer, position)
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(f"Record batch size {length + LOG_OVERHEAD} at position "
+                                     f"{position} is smaller than the minimum "
+                                     f"{RECORD_BATCH_OVERHEAD}")
+        if end - position > MAGIC_OFFSET:
+            magic = buffer[position + MAGIC_OFFSET]
+            if magic != MAGIC:
+                raise UnsupportedVersionError(f"Record batch magic {magic} at position "
+                                              f"{position} is not supported (only {MAGIC})")
+        size = LOG_OVERHEAD + length
+        if end - position < size:
+            return
+        yield RecordBatch(buffer, position, position, size)
+        position += size
+
+
+# ---- in-place patches (the broker's, which never decodes records) -----------------------
+def set_base_offset(buf, position: int, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buf, position: int, epoch: int) -> None:
+    _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_log_append_time(buf, position: int, timestamp_ms: int) -> None:
+    """Stamp LogAppendTime: set the timestamp-type bit and maxTimestamp; both are inside the
+    CRC, so it is recomputed (Kafka's setMaxTimestamp)."""
+    attrs = _I16.unpack_from(buf, position + ATTRIBUTES_OFFSET)[0]
+    _I16.pack_into(buf, position + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    size = LOG_OVERHEAD + _I32.unpack_from(buf, position + LENGTH_OFFSET)[0]
+    _U32.pack_into(buf, position + CRC_OFFSET,
+                   _crc(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size]))

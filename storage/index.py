@@ -1,0 +1,294 @@
+"""Kafka's sparse segment indexes, memory-mapped.
+
+``.index``: 8-byte entries (relativeOffset u32, position u32), offsets strictly increasing.
+``.timeindex``: 12-byte entries (timestamp i64, relativeOffset u32), timestamps increasing.
+A new index file is preallocated to ``max_index_size`` rounded down to whole entries; the file
+is trimmed to its entries when the segment rolls or closes, so on reopen an existing file's
+length tells how many entries it has. Lookups are binary searches for the largest entry at or
+below the target.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import NamedTuple
+
+from protocols.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+
+U32_MAX = 2**32 - 1
+
+
+class OffsetPosition(NamedTuple):
+    offset: int
+    position: int
+
+
+class TimestampOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+class _Index:
+    entry_size = 0
+    _entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int = 10485760,
+                 writable: bool = True):
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.writable = writable
+        self.max_index_size = max_index_size
+        self._closed = False
+        new = not self.path.exists()
+        if new and not writable:
+            raise FileNotFoundError(self.path)
+        fd = os.open(self.path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
+        try:
+            if new:
+                os.ftruncate(fd, self._round(max_index_size))
+                self.entries = 0
+            else:
+                self.entries = os.fstat(fd).st_size // self.entry_size
+            self._length = os.fstat(fd).st_size
+            self._mmap = self._map(fd, self._length)
+        finally:
+            os.close(fd)
+
+    # ---- mapping -------------------------------------------------------------------------
+    def _round(self, size: int) -> int:
+        return size - size % self.entry_size
+
+    def _map(self, fd: int, length: int):
+        if length == 0:
+            return None  # mmap cannot map an empty file
+        access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+        return mmap.mmap(fd, length, access=access)
+
+    def _remap(self, length: int) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, length)
+            self._length = length
+            self._mmap = self._map(fd, length)
+        finally:
+            os.close(fd)
+
+    # ---- facts ---------------------------------------------------------------------------
+    @property
+    def max_entries(self) -> int:
+        return self._length // self.entry_size
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.entries * self.entry_size
+
+    @property
+    def file_size(self) -> int:
+        return self._length
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _raw(self, n: int) -> tuple[int, ...]:
+        return self._entry.unpack_from(self._mmap, n * self.entry_size)
+
+    def _key(self, n: int) -> int:
+        return self._raw(n)[0]  # the offset or the timestamp: both lead their entry
+
+    def _largest_lower_bound(self, target: int) -> int:
+        """Slot of the largest entry whose key <= target, or -1."""
+        lo, hi = 0, self.entries - 1
+        if hi < 0 or self._key(0) > target:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._key(mid) <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if rel < 0 or rel > U32_MAX:
+            raise InvalidOffsetError(f"Offset {offset} cannot be stored relative to base "
+                                     f"offset {self.base_offset} in {self.path}")
+        return rel
+
+    # ---- changes -------------------------------------------------------------------------
+    def _truncate_to_entries(self, n: int) -> None:
+        self.entries = n
+
+    def truncate(self) -> None:
+        self._truncate_to_entries(0)
+
+    def resize(self, new_size: int) -> bool:
+        length = self._round(new_size)
+        length = max(length, self.entries * self.entry_size)
+        if length == self._length:
+            return False
+        self._remap(length)
+        return True
+
+    def trim_to_valid_size(self) -> None:
+        self.resize(self.entries * self.entry_size)
+
+    def flush(self) -> None:
+        if self._mmap is not None and self.writable:
+            self._mmap.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self.writable:
+            self.trim_to_valid_size()
+        self.close_handler()
+
+    def close_handler(self) -> None:
+        self._closed = True
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def rename_to(self, new_path: Path) -> None:
+        os.replace(self.path, new_path)
+        self.path = Path(new_path)
+
+    def delete(self) -> None:
+        self.close_handler()
+        self.path.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.entries
+
+
+class OffsetIndex(_Index):
+    entry_size = 8
+    _entry = struct.Struct(">II")
+
+    def entry(self, n: int) -> OffsetPosition:
+        if not 0 <= n < self.entries:
+            raise IndexError(f"Attempt to fetch entry {n} of {self.entries} in {self.path}")
+        rel, pos = self._raw(n)
+        return OffsetPosition(self.base_offset + rel, pos)
+
+    @property
+    def last_offset(self) -> int:
+        return self.entry(self.entries - 1).offset if self.entries else self.base_offset
+
+    def append(self, offset: int, position: int) -> None:
+        if self.entries and offset <= self.last_offset:
+            raise InvalidOffsetError(
+                f"Attempt to append an offset ({offset}) to position {self.entries} no larger "
+                f"than the last offset appended ({self.last_offset}) to {self.path}.")
+        if self.is_full():
+            raise KafkaStorageError(f"Attempt to append to a full index (size = "
+                                    f"{self.entries}) {self.path}")
+        self._entry.pack_into(self._mmap, self.entries * 8, self._relative(offset), position)
+        self.entries += 1
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        slot = self._largest_lower_bound(target_offset - self.base_offset)
+        if slot < 0:
+            return OffsetPosition(self.base_offset, 0)
+        return self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= ``offset``."""
+        slot = self._largest_lower_bound(offset - self.base_offset)
+        if slot < 0:
+            keep = 0
+        elif self._key(slot) == offset - self.base_offset:
+            keep = slot
+        else:
+            keep = slot + 1
+        self._truncate_to_entries(keep)
+
+    def sanity_check(self) -> None:
+        if self._length % self.entry_size:
+            raise CorruptIndexError(f"Index file {self.path} is corrupt, found "
+                                    f"{self._length} bytes which is neither positive nor a "
+                                    f"multiple of {self.entry_size}.")
+        if self.entries and self.last_offset < self.base_offset:
+            raise CorruptIndexError(f"Corrupt index found, index file ({self.path}) has "
+                                    f"non-zero size but the last offset is "
+                                    f"{self.last_offset} which is less than the base offset "
+                                    f"{self.base_offset}.")
+
+
+class TimeIndex(_Index):
+    entry_size = 12
+    _entry = struct.Struct(">qI")
+
+    def entry(self, n: int) -> TimestampOffset:
+        if not 0 <= n < self.entries:
+            raise IndexError(f"Attempt to fetch entry {n} of {self.entries} in {self.path}")
+        ts, rel = self._raw(n)
+        return TimestampOffset(ts, self.base_offset + rel)
+
+    def is_full(self) -> bool:
+        # One slot stays free for the final entry written when the segment rolls.
+        return self.entries >= self.max_entries - 1
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        if not self.entries:
+            return TimestampOffset(-1, self.base_offset)
+        return self.entry(self.entries - 1)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        if not skip_full_check and self.is_full():
+            raise KafkaStorageError(f"Attempt to append to a full time index (size = "
+                                    f"{self.entries}) {self.path}")
+        last = self.last_entry
+        if self.entries and offset < last.offset:
+            raise InvalidOffsetError(f"Attempt to append an offset ({offset}) to slot "
+                                     f"{self.entries} no larger than the last offset appended "
+                                     f"({last.offset}) to {self.path}.")
+        if self.entries and timestamp < last.timestamp:
+            raise InvalidOffsetError(f"Attempt to append a timestamp ({timestamp}) to slot "
+                                     f"{self.entries} no larger than the last timestamp "
+                                     f"appended ({last.timestamp}) to {self.path}.")
+        if timestamp > last.timestamp:
+            if self.entries >= self.max_entries:
+                return  # no room even for the final entry (the file was trimmed)
+            self._entry.pack_into(self._mmap, self.entries * 12, timestamp,
+                                  self._relative(offset))
+            self.entries += 1
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        slot = self._largest_lower_bound(target_timestamp)
+        if slot < 0:
+            return TimestampOffset(-1, self.base_offset)
+        return self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= ``offset``."""
+        keep = self.entries
+        while keep and self.entry(keep - 1).offset >= offset:
+            keep -= 1
+        self._truncate_to_entries(keep)
+
+    def sanity_check(self) -> None:
+        if self._length % self.entry_size:
+            raise CorruptIndexError(f"Time index file {self.path} is corrupt, found "
+                                    f"{self._length} bytes which is not a multiple of "
+                                    f"{self.entry_size}.")
+        if self.entries:
+            last = self.last_entry
+            if last.offset < self.base_offset:
+                raise CorruptIndexError(f"Corrupt time index found, time index file "
+                                        f"({self.path}) has non-zero size but the last offset "
+                                        f"is {last.offset} which is less than the first "
+                                        f"offset {self.base_offset}")
