@@ -662,6 +662,10 @@ class Log:
         return [p for _, paths in self._pending_deletions for p in paths]
 
     # ==== compaction support ==============================================================
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty segment whose files carry the ``.cleaned`` suffix (compaction output)."""
+        return self._new_segment(base_offset, suffix=CLEANED_SUFFIX)
+
     def replace_segments(self, new_segments: list[LogSegment],
                          old_segments: list[LogSegment]) -> None:
         """Swap cleaned segments (files suffixed ``.cleaned``) in for ``old_segments``,

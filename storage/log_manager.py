@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from protocols.errors import InvalidTopicError
 from protocols.topics import TopicPartition, parse_partition_dir_name, partition_dir_name
 from storage.checkpoint import OffsetCheckpointFile
+from storage.cleaner import Cleaner, CleanerStats
 from storage.config import LogConfig
 from storage.log import Clock, Log, Scheduler, wall_clock_ms
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -39,6 +41,9 @@ class LogManager:
         self._recovery_points = OffsetCheckpointFile(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         self._log_start_offsets = OffsetCheckpointFile(
             self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._cleaner_offsets = OffsetCheckpointFile(self.log_dir / CLEANER_OFFSET_CHECKPOINT)
+        self.first_dirty_offsets: dict[TopicPartition, int] = self._cleaner_offsets.read()
+        self.cleaner = Cleaner()
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
         self.had_clean_shutdown = marker.exists()
         # While we run, a crash must look unclean to the next start.
@@ -102,6 +107,20 @@ class LogManager:
     def cleanup_logs(self, now_ms: int | None = None) -> int:
         """One retention pass over every log (log.retention.check.interval.ms)."""
         return sum(lg.delete_old_segments(now_ms) for lg in self.logs.values())
+
+    def clean_logs(self, now_ms: int | None = None) -> dict[TopicPartition, CleanerStats]:
+        """One compaction pass over every compacted log whose dirty ratio calls for it."""
+        done: dict[TopicPartition, CleanerStats] = {}
+        for tp, lg in self.logs.items():
+            first_dirty = self.first_dirty_offsets.get(tp)
+            if self.cleaner.needs_cleaning(lg, first_dirty, now_ms):
+                stats = self.cleaner.clean(lg, first_dirty, now_ms)
+                self.first_dirty_offsets[tp] = stats.end_offset
+                done[tp] = stats
+        if done:
+            self._cleaner_offsets.write({tp: o for tp, o in self.first_dirty_offsets.items()
+                                         if tp in self.logs})
+        return done
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> int:
         return sum(1 for lg in self.logs.values() if lg.flush_if_due(now_ms))
