@@ -277,6 +277,16 @@ class RecordBatch:
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: with the delete-horizon bit, baseTimestamp holds the time after which
+        the batch's tombstones may be removed."""
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
     def last_offset_delta(self) -> int:
         return self._i32(LAST_OFFSET_DELTA_OFFSET)
 

@@ -115,7 +115,32 @@ DUMP_LOG = Subcommand(
     run=_run_dump_log,
 )
 
-SUBCOMMANDS: list[Subcommand] = [DUMP_LOG]
+
+# ---- demo ---------------------------------------------------------------------------------
+
+def _configure_demo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default="./data",
+                        help="where the broker's log directory goes (default ./data)")
+    parser.add_argument("--records", type=_positive_int, default=10_000,
+                        help="records to append to each partition (default 10000)")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rafka.demo import run_demo
+    run_demo(Path(args.data_dir), records_per_partition=args.records)
+    return EXIT_OK
+
+
+DEMO = Subcommand(
+    name="demo",
+    help="run the main job on embedded defaults (data under --data-dir)",
+    configure=_configure_demo,
+    run=_run_demo,
+)
+
+SUBCOMMANDS: list[Subcommand] = [DUMP_LOG, DEMO]
 
 
 # ---- entry point --------------------------------------------------------------------------

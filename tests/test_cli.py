@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,9 @@ from rafka.cli import SUBCOMMANDS, build_parser, main
 REPO = Path(__file__).resolve().parents[1]
 SEGMENT = "00000000000000000000"
 T0 = 1531477349287
-SEED_INDEX = bytes.fromhex("00000006 0000009c 0000000e 000001cb 00000016 000002fa "
-                           "0000001a 000003b0 0000001f 00000475".replace(" ", ""))
+# Seed 000 §3.3's index as its kafka-dump-log.sh output lists it (see tests/storage/test_dump.py).
+SEED_INDEX = b"".join(struct.pack(">II", o, p) for o, p in
+                      [(6, 156), (14, 459), (22, 656), (26, 838), (31, 1050)])
 
 
 def rafka(*args: str, cwd: Path) -> subprocess.CompletedProcess:

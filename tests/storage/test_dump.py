@@ -15,14 +15,10 @@ from storage.log import Log
 T0 = 1531477349287  # the timestamps of Kafka's own dump examples
 SEGMENT = "00000000000000000000"
 
-# Seed 000 §3.3: the hex of 00000000000000000000.index and what kafka-dump-log.sh printed.
-SEED_INDEX_HEX = """
-0000 0006 0000 009c
-0000 000e 0000 01cb
-0000 0016 0000 02fa
-0000 001a 0000 03b0
-0000 001f 0000 0475
-"""
+# Seed 000 §3.3: what kafka-dump-log.sh printed for 00000000000000000000.index. (The seed's
+# hex listing of the same file agrees for its first two rows only: 0x02fa, 0x03b0, 0x0475
+# are 762, 944, 1141, not 656, 838, 1050; the printed dump is taken as the example.)
+SEED_ENTRIES = [(6, 156), (14, 459), (22, 656), (26, 838), (31, 1050)]
 SEED_INDEX_DUMP = """\
 offset: 6 position: 156
 offset: 14 position: 459
@@ -32,7 +28,9 @@ offset: 31 position: 1050"""
 
 
 def seed_index_bytes() -> bytes:
-    return bytes.fromhex("".join(SEED_INDEX_HEX.split()))
+    data = b"".join(struct.pack(">II", offset, position) for offset, position in SEED_ENTRIES)
+    assert data[:16].hex() == "00000006" "0000009c" "0000000e" "000001cb"  # the seed's hex
+    return data
 
 
 def run(paths, **options) -> tuple[list[str], list[str], LogDumper]:
@@ -324,9 +322,9 @@ def test_deep_iteration_without_data_and_skipped_metadata(written_log):
     deep = list(dump_log(path, DumpOptions(deep_iteration=True)))
     bare = list(dump_log(path, DumpOptions(print_data_log=True, skip_record_metadata=True)))
 
-    assert deep[5] == (f"| offset: 3 CreateTime: {T0 + 3} keySize: 2 valueSize: 9 "
+    assert deep[6] == (f"| offset: 3 CreateTime: {T0 + 3} keySize: 2 valueSize: 9 "
                        "sequence: -1 headerKeys: [h1]")
-    assert bare[5] == "| key: k3 payload: message_3"
+    assert bare[6] == "| key: k3 payload: message_3"
     assert bare[2] == " payload: message_0"
 
 
@@ -369,7 +367,7 @@ def test_trailing_bytes_after_the_last_batch_are_reported(written_log):
     out, _, _ = run([path])
 
     assert out[-1] == f"Found 7 invalid bytes at the end of {SEGMENT}.log"
-    assert len(out) == 2 + 3
+    assert len(out) == 3 + 3  # Dumping, Log starting offset, 3 batches, the report
 
 
 def test_max_bytes_limits_the_batches_read(written_log):
