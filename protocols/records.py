@@ -83,6 +83,15 @@ class Record:
 
 
 # ---- encoding ---------------------------------------------------------------------------
+def _put_nullable(out: bytearray, data: bytes | None) -> None:
+    """Length-prefixed bytes; a null is length -1 (varint 0x01)."""
+    if data is None:
+        out += b"\x01"
+    else:
+        out += encode_varint(len(data))
+        out += data
+
+
 def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int,
                     now_ms: int, out: bytearray) -> tuple[int, int]:
     """Append the encoded records to ``out``; returns (max timestamp, max offset delta)."""
@@ -101,28 +110,13 @@ def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp:
         body = bytearray(b"\x00")  # attributes (unused)
         body += encode_varint(ts - base_timestamp)
         body += encode_varint(delta)
-        key, value = r.key, r.value
-        if key is None:
-            body += b"\x01"  # varint(-1)
-        else:
-            body += encode_varint(len(key))
-            body += key
-        if value is None:
-            body += b"\x01"
-        else:
-            body += encode_varint(len(value))
-            body += value
+        _put_nullable(body, r.key)
+        _put_nullable(body, r.value)
         headers = r.headers
         body += encode_varint(len(headers))
         for hkey, hvalue in headers:
-            hk = hkey.encode() if isinstance(hkey, str) else bytes(hkey)
-            body += encode_varint(len(hk))
-            body += hk
-            if hvalue is None:
-                body += b"\x01"
-            else:
-                body += encode_varint(len(hvalue))
-                body += hvalue
+            _put_nullable(body, hkey.encode() if isinstance(hkey, str) else bytes(hkey))
+            _put_nullable(body, hvalue)
         out += encode_varint(len(body))
         out += body
     return max_ts, max_delta
