@@ -82,3 +82,10 @@ def test_kip_101_no_loss_after_a_follower_restart(tmp_path):
     follower_latest_epoch, follower_log_end, follower_hw = 0, 2, 1
     epoch, end = leader.end_offset_for(follower_latest_epoch, log_end_offset=2)
     assert min(end, follower_log_end) == 2 > follower_hw
+
+
+def test_seed_001_last_offset_for_a_follower_in_epoch_1(tmp_path):
+    """Seed 001 §10.10.7: the leader has (1,20) (2,80) (3,120); a follower whose last epoch
+    is 1 is told LastOffset = 80 and truncates there if its LEO is larger."""
+    leader = cache(tmp_path, (1, 20), (2, 80), (3, 120))
+    assert leader.end_offset_for(1, log_end_offset=150) == (1, 80)
