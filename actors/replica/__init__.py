@@ -1,0 +1,1 @@
+"""Partition replicas: the pure replication logic and (later) its Ray actor shell."""

@@ -1,0 +1,482 @@
+"""One replica of one partition: Kafka's Partition + ReplicaManager decisions, pure.
+
+No Ray here and no I/O but the replica's own ``storage.Log``. Time comes from an injected
+clock; delayed produces and fetches wait in purgatories driven by an injected timer. The
+actor shell (or the simulator) moves the messages this object asks for: fetches to the
+leader, OffsetsForLeaderEpoch before fetching, AlterPartition proposals to the controller.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
+from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError, KafkaError,
+                              NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
+                              NotLeaderOrFollowerError, OffsetOutOfRangeError,
+                              RequestTimedOutError, UnknownLeaderEpochError)
+from storage import Log
+from storage.epoch import UNDEFINED_EPOCH
+
+log = logging.getLogger(__name__)
+
+CONSUMER_REPLICA_ID = -1
+
+
+class Role(str, Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    OFFLINE = "offline"
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1_048_576
+    # Tests only: False restores pre-KIP-101 "truncate to the high watermark".
+    leader_epoch_truncation: bool = True
+
+
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower (Kafka's remote Replica)."""
+
+    broker_id: int
+    log_end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_fetch_leader_log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    replica_id: int
+    fetch_offset: int
+    current_leader_epoch: int = -1
+    max_bytes: int = 1_048_576
+    min_bytes: int = 1
+    max_wait_ms: int = 0
+
+
+@dataclass
+class FetchResult:
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    # The leader's LEO rides along so that an out-of-range follower knows where to cut
+    # (Kafka's follower asks ListOffsets(latest) for it).
+    log_end_offset: int = -1
+    error: KafkaError | None = None
+
+
+@dataclass
+class ProduceResult:
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True)
+class AlterPartition:
+    """A leader's ISR proposal to the controller, fenced by leader and partition epoch."""
+
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+class DelayedProduce(DelayedOperation):
+    """acks=all: completes once the HW reaches ``required_offset`` (or times out)."""
+
+    def __init__(self, delay_ms: int, replica: "PartitionReplica", required_offset: int,
+                 result: ProduceResult, on_done: Callable[[ProduceResult], None]):
+        super().__init__(delay_ms)
+        self.replica = replica
+        self.required_offset = required_offset
+        self.result = result
+        self.on_done = on_done
+
+    def try_complete(self) -> bool:
+        error = self.replica.check_enough_replicas_reach_offset(self.required_offset)
+        if error is False:
+            return False
+        self.result.error = error
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        self.on_done(self.result)
+
+    def on_expiration(self) -> None:
+        pass
+
+    def run(self) -> None:
+        with self.lock:
+            if not self.is_completed:
+                self.result.error = RequestTimedOutError(
+                    f"acks=all produce to {self.replica.name} timed out waiting for the high "
+                    f"watermark to reach {self.required_offset}")
+        super().run()
+
+
+class DelayedFetch(DelayedOperation):
+    """Completes once ``min_bytes`` are readable (after an append for followers, after an
+    HW increase for consumers) or after ``max_wait_ms`` with whatever there is."""
+
+    def __init__(self, replica: "PartitionReplica", request: FetchRequest,
+                 on_done: Callable[[FetchResult], None]):
+        super().__init__(request.max_wait_ms)
+        self.replica = replica
+        self.request = request
+        self.on_done = on_done
+
+    def try_complete(self) -> bool:
+        r = self.replica
+        if r.role is not Role.LEADER:
+            return self.force_complete()
+        limit = r.log.log_end_offset if self.request.replica_id >= 0 else r.high_watermark
+        if limit > self.request.fetch_offset:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        try:
+            self.on_done(self.replica.read_for_fetch(self.request))
+        except KafkaError as e:
+            self.on_done(FetchResult(error=e))
+
+    def on_expiration(self) -> None:
+        pass
+
+
+class PartitionReplica:
+    def __init__(self, topic: str, partition: int, broker_id: int, log_: Log, *,
+                 clock: Callable[[], int], timer, config: ReplicaConfig = ReplicaConfig(),
+                 on_high_watermark: Callable[[int], None] | None = None):
+        self.topic = topic
+        self.partition = partition
+        self.broker_id = broker_id
+        self.log = log_
+        self.clock = clock
+        self.config = config
+        self.on_high_watermark = on_high_watermark
+        self.role = Role.OFFLINE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+        self.followers: dict[int, FollowerState] = {}
+        self.pending_alter: AlterPartition | None = None
+        self.needs_truncation = False
+        self._key = (topic, partition)  # the purgatories' watch key
+        self.produce_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
+            "Produce", timer, broker_id=broker_id)
+        self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
+            "Fetch", timer, broker_id=broker_id)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    # ==== controller-driven transitions ===================================================
+    def _check_newer_epoch(self, leader_epoch: int) -> None:
+        if leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"LeaderAndIsr for {self.name} with leader epoch {leader_epoch} is older than "
+                f"the current {self.leader_epoch}")
+
+    def become_leader(self, leader_epoch: int, partition_epoch: int, isr: list[int],
+                      replicas: list[int]) -> None:
+        self._check_newer_epoch(leader_epoch)
+        now = self.clock()
+        self.role = Role.LEADER
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.pending_alter = None
+        self.needs_truncation = False
+        # The new epoch starts at our log end: what we hold is this epoch's history.
+        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        self.followers = {r: FollowerState(r, last_caught_up_ms=now)
+                          for r in self.replicas if r != self.broker_id}
+        self.maybe_increment_high_watermark()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
+                        replicas: list[int], isr: list[int] | None = None) -> None:
+        self._check_newer_epoch(leader_epoch)
+        self.role = Role.FOLLOWER
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr or [])
+        self.followers = {}
+        self.pending_alter = None
+        self._complete_all_delayed()
+        if self.config.leader_epoch_truncation:
+            self.needs_truncation = True  # ask the leader first: see truncation_request
+        else:
+            # Pre-KIP-101: cut back to the (checkpointed) high watermark, then fetch.
+            self.log.truncate_to(self.log.high_watermark)
+            self.needs_truncation = False
+
+    def make_offline(self) -> None:
+        self.role = Role.OFFLINE
+        self._complete_all_delayed()
+
+    def _complete_all_delayed(self) -> None:
+        self.produce_purgatory.check_and_complete(self._key)
+        self.fetch_purgatory.check_and_complete(self._key)
+
+    # ==== follower side ===================================================================
+    def truncation_request(self) -> int | None:
+        """The epoch to ask the leader about (OffsetsForLeaderEpoch), or None."""
+        if self.role is not Role.FOLLOWER or not self.needs_truncation:
+            return None
+        latest = self.log.leader_epoch_cache.latest_epoch
+        return UNDEFINED_EPOCH if latest is None else latest
+
+    def on_leader_epoch_end_offset(self, epoch: int, end_offset: int) -> int:
+        """Truncate as KIP-279 says and return the truncation offset."""
+        leo = self.log.log_end_offset
+        if end_offset < 0:
+            # The leader knows nothing of our epoch (or we have none): fall back to the HW.
+            target = self.log.high_watermark
+        else:
+            own_epoch, own_end = self.log.leader_epoch_cache.end_offset_for(epoch, leo)
+            target = min(end_offset, leo)
+            if own_epoch == epoch and own_end >= 0:
+                target = min(target, own_end)
+        self.log.truncate_to(target)
+        self.needs_truncation = False
+        return self.log.log_end_offset
+
+    def fetch_request(self) -> FetchRequest | None:
+        if self.role is not Role.FOLLOWER or self.needs_truncation:
+            return None
+        c = self.config
+        return FetchRequest(self.broker_id, self.log.log_end_offset, self.leader_epoch,
+                            c.replica_fetch_max_bytes, c.replica_fetch_min_bytes,
+                            c.replica_fetch_wait_max_ms)
+
+    def on_fetch_result(self, result: FetchResult) -> None:
+        if self.role is not Role.FOLLOWER:
+            return
+        if isinstance(result.error, OffsetOutOfRangeError):
+            if result.log_start_offset > self.log.log_end_offset:
+                self.log.truncate_fully_and_start_at(result.log_start_offset)
+            elif 0 <= result.log_end_offset < self.log.log_end_offset:
+                # Pre-epoch behaviour's last resort: cut to the leader's end.
+                self.log.truncate_to(result.log_end_offset)
+            return
+        if result.error is not None:
+            return
+        if result.records:
+            self.log.append_as_follower(result.records)
+        new_hw = min(result.high_watermark, self.log.log_end_offset)
+        if new_hw > self.log.high_watermark:
+            self._set_high_watermark(new_hw)
+        if result.log_start_offset > self.log.log_start_offset:
+            self.log.delete_records(min(result.log_start_offset, self.log.high_watermark))
+
+    # ==== leader side: produce ============================================================
+    def produce(self, records: bytes, acks: int, timeout_ms: int,
+                on_done: Callable[[ProduceResult], None] | None = None) -> ProduceResult | None:
+        """Append as leader. acks 0/1 answer at once; acks=-1 answers when the HW passes
+        the batch. ``on_done`` is called exactly once; the result is also returned when it
+        is known at once."""
+        done = on_done or (lambda r: None)
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
+                                           f"{self.name}")
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), not {acks}")
+        min_isr = self.log.config.min_insync_replicas
+        if acks == -1 and len(self.isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"The size of the current ISR {self.isr} is insufficient to satisfy the "
+                f"min.isr requirement of {min_isr} for partition {self.name}")
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        result = ProduceResult(info.first_offset, info.log_append_time,
+                               self.log.log_start_offset)
+        self.fetch_purgatory.check_and_complete(self._key)  # followers waiting for data
+        self.maybe_increment_high_watermark()
+        if acks != -1:
+            done(result)
+            return result
+        op = DelayedProduce(timeout_ms, self, info.last_offset + 1, result, done)
+        if self.produce_purgatory.try_complete_else_watch(op, [self._key]):
+            return result
+        return None
+
+    def check_enough_replicas_reach_offset(self, required_offset: int):
+        """False while waiting; None when done; an error when it cannot succeed."""
+        if self.role is not Role.LEADER:
+            return NotLeaderOrFollowerError(f"Leadership of {self.name} moved while an acks=all "
+                                            "produce waited")
+        if self.log.high_watermark >= required_offset:
+            min_isr = self.log.config.min_insync_replicas
+            if len(self.isr) < min_isr:
+                return NotEnoughReplicasAfterAppendError(
+                    f"The ISR of {self.name} shrank to {self.isr} while waiting, below "
+                    f"min.insync.replicas={min_isr}")
+            return None
+        return False
+
+    # ==== leader side: fetch ==============================================================
+    def _check_fetch_epoch(self, current_leader_epoch: int) -> None:
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(f"Fetch for {self.name} with leader epoch "
+                                         f"{current_leader_epoch} < {self.leader_epoch}")
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(f"Fetch for {self.name} with leader epoch "
+                                          f"{current_leader_epoch} > {self.leader_epoch}")
+
+    def fetch(self, request: FetchRequest,
+              on_done: Callable[[FetchResult], None] | None = None) -> FetchResult | None:
+        """Serve a follower's or a consumer's fetch; long-poll in a DelayedFetch when fewer
+        than ``min_bytes`` are there and ``max_wait_ms`` > 0."""
+        done = on_done or (lambda r: None)
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
+                                           f"{self.name}")
+        self._check_fetch_epoch(request.current_leader_epoch)
+        if request.replica_id >= 0:
+            self._update_follower(request.replica_id, request.fetch_offset)
+        try:
+            result = self.read_for_fetch(request)
+        except OffsetOutOfRangeError as e:
+            result = FetchResult(b"", self.log.high_watermark, self.log.log_start_offset,
+                                 self.log.log_end_offset, e)
+            done(result)
+            return result
+        if len(result.records) >= request.min_bytes or request.max_wait_ms <= 0:
+            done(result)
+            return result
+        # Either completes at once (done gets a fresh read) or waits for an append / HW rise.
+        self.fetch_purgatory.try_complete_else_watch(DelayedFetch(self, request, done),
+                                                     [self._key])
+        return None
+
+    def read_for_fetch(self, request: FetchRequest) -> FetchResult:
+        consumer = request.replica_id < 0
+        records = self.log.read(request.fetch_offset, request.max_bytes,
+                                max_offset=self.log.high_watermark if consumer else None)
+        return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
+                           self.log.log_end_offset)
+
+    def _update_follower(self, replica_id: int, fetch_offset: int) -> None:
+        state = self.followers.get(replica_id)
+        if state is None:
+            raise NotLeaderOrFollowerError(f"Broker {replica_id} is not a replica of "
+                                           f"{self.name}")
+        now = self.clock()
+        # Kafka's rule: caught up if it fetched from where our log ended at its last fetch.
+        if fetch_offset >= self.log.log_end_offset:
+            state.last_caught_up_ms = now
+        elif fetch_offset >= state.last_fetch_leader_log_end_offset >= 0:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_ms = now
+        state.last_fetch_leader_log_end_offset = self.log.log_end_offset
+        self._maybe_expand_isr(state)
+        self.maybe_increment_high_watermark()
+
+    # ==== high watermark and ISR ==========================================================
+    def _maximal_isr(self) -> list[int]:
+        """The ISR HW must respect: current ISR plus replicas a pending expansion adds."""
+        isr = list(self.isr)
+        if self.pending_alter is not None:
+            isr.extend(r for r in self.pending_alter.new_isr if r not in isr)
+        return isr
+
+    def maybe_increment_high_watermark(self) -> bool:
+        if self.role is not Role.LEADER:
+            return False
+        candidates = [self.log.log_end_offset]
+        for r in self._maximal_isr():
+            if r != self.broker_id:
+                state = self.followers.get(r)
+                candidates.append(state.log_end_offset if state else -1)
+        new_hw = min(candidates)
+        if new_hw > self.log.high_watermark:
+            self._set_high_watermark(new_hw)
+            self.produce_purgatory.check_and_complete(self._key)
+            self.fetch_purgatory.check_and_complete(self._key)
+            return True
+        return False
+
+    def _set_high_watermark(self, hw: int) -> None:
+        self.log.update_high_watermark(hw)
+        if self.on_high_watermark is not None:
+            self.on_high_watermark(self.log.high_watermark)
+
+    def _maybe_expand_isr(self, state: FollowerState) -> None:
+        if (state.broker_id in self.isr or self.pending_alter is not None
+                or state.log_end_offset < self.log.high_watermark):
+            return
+        start = next((e.start_offset for e in self.log.leader_epoch_cache.epoch_entries()
+                      if e.epoch == self.leader_epoch), 0)
+        if state.log_end_offset < start:
+            return  # not yet past the start of this leader's epoch
+        self._propose(self.isr + [state.broker_id])
+
+    def maybe_shrink_isr(self) -> AlterPartition | None:
+        """replica.lag.time.max.ms: followers that have not caught up for that long leave."""
+        if self.role is not Role.LEADER or self.pending_alter is not None:
+            return None
+        now = self.clock()
+        lagging = [r for r in self.isr if r != self.broker_id and
+                   now - self.followers[r].last_caught_up_ms > self.config.replica_lag_time_max_ms]
+        if not lagging:
+            return None
+        return self._propose([r for r in self.isr if r not in lagging])
+
+    def _propose(self, new_isr: list[int]) -> AlterPartition:
+        self.pending_alter = AlterPartition(self.topic, self.partition, self.broker_id,
+                                            self.leader_epoch, self.partition_epoch,
+                                            tuple(new_isr))
+        return self.pending_alter
+
+    def take_alter_partition(self) -> AlterPartition | None:
+        """The proposal waiting to be sent to the controller, if any."""
+        return self.pending_alter
+
+    def on_alter_partition_result(self, isr: list[int] | None, partition_epoch: int,
+                                  error: KafkaError | None = None) -> None:
+        self.pending_alter = None
+        if error is None and isr is not None:
+            self.isr = list(isr)
+            self.partition_epoch = partition_epoch
+        self.maybe_increment_high_watermark()
+        self.produce_purgatory.check_and_complete(self._key)
+
+    # ==== other requests ==================================================================
+    def offsets_for_leader_epoch(self, requested_epoch: int,
+                                 current_leader_epoch: int = -1) -> tuple[int, int]:
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
+                                           f"{self.name}")
+        self._check_fetch_epoch(current_leader_epoch)
+        return self.log.leader_epoch_cache.end_offset_for(requested_epoch,
+                                                          self.log.log_end_offset)

@@ -1,0 +1,287 @@
+"""Partition replica logic: acks, HW, ISR, follower fetch, leader-epoch truncation (SPEC §3).
+
+Replicas talk by direct calls here (the actor shell or the simulator moves real messages);
+their logs are real files; a "crash" abandons the replica object and reopens its directory
+without a clean shutdown, with the HW from the last checkpoint.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.replica.partition import (FetchRequest, PartitionReplica, ReplicaConfig, Role)
+from actors.timer.system_timer import SystemTimer
+from protocols.errors import (FencedLeaderEpochError, NotEnoughReplicasError,
+                              NotLeaderOrFollowerError, OffsetOutOfRangeError,
+                              RequestTimedOutError, UnknownLeaderEpochError)
+from protocols.records import Record, encode_batch, iter_batches
+from storage import Log
+from tests.storage.conftest import FakeClock
+
+TOPIC = "t"
+
+
+def msg(value: str) -> bytes:
+    return encode_batch([Record(None, value.encode(), 1_000)])
+
+
+def values(data: bytes) -> list[str]:
+    return [r.value.decode() for b in iter_batches(data) for r in b.records()]
+
+
+class Cluster:
+    """Brokers' directories, HW checkpoints and replicas of one partition."""
+
+    def __init__(self, root: Path, *, epochs: bool = True, min_isr: int = 1):
+        self.root = root
+        self.clock = FakeClock()
+        self.timer = SystemTimer(self.clock)
+        self.config = ReplicaConfig(leader_epoch_truncation=epochs)
+        self.log_config = {"min.insync.replicas": min_isr}
+        self.hw_checkpoint: dict[int, int] = {}
+        self.replicas: dict[int, PartitionReplica] = {}
+
+    def start(self, broker_id: int) -> PartitionReplica:
+        """Open (or reopen after a crash) broker_id's replica from its directory."""
+        log = Log.open(self.root / f"broker-{broker_id}" / f"{TOPIC}-0", self.log_config,
+                       clock=self.clock, high_watermark=self.hw_checkpoint.get(broker_id, 0))
+        replica = PartitionReplica(
+            TOPIC, 0, broker_id, log, clock=self.clock, timer=self.timer, config=self.config,
+            on_high_watermark=lambda hw, b=broker_id: self.hw_checkpoint.__setitem__(b, hw))
+        self.replicas[broker_id] = replica
+        return replica
+
+    def crash(self, broker_id: int) -> None:
+        del self.replicas[broker_id]  # no close(): what was written stays, nothing else
+
+    def values(self, broker_id: int) -> list[str]:
+        log = self.replicas[broker_id].log
+        return values(log.read(log.log_start_offset, 1 << 20)) if log.log_end_offset else []
+
+
+def fetch_once(follower: PartitionReplica, leader: PartitionReplica) -> None:
+    request = follower.fetch_request()
+    assert request is not None
+    follower.on_fetch_result(leader.fetch(FetchRequest(request.replica_id, request.fetch_offset,
+                                                       request.current_leader_epoch)))
+
+
+def truncate_via(follower: PartitionReplica, leader: PartitionReplica) -> None:
+    epoch = follower.truncation_request()
+    if epoch is not None:
+        follower.on_leader_epoch_end_offset(*leader.offsets_for_leader_epoch(epoch))
+
+
+@pytest.fixture
+def pair(tmp_path):
+    c = Cluster(tmp_path, min_isr=2)
+    leader, follower = c.start(1), c.start(2)
+    leader.become_leader(0, 0, isr=[1, 2], replicas=[1, 2])
+    follower.become_follower(1, 0, 0, replicas=[1, 2])
+    truncate_via(follower, leader)
+    return c, leader, follower
+
+
+# ---- acks and the high watermark ----------------------------------------------------------
+def test_acks_1_answers_at_once_acks_all_waits_for_the_high_watermark(pair):
+    c, leader, follower = pair
+    assert leader.produce(msg("a"), acks=1, timeout_ms=1000).base_offset == 0
+    done = []
+    assert leader.produce(msg("b"), acks=-1, timeout_ms=1000, on_done=done.append) is None
+    assert done == [] and leader.high_watermark == 0
+    fetch_once(follower, leader)              # follower gets a, b: leader learns LEO 0
+    assert leader.high_watermark == 0 and done == []
+    fetch_once(follower, leader)              # next fetch at 2: HW = min(2, 2)
+    assert leader.high_watermark == 2
+    assert [(r.base_offset, r.error) for r in done] == [(1, None)]
+    assert follower.high_watermark == 2       # min(leader HW in the response, own LEO)
+
+
+def test_acks_all_times_out_with_request_timed_out(pair):
+    c, leader, _ = pair
+    done = []
+    leader.produce(msg("a"), acks=-1, timeout_ms=100, on_done=done.append)
+    c.clock.advance(101)
+    c.timer.advance_clock()
+    assert isinstance(done[0].error, RequestTimedOutError)
+
+
+def test_not_enough_replicas_is_refused_before_appending(tmp_path):
+    c = Cluster(tmp_path, min_isr=2)
+    leader = c.start(1)
+    leader.become_leader(0, 0, isr=[1], replicas=[1, 2])
+    with pytest.raises(NotEnoughReplicasError, match="min.isr"):
+        leader.produce(msg("a"), acks=-1, timeout_ms=100)
+    assert leader.log_end_offset == 0
+    assert leader.produce(msg("a"), acks=1, timeout_ms=100).error is None
+
+
+def test_follower_logs_are_byte_identical_below_the_high_watermark(pair):
+    c, leader, follower = pair
+    for i in range(5):
+        leader.produce(msg(f"m{i}"), acks=1, timeout_ms=100)
+        fetch_once(follower, leader)
+    fetch_once(follower, leader)
+    hw = leader.high_watermark
+    assert hw == 5
+    assert leader.log.read(0, 1 << 20, max_offset=hw) == follower.log.read(0, 1 << 20,
+                                                                           max_offset=hw)
+
+
+# ---- consumers ----------------------------------------------------------------------------
+def test_consumers_read_only_below_the_high_watermark(pair):
+    c, leader, follower = pair
+    leader.produce(msg("a"), acks=1, timeout_ms=100)
+    consumer = FetchRequest(-1, 0, current_leader_epoch=0)
+    assert values(leader.fetch(consumer).records) == []  # HW still 0
+    fetch_once(follower, leader)
+    fetch_once(follower, leader)
+    assert values(leader.fetch(consumer).records) == ["a"]
+    with pytest.raises(NotLeaderOrFollowerError):
+        follower.fetch(consumer)
+    assert isinstance(leader.fetch(FetchRequest(-1, 99)).error, OffsetOutOfRangeError)
+    leader.become_leader(2, 1, isr=[1, 2], replicas=[1, 2])  # re-elected in epoch 2
+    with pytest.raises(FencedLeaderEpochError):
+        leader.fetch(FetchRequest(-1, 0, current_leader_epoch=0))
+    with pytest.raises(UnknownLeaderEpochError):
+        leader.fetch(FetchRequest(-1, 0, current_leader_epoch=3))
+
+
+def test_a_long_poll_completes_when_data_arrives(pair):
+    c, leader, follower = pair
+    got = []
+    assert leader.fetch(FetchRequest(2, 0, 0, max_wait_ms=500), on_done=got.append) is None
+    assert got == []
+    leader.produce(msg("x"), acks=1, timeout_ms=100)
+    assert values(got[0].records) == ["x"]
+    empty = []
+    leader.fetch(FetchRequest(2, 1, 0, max_wait_ms=500), on_done=empty.append)
+    c.clock.advance(501)
+    c.timer.advance_clock()
+    assert empty[0].records == b"" and empty[0].error is None
+
+
+# ---- the ISR ------------------------------------------------------------------------------
+def test_a_lagging_follower_leaves_the_isr_through_the_controller(pair):
+    c, leader, follower = pair
+    done = []
+    leader.produce(msg("a"), acks=-1, timeout_ms=60_000, on_done=done.append)
+    c.clock.advance(30_001)                   # replica.lag.time.max.ms without catching up
+    proposal = leader.maybe_shrink_isr()
+    assert proposal.new_isr == (1,) and (proposal.leader_epoch, proposal.partition_epoch) == (0, 0)
+    assert leader.isr == [1, 2]               # nothing changes until the controller says so
+    leader.on_alter_partition_result([1], partition_epoch=1)
+    assert leader.isr == [1] and leader.high_watermark == 1
+    # HW passed the batch but the ISR is now below min.insync.replicas=2.
+    assert type(done[0].error).__name__ == "NotEnoughReplicasAfterAppendError"
+
+
+def test_a_caught_up_follower_rejoins_the_isr(tmp_path):
+    c = Cluster(tmp_path)
+    leader, follower = c.start(1), c.start(2)
+    leader.become_leader(0, 0, isr=[1], replicas=[1, 2])
+    follower.become_follower(1, 0, 0, replicas=[1, 2])
+    truncate_via(follower, leader)
+    leader.produce(msg("a"), acks=1, timeout_ms=100)
+    assert leader.high_watermark == 1         # ISR [1] alone
+    fetch_once(follower, leader)              # LEO 0 < HW 1: not yet
+    assert leader.take_alter_partition() is None
+    fetch_once(follower, leader)              # LEO 1 >= HW 1
+    assert leader.take_alter_partition().new_isr == (1, 2)
+    leader.on_alter_partition_result([1, 2], partition_epoch=1)
+    assert leader.isr == [1, 2]
+
+
+def test_stale_leader_and_isr_is_fenced(pair):
+    c, leader, follower = pair
+    follower.become_follower(1, 3, 1, replicas=[1, 2])
+    with pytest.raises(FencedLeaderEpochError):
+        follower.become_follower(1, 2, 1, replicas=[1, 2])
+
+
+# ---- the seeds' two failures of "truncate to HW", and leader epochs (seed 001 §10.10) -----
+def loss_scenario(tmp_path, epochs: bool) -> tuple[Cluster, int]:
+    """B leads, A follows; m1, m2 are acknowledged (acks=all) but A's HW is one behind when
+    A crashes. A restarts, then B crashes and A becomes leader; B comes back as follower."""
+    c = Cluster(tmp_path, epochs=epochs)
+    A, B = 1, 2
+    b, a = c.start(B), c.start(A)
+    b.become_leader(0, 0, isr=[A, B], replicas=[B, A])
+    a.become_follower(B, 0, 0, replicas=[B, A])
+    truncate_via(a, b)
+    acked = []
+    b.produce(msg("m1"), acks=-1, timeout_ms=10_000, on_done=acked.append)
+    fetch_once(a, b)
+    fetch_once(a, b)                          # B: HW 1; A: HW 1
+    b.produce(msg("m2"), acks=-1, timeout_ms=10_000, on_done=acked.append)
+    fetch_once(a, b)                          # A has m2, HW still 1
+    b.fetch(a.fetch_request())                # B sees A at 2: HW 2, m2 acknowledged; the
+    assert [r.error for r in acked] == [None, None]  # response never reaches A: A crashes
+    assert (b.high_watermark, a.high_watermark) == (2, 1)
+    c.crash(A)
+    a = c.start(A)
+    a.become_follower(B, 0, 0, replicas=[B, A])
+    truncate_via(a, b)                        # epochs: asks B; without: cuts to HW 1
+    c.crash(B)
+    a.become_leader(1, 1, isr=[A], replicas=[B, A])
+    b = c.start(B)
+    b.become_follower(A, 1, 1, replicas=[B, A])
+    truncate_via(b, a)
+    fetch_once(b, a)
+    return c, B
+
+
+def test_seed_data_loss_happens_without_leader_epochs(tmp_path):
+    c, B = loss_scenario(tmp_path, epochs=False)
+    assert c.values(1) == ["m1"] and c.values(B) == ["m1"]  # acknowledged m2 is gone
+
+
+def test_seed_data_loss_is_prevented_by_leader_epochs(tmp_path):
+    c, B = loss_scenario(tmp_path, epochs=True)
+    assert c.values(1) == ["m1", "m2"] and c.values(B) == ["m1", "m2"]
+
+
+def divergence_scenario(tmp_path, epochs: bool) -> Cluster:
+    """A leads, B follows with m1, m2 but HW 1; both crash. B restarts first (as A's
+    follower, then leader of epoch 1 when A stays away) and takes m3; then A returns."""
+    c = Cluster(tmp_path, epochs=epochs)
+    A, B = 1, 2
+    a, b = c.start(A), c.start(B)
+    a.become_leader(0, 0, isr=[A, B], replicas=[A, B])
+    b.become_follower(A, 0, 0, replicas=[A, B])
+    truncate_via(b, a)
+    a.produce(msg("m1"), acks=1, timeout_ms=100)
+    fetch_once(b, a)
+    fetch_once(b, a)
+    a.produce(msg("m2"), acks=1, timeout_ms=100)
+    fetch_once(b, a)
+    a.fetch(b.fetch_request())                # A: HW 2; B: HW 1
+    c.crash(A)
+    c.crash(B)
+    b = c.start(B)
+    b.become_follower(A, 0, 0, replicas=[A, B])  # A is down: B cannot ask it anything
+    b.become_leader(1, 1, isr=[B], replicas=[A, B])
+    b.produce(msg("m3"), acks=1, timeout_ms=100)
+    a = c.start(A)
+    a.become_follower(B, 1, 1, replicas=[A, B])
+    truncate_via(a, b)
+    fetch_once(a, b)
+    fetch_once(a, b)
+    return c
+
+
+def test_seed_divergence_happens_without_leader_epochs(tmp_path):
+    c = divergence_scenario(tmp_path, epochs=False)
+    assert c.values(2) == ["m1", "m3"]
+    assert c.values(1) == ["m1", "m2"]        # same offsets, different records
+    assert c.replicas[1].high_watermark == c.replicas[2].high_watermark == 2
+
+
+def test_seed_divergence_is_prevented_by_leader_epochs(tmp_path):
+    c = divergence_scenario(tmp_path, epochs=True)
+    assert c.values(1) == c.values(2)
+    leader, follower = c.replicas[2], c.replicas[1]
+    hw = leader.high_watermark
+    assert leader.log.read(0, 1 << 20, max_offset=hw) == follower.log.read(0, 1 << 20,
+                                                                           max_offset=hw)
