@@ -1,0 +1,302 @@
+"""A deterministic, seeded simulator of one replicated partition.
+
+Three brokers hold replicas on real log directories; a minimal controller elects leaders
+from the live ISR and accepts AlterPartition proposals fenced by leader and partition epoch;
+producers (acks=all and acks=1) and consumers run against the leader. A seeded schedule
+interleaves produces, follower fetches (whose responses may be lost), consumer fetches,
+ISR checks, clock advances, broker crashes (the process dies: what was written survives,
+nothing else) and restarts. After every step the invariants of ARCHITECTURE.md are checked;
+a violation raises ``InvariantViolation`` naming the seed and step, for replay with
+``python -m tests.sim.run --seed N``.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from actors.replica.partition import (FetchRequest, PartitionReplica, ReplicaConfig, Role)
+from actors.timer.system_timer import SystemTimer
+from protocols.errors import KafkaError
+from protocols.records import Record, encode_batch, iter_batches
+from storage import Log
+
+TOPIC = "sim"
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+class Clock:
+    def __init__(self):
+        self.now_ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@dataclass
+class ControllerView:
+    """The controller's record of the partition (what ZooKeeper / the metadata log holds)."""
+
+    replicas: list[int]
+    isr: list[int]
+    leader: int = -1
+    leader_epoch: int = -1
+    partition_epoch: int = 0
+    leaders_by_epoch: dict[int, int] = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, seed: int, root: Path | None = None, *, brokers: int = 3,
+                 epochs: bool = True, steps: int = 150):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.steps = steps
+        self._own_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix=f"rafka-sim-{seed}-")) if root is None else root
+        self.clock = Clock()
+        self.timer = SystemTimer(self.clock)
+        self.config = ReplicaConfig(replica_lag_time_max_ms=2_000,
+                                    leader_epoch_truncation=epochs)
+        self.log_config = {"min.insync.replicas": 2, "segment.bytes": 4096}
+        self.broker_ids = list(range(brokers))
+        self.up: dict[int, PartitionReplica] = {}
+        self.hw_checkpoint: dict[int, int] = {}
+        self.controller = ControllerView(list(self.broker_ids), list(self.broker_ids))
+        self.acked: dict[int, bytes] = {}
+        self.counter = 0
+        self.step_no = 0
+        self.trace: list[str] = []
+        self._leader_hw: tuple[int, int] = (-1, -1)
+        for b in self.broker_ids:
+            self._start(b)
+        self._elect()
+
+    # ---- plumbing --------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _start(self, b: int) -> PartitionReplica:
+        log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-0", self.log_config,
+                       clock=self.clock, high_watermark=self.hw_checkpoint.get(b, 0))
+        replica = PartitionReplica(
+            TOPIC, 0, b, log, clock=self.clock, timer=self.timer, config=self.config,
+            on_high_watermark=lambda hw, b=b: self.hw_checkpoint.__setitem__(b, hw))
+        self.up[b] = replica
+        return replica
+
+    def _send_leader_and_isr(self) -> None:
+        c = self.controller
+        for b, replica in self.up.items():
+            if b == c.leader:
+                replica.become_leader(c.leader_epoch, c.partition_epoch, c.isr, c.replicas)
+            elif c.leader >= 0:
+                replica.become_follower(c.leader, c.leader_epoch, c.partition_epoch,
+                                        c.replicas, c.isr)
+            else:
+                replica.make_offline()
+
+    def _elect(self) -> None:
+        """OfflinePartition election: first replica in AR order that is live and in ISR."""
+        c = self.controller
+        live_isr = [r for r in c.replicas if r in c.isr and r in self.up]
+        if c.leader in self.up and c.leader in c.isr:
+            return
+        c.leader = live_isr[0] if live_isr else -1
+        if c.leader >= 0:
+            c.leader_epoch += 1
+            c.partition_epoch += 1
+            if c.leader_epoch in c.leaders_by_epoch:
+                self._fail(f"two leaders in epoch {c.leader_epoch}")
+            c.leaders_by_epoch[c.leader_epoch] = c.leader
+        self._send_leader_and_isr()
+
+    def _leader(self) -> PartitionReplica | None:
+        r = self.up.get(self.controller.leader)
+        return r if r is not None and r.role is Role.LEADER else None
+
+    def _alter_partition(self, leader: PartitionReplica) -> None:
+        proposal = leader.take_alter_partition()
+        if proposal is None:
+            return
+        c = self.controller
+        if (proposal.leader_epoch != c.leader_epoch or proposal.partition_epoch != c.partition_epoch
+                or proposal.leader_id != c.leader):
+            leader.on_alter_partition_result(None, c.partition_epoch,
+                                             KafkaError("fenced AlterPartition"))
+            return
+        new_isr = [r for r in proposal.new_isr if r in self.up or r == c.leader]
+        c.isr = new_isr
+        c.partition_epoch += 1
+        leader.on_alter_partition_result(new_isr, c.partition_epoch)
+
+    def _fail(self, what: str) -> None:
+        raise InvariantViolation(f"seed {self.seed} step {self.step_no}: {what}\n  trace: "
+                                 + " | ".join(self.trace[-12:]))
+
+    # ---- actions ---------------------------------------------------------------------------
+    def produce(self, acks: int) -> None:
+        leader = self._leader()
+        if leader is None:
+            return
+        self.counter += 1
+        value = f"r{self.counter}".encode()
+        data = encode_batch([Record(None, value, self.clock())])
+
+        def done(result, value=value, acks=acks):
+            if result.error is None and acks == -1:
+                if result.base_offset in self.acked and self.acked[result.base_offset] != value:
+                    self._fail(f"offset {result.base_offset} acknowledged twice")
+                self.acked[result.base_offset] = value
+
+        try:
+            leader.produce(data, acks=acks, timeout_ms=3_000, on_done=done)
+        except KafkaError:
+            pass  # NOT_ENOUGH_REPLICAS and friends: the client would retry
+
+    def replicate(self, b: int, lose_response: bool) -> None:
+        follower, leader = self.up.get(b), self._leader()
+        if follower is None or leader is None or follower.role is not Role.FOLLOWER:
+            return
+        try:
+            epoch = follower.truncation_request()
+            if epoch is not None:
+                follower.on_leader_epoch_end_offset(
+                    *leader.offsets_for_leader_epoch(epoch, follower.leader_epoch))
+                return
+            request = follower.fetch_request()
+            result = leader.fetch(FetchRequest(request.replica_id, request.fetch_offset,
+                                               request.current_leader_epoch,
+                                               self.rng.choice([64, 300, 1 << 20])))
+        except KafkaError:
+            return
+        self._alter_partition(leader)
+        if not lose_response and result is not None:
+            follower.on_fetch_result(result)
+
+    def consume(self) -> None:
+        leader = self._leader()
+        if leader is None or leader.high_watermark <= leader.log.log_start_offset:
+            return
+        hw = leader.high_watermark
+        offset = self.rng.randrange(leader.log.log_start_offset, hw + 1)
+        result = leader.fetch(FetchRequest(-1, offset, leader.leader_epoch))
+        for batch in iter_batches(result.records):
+            if batch.last_offset >= hw:
+                self._fail(f"a consumer saw offset {batch.last_offset} >= HW {hw}")
+
+    def check_isr(self) -> None:
+        leader = self._leader()
+        if leader is not None and leader.maybe_shrink_isr() is not None:
+            self._alter_partition(leader)
+
+    def crash(self, b: int) -> None:
+        if b not in self.up or len(self.up) == 1:
+            return
+        del self.up[b]
+        c = self.controller
+        if b in c.isr and len(c.isr) > 1:
+            # The controller takes a dead broker out of the ISR (never the last member).
+            c.isr = [r for r in c.isr if r != b]
+            c.partition_epoch += 1
+        if c.leader == b:
+            c.leader = -1
+            self._elect()
+        else:
+            self._send_leader_and_isr()
+
+    def restart(self, b: int) -> None:
+        if b in self.up:
+            return
+        self._start(b)
+        if self.controller.leader < 0:
+            self._elect()
+        self._send_leader_and_isr()
+
+    def advance(self, ms: int) -> None:
+        self.clock.now_ms += ms
+        self.timer.advance_clock()
+
+    # ---- invariants ------------------------------------------------------------------------
+    def check(self) -> None:
+        leader = self._leader()
+        if leader is None:
+            return
+        c = self.controller
+        live_isr = [r for r in c.isr if r in self.up]
+        if live_isr:
+            records = {}
+            offset = leader.log.log_start_offset
+            while offset < leader.log.log_end_offset:
+                info = leader.log.read_info(offset, 1 << 20)
+                for batch in iter_batches(info.records):
+                    for r in batch.records():
+                        records[r.offset] = r.value
+                offset = info.next_offset
+            for off, value in self.acked.items():
+                if records.get(off) != value:
+                    self._fail(f"acknowledged offset {off} ({value!r}) lost: leader {c.leader} "
+                               f"has {records.get(off)!r}")
+        epoch, hw = self._leader_hw
+        if epoch == c.leader_epoch and leader.high_watermark < hw:
+            self._fail(f"HW went back from {hw} to {leader.high_watermark} in epoch {epoch}")
+        self._leader_hw = (c.leader_epoch, leader.high_watermark)
+        for b, f in self.up.items():
+            if (b == c.leader or f.role is not Role.FOLLOWER or f.needs_truncation
+                    or f.leader_epoch != c.leader_epoch):
+                continue
+            hw = f.high_watermark
+            if hw > leader.log.log_end_offset:
+                self._fail(f"follower {b} HW {hw} beyond leader LEO {leader.log.log_end_offset}")
+            mine = f.log.read(0, 1 << 30, max_offset=hw) if hw > 0 else b""
+            theirs = leader.log.read(0, 1 << 30, max_offset=hw) if hw > 0 else b""
+            if mine != theirs:
+                self._fail(f"follower {b} differs from leader {c.leader} below HW {hw}")
+
+    # ---- the schedule ----------------------------------------------------------------------
+    def step(self) -> None:
+        self.step_no += 1
+        rng = self.rng
+        roll = rng.random()
+        b = rng.choice(self.broker_ids)
+        if roll < 0.20:
+            action, run = "produce all", lambda: self.produce(-1)
+        elif roll < 0.28:
+            action, run = "produce 1", lambda: self.produce(1)
+        elif roll < 0.62:
+            lose = rng.random() < 0.15
+            action, run = f"fetch {b}{' (lost)' if lose else ''}", lambda: self.replicate(b, lose)
+        elif roll < 0.70:
+            action, run = "consume", self.consume
+        elif roll < 0.76:
+            action, run = "isr check", self.check_isr
+        elif roll < 0.85:
+            ms = rng.choice([10, 500, 2_500])
+            action, run = f"advance {ms}", lambda: self.advance(ms)
+        elif roll < 0.92:
+            action, run = f"crash {b}", lambda: self.crash(b)
+        else:
+            action, run = f"restart {b}", lambda: self.restart(b)
+        self.trace.append(action)
+        run()
+        self.check()
+
+    def run(self) -> "Simulation":
+        try:
+            for _ in range(self.steps):
+                self.step()
+            # Heal: everyone back, caught up; every acknowledged record must be there.
+            for b in self.broker_ids:
+                self.restart(b)
+            for _ in range(20):
+                for b in self.broker_ids:
+                    self.replicate(b, lose_response=False)
+                self.check()
+        finally:
+            self.close()
+        return self
