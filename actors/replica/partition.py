@@ -47,6 +47,7 @@ class FollowerState:
 
     broker_id: int
     log_end_offset: int = -1
+    log_start_offset: int = -1
     last_fetch_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1
     last_caught_up_ms: int = 0
@@ -60,6 +61,7 @@ class FetchRequest:
     max_bytes: int = 1_048_576
     min_bytes: int = 1
     max_wait_ms: int = 0
+    log_start_offset: int = -1  # a follower's, so the leader knows the low watermark
 
 
 @dataclass
@@ -126,6 +128,50 @@ class DelayedProduce(DelayedOperation):
         super().run()
 
 
+@dataclass
+class DeleteRecordsResult:
+    low_watermark: int = -1
+    error: KafkaError | None = None
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """DeleteRecords: completes once every replica's log start offset (the low watermark)
+    has reached the requested offset, or times out."""
+
+    def __init__(self, delay_ms: int, replica: "PartitionReplica", offset: int,
+                 on_done: Callable[[DeleteRecordsResult], None]):
+        super().__init__(delay_ms)
+        self.replica = replica
+        self.offset = offset
+        self.result = DeleteRecordsResult()
+        self.on_done = on_done
+
+    def try_complete(self) -> bool:
+        r = self.replica
+        if r.role is not Role.LEADER:
+            self.result.error = NotLeaderOrFollowerError(f"Leadership of {r.name} moved")
+            return self.force_complete()
+        low = r.low_watermark
+        if low >= self.offset:
+            self.result.low_watermark = low
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.on_done(self.result)
+
+    def on_expiration(self) -> None:
+        pass
+
+    def run(self) -> None:
+        with self.lock:
+            if not self.is_completed:
+                self.result.error = RequestTimedOutError(
+                    f"DeleteRecords on {self.replica.name} timed out at low watermark "
+                    f"{self.replica.low_watermark} (wanted {self.offset})")
+        super().run()
+
+
 class DelayedFetch(DelayedOperation):
     """Completes once ``min_bytes`` are readable (after an append for followers, after an
     HW increase for consumers) or after ``max_wait_ms`` with whatever there is."""
@@ -181,6 +227,8 @@ class PartitionReplica:
             "Produce", timer, broker_id=broker_id)
         self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
             "Fetch", timer, broker_id=broker_id)
+        self.delete_records_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
+            "DeleteRecords", timer, broker_id=broker_id)
 
     @property
     def name(self) -> str:
@@ -245,6 +293,7 @@ class PartitionReplica:
     def _complete_all_delayed(self) -> None:
         self.produce_purgatory.check_and_complete(self._key)
         self.fetch_purgatory.check_and_complete(self._key)
+        self.delete_records_purgatory.check_and_complete(self._key)
 
     # ==== follower side ===================================================================
     def truncation_request(self) -> int | None:
@@ -275,7 +324,7 @@ class PartitionReplica:
         c = self.config
         return FetchRequest(self.broker_id, self.log.log_end_offset, self.leader_epoch,
                             c.replica_fetch_max_bytes, c.replica_fetch_min_bytes,
-                            c.replica_fetch_wait_max_ms)
+                            c.replica_fetch_wait_max_ms, self.log.log_start_offset)
 
     def on_fetch_result(self, result: FetchResult) -> None:
         if self.role is not Role.FOLLOWER:
@@ -362,7 +411,8 @@ class PartitionReplica:
                                            f"{self.name}")
         self._check_fetch_epoch(request.current_leader_epoch)
         if request.replica_id >= 0:
-            self._update_follower(request.replica_id, request.fetch_offset)
+            self._update_follower(request.replica_id, request.fetch_offset,
+                                  request.log_start_offset)
         try:
             result = self.read_for_fetch(request)
         except OffsetOutOfRangeError as e:
@@ -385,7 +435,8 @@ class PartitionReplica:
         return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
                            self.log.log_end_offset)
 
-    def _update_follower(self, replica_id: int, fetch_offset: int) -> None:
+    def _update_follower(self, replica_id: int, fetch_offset: int,
+                         log_start_offset: int = -1) -> None:
         state = self.followers.get(replica_id)
         if state is None:
             raise NotLeaderOrFollowerError(f"Broker {replica_id} is not a replica of "
@@ -397,6 +448,9 @@ class PartitionReplica:
         elif fetch_offset >= state.last_fetch_leader_log_end_offset >= 0:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
         state.log_end_offset = fetch_offset
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
+            self.delete_records_purgatory.check_and_complete(self._key)
         state.last_fetch_ms = now
         state.last_fetch_leader_log_end_offset = self.log.log_end_offset
         self._maybe_expand_isr(state)
@@ -470,6 +524,30 @@ class PartitionReplica:
             self.partition_epoch = partition_epoch
         self.maybe_increment_high_watermark()
         self.produce_purgatory.check_and_complete(self._key)
+
+    # ==== DeleteRecords ===================================================================
+    @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset over the live replicas (Kafka's lowWatermark)."""
+        starts = [self.log.log_start_offset]
+        starts += [f.log_start_offset for f in self.followers.values()
+                   if f.broker_id in self.isr]
+        return min(starts)
+
+    def delete_records(self, offset: int, timeout_ms: int,
+                       on_done: Callable[[DeleteRecordsResult], None] | None = None
+                       ) -> DeleteRecordsResult | None:
+        """Move the log start offset to ``offset`` (-1: the HW); answer once every in-sync
+        replica has followed (their fetches carry their log start offsets)."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
+                                           f"{self.name}")
+        target = self.log.high_watermark if offset == -1 else offset
+        self.log.delete_records(target)  # OffsetOutOfRangeError above the HW
+        op = DelayedDeleteRecords(timeout_ms, self, target, on_done or (lambda r: None))
+        if self.delete_records_purgatory.try_complete_else_watch(op, [self._key]):
+            return op.result
+        return None
 
     # ==== other requests ==================================================================
     def offsets_for_leader_epoch(self, requested_epoch: int,

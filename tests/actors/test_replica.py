@@ -6,6 +6,7 @@ without a clean shutdown, with the HW from the last checkpoint.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,8 @@ class Cluster:
 def fetch_once(follower: PartitionReplica, leader: PartitionReplica) -> None:
     request = follower.fetch_request()
     assert request is not None
-    follower.on_fetch_result(leader.fetch(FetchRequest(request.replica_id, request.fetch_offset,
-                                                       request.current_leader_epoch)))
+    # As sent, but answered at once rather than long-polled.
+    follower.on_fetch_result(leader.fetch(dataclasses.replace(request, max_wait_ms=0)))
 
 
 def truncate_via(follower: PartitionReplica, leader: PartitionReplica) -> None:
@@ -285,3 +286,21 @@ def test_seed_divergence_is_prevented_by_leader_epochs(tmp_path):
     hw = leader.high_watermark
     assert leader.log.read(0, 1 << 20, max_offset=hw) == follower.log.read(0, 1 << 20,
                                                                            max_offset=hw)
+
+
+def test_delete_records_waits_for_the_followers_log_start_offsets(pair):
+    c, leader, follower = pair
+    for i in range(4):
+        leader.produce(msg(f"m{i}"), acks=1, timeout_ms=100)
+    fetch_once(follower, leader)
+    fetch_once(follower, leader)
+    assert leader.high_watermark == 4
+    done = []
+    assert leader.delete_records(3, timeout_ms=1000, on_done=done.append) is None
+    assert leader.log.log_start_offset == 3 and done == []
+    fetch_once(follower, leader)              # learns the new log start, applies it
+    assert follower.log.log_start_offset == 3
+    fetch_once(follower, leader)              # and tells the leader in its next fetch
+    assert done[0].low_watermark == 3 and done[0].error is None
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.delete_records(9, timeout_ms=1000)

@@ -11,6 +11,7 @@ a violation raises ``InvariantViolation`` naming the seed and step, for replay w
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import tempfile
@@ -169,10 +170,9 @@ class Simulation:
                 follower.on_leader_epoch_end_offset(
                     *leader.offsets_for_leader_epoch(epoch, follower.leader_epoch))
                 return
-            request = follower.fetch_request()
-            result = leader.fetch(FetchRequest(request.replica_id, request.fetch_offset,
-                                               request.current_leader_epoch,
-                                               self.rng.choice([64, 300, 1 << 20])))
+            request = dataclasses.replace(follower.fetch_request(), max_wait_ms=0,
+                                          max_bytes=self.rng.choice([64, 300, 1 << 20]))
+            result = leader.fetch(request)
         except KafkaError:
             return
         self._alter_partition(leader)
