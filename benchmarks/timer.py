@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from actors.timer.system_timer import (  # noqa: E402
     AsyncioTimer, SystemTimer, ThreadedTimer, monotonic_ms)
 from actors.timer.wheel import TimerTask  # noqa: E402
+from benchmarks.machine import cpu_model  # noqa: E402
 
 DELAY_MIN_MS, DELAY_MAX_MS = 1, 30_000
 FROZEN_NOW_MS = 1_000_000_000

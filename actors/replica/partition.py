@@ -95,23 +95,18 @@ class AlterPartition:
     new_isr: tuple[int, ...]
 
 
-class DelayedProduce(DelayedOperation):
-    """acks=all: completes once the HW reaches ``required_offset`` (or times out)."""
+class _DelayedWithResult(DelayedOperation):
+    """A delayed operation that hands ``result`` to ``on_done`` exactly once; on expiry the
+    result carries the error ``timeout_error`` builds (REQUEST_TIMED_OUT)."""
 
-    def __init__(self, delay_ms: int, replica: "PartitionReplica", required_offset: int,
-                 result: ProduceResult, on_done: Callable[[ProduceResult], None]):
+    def __init__(self, delay_ms: int, replica: "PartitionReplica", result, on_done):
         super().__init__(delay_ms)
         self.replica = replica
-        self.required_offset = required_offset
         self.result = result
         self.on_done = on_done
 
-    def try_complete(self) -> bool:
-        error = self.replica.check_enough_replicas_reach_offset(self.required_offset)
-        if error is False:
-            return False
-        self.result.error = error
-        return self.force_complete()
+    def timeout_error(self) -> KafkaError:
+        raise NotImplementedError  # each operation words its own timeout
 
     def on_complete(self) -> None:
         self.on_done(self.result)
@@ -122,10 +117,29 @@ class DelayedProduce(DelayedOperation):
     def run(self) -> None:
         with self.lock:
             if not self.is_completed:
-                self.result.error = RequestTimedOutError(
-                    f"acks=all produce to {self.replica.name} timed out waiting for the high "
-                    f"watermark to reach {self.required_offset}")
+                self.result.error = self.timeout_error()
         super().run()
+
+
+class DelayedProduce(_DelayedWithResult):
+    """acks=all: completes once the HW reaches ``required_offset`` (or times out)."""
+
+    def __init__(self, delay_ms: int, replica: "PartitionReplica", required_offset: int,
+                 result: ProduceResult, on_done: Callable[[ProduceResult], None]):
+        super().__init__(delay_ms, replica, result, on_done)
+        self.required_offset = required_offset
+
+    def try_complete(self) -> bool:
+        error = self.replica.check_enough_replicas_reach_offset(self.required_offset)
+        if error is False:
+            return False
+        self.result.error = error
+        return self.force_complete()
+
+    def timeout_error(self) -> KafkaError:
+        return RequestTimedOutError(f"acks=all produce to {self.replica.name} timed out "
+                                    f"waiting for the high watermark to reach "
+                                    f"{self.required_offset}")
 
 
 @dataclass
@@ -134,17 +148,14 @@ class DeleteRecordsResult:
     error: KafkaError | None = None
 
 
-class DelayedDeleteRecords(DelayedOperation):
+class DelayedDeleteRecords(_DelayedWithResult):
     """DeleteRecords: completes once every replica's log start offset (the low watermark)
     has reached the requested offset, or times out."""
 
     def __init__(self, delay_ms: int, replica: "PartitionReplica", offset: int,
                  on_done: Callable[[DeleteRecordsResult], None]):
-        super().__init__(delay_ms)
-        self.replica = replica
+        super().__init__(delay_ms, replica, DeleteRecordsResult(), on_done)
         self.offset = offset
-        self.result = DeleteRecordsResult()
-        self.on_done = on_done
 
     def try_complete(self) -> bool:
         r = self.replica
@@ -157,19 +168,10 @@ class DelayedDeleteRecords(DelayedOperation):
             return self.force_complete()
         return False
 
-    def on_complete(self) -> None:
-        self.on_done(self.result)
-
-    def on_expiration(self) -> None:
-        pass
-
-    def run(self) -> None:
-        with self.lock:
-            if not self.is_completed:
-                self.result.error = RequestTimedOutError(
-                    f"DeleteRecords on {self.replica.name} timed out at low watermark "
-                    f"{self.replica.low_watermark} (wanted {self.offset})")
-        super().run()
+    def timeout_error(self) -> KafkaError:
+        return RequestTimedOutError(f"DeleteRecords on {self.replica.name} timed out at low "
+                                    f"watermark {self.replica.low_watermark} (wanted "
+                                    f"{self.offset})")
 
 
 class DelayedFetch(DelayedOperation):

@@ -16,21 +16,10 @@ import pytest
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import KafkaError
+from tests.clock import ManualClock
 
 pytestmark = pytest.mark.timeout(60)
 
-
-class ManualClock:
-    """An injected millisecond clock; ``sleep`` moves it, like Kafka's MockTime."""
-
-    def __init__(self, now_ms: int = 0):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def sleep(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 @dataclass

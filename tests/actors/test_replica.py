@@ -18,7 +18,7 @@ from protocols.errors import (FencedLeaderEpochError, NotEnoughReplicasError,
                               RequestTimedOutError, UnknownLeaderEpochError)
 from protocols.records import Record, encode_batch, iter_batches
 from storage import Log
-from tests.storage.conftest import FakeClock
+from tests.clock import ManualClock
 
 TOPIC = "t"
 
@@ -36,7 +36,7 @@ class Cluster:
 
     def __init__(self, root: Path, *, epochs: bool = True, min_isr: int = 1):
         self.root = root
-        self.clock = FakeClock()
+        self.clock = ManualClock(1_700_000_000_000)
         self.timer = SystemTimer(self.clock)
         self.config = ReplicaConfig(leader_epoch_truncation=epochs)
         self.log_config = {"min.insync.replicas": min_isr}

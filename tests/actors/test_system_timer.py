@@ -12,21 +12,10 @@ from hypothesis import strategies as st
 from actors.timer.system_timer import AsyncioTimer, SystemTimer, ThreadedTimer, monotonic_ms
 from actors.timer.wheel import TimerTask
 from protocols.errors import KafkaError
+from tests.clock import ManualClock
 
 pytestmark = pytest.mark.timeout(30)
 
-
-class ManualClock:
-    """An injected millisecond clock; ``sleep`` moves it, like Kafka's MockTime."""
-
-    def __init__(self, now_ms: int = 0):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def sleep(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 def recording_task(clock, fired: list, name, delay_ms: int) -> TimerTask:

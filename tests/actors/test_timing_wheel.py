@@ -13,21 +13,10 @@ from hypothesis import strategies as st
 from actors.timer.system_timer import SystemTimer
 from actors.timer.wheel import TaskCounter, TimerTask, TimerTaskEntry, TimerTaskList, TimingWheel
 from protocols.errors import InvalidConfigError
+from tests.clock import ManualClock
 
 pytestmark = pytest.mark.timeout(30)
 
-
-class ManualClock:
-    """An injected millisecond clock; ``sleep`` moves it, like Kafka's MockTime."""
-
-    def __init__(self, now_ms: int = 0):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def sleep(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 class Recorder:

@@ -2,25 +2,15 @@ from __future__ import annotations
 
 import pytest
 
+from tests.clock import ManualClock
+
 from protocols.records import Record, encode_batch
 
 
-class FakeClock:
-    """An injected clock: tests move time explicitly."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
-
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock(1_700_000_000_000)
 
 
 def batch(n: int = 1, *, value_size: int = 100, timestamp: int = 1_700_000_000_000,
