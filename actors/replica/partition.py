@@ -73,6 +73,10 @@ class FetchResult:
     # (Kafka's follower asks ListOffsets(latest) for it).
     log_end_offset: int = -1
     error: KafkaError | None = None
+    # Which request this answers: a follower drops answers to requests it no longer has in
+    # flight (another epoch, or an offset it has since truncated past).
+    leader_epoch: int = -1
+    fetch_offset: int = -1
 
 
 @dataclass
@@ -198,7 +202,8 @@ class DelayedFetch(DelayedOperation):
         try:
             self.on_done(self.replica.read_for_fetch(self.request))
         except KafkaError as e:
-            self.on_done(FetchResult(error=e))
+            self.on_done(FetchResult(error=e, leader_epoch=self.replica.leader_epoch,
+                                     fetch_offset=self.request.fetch_offset))
 
     def on_expiration(self) -> None:
         pass
@@ -329,8 +334,11 @@ class PartitionReplica:
                             c.replica_fetch_wait_max_ms, self.log.log_start_offset)
 
     def on_fetch_result(self, result: FetchResult) -> None:
-        if self.role is not Role.FOLLOWER:
+        if self.role is not Role.FOLLOWER or self.needs_truncation:
             return
+        if (result.leader_epoch != self.leader_epoch
+                or result.fetch_offset != self.log.log_end_offset):
+            return  # a late answer to an old request: its data may no longer fit
         if isinstance(result.error, OffsetOutOfRangeError):
             if result.log_start_offset > self.log.log_end_offset:
                 self.log.truncate_fully_and_start_at(result.log_start_offset)
@@ -419,7 +427,8 @@ class PartitionReplica:
             result = self.read_for_fetch(request)
         except OffsetOutOfRangeError as e:
             result = FetchResult(b"", self.log.high_watermark, self.log.log_start_offset,
-                                 self.log.log_end_offset, e)
+                                 self.log.log_end_offset, e, self.leader_epoch,
+                                 request.fetch_offset)
             done(result)
             return result
         if len(result.records) >= request.min_bytes or request.max_wait_ms <= 0:
@@ -435,7 +444,8 @@ class PartitionReplica:
         records = self.log.read(request.fetch_offset, request.max_bytes,
                                 max_offset=self.log.high_watermark if consumer else None)
         return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
-                           self.log.log_end_offset)
+                           self.log.log_end_offset, None, self.leader_epoch,
+                           request.fetch_offset)
 
     def _update_follower(self, replica_id: int, fetch_offset: int,
                          log_start_offset: int = -1) -> None:

@@ -73,6 +73,7 @@ class Simulation:
         self.step_no = 0
         self.trace: list[str] = []
         self._leader_hw: tuple[int, int] = (-1, -1)
+        self.in_flight: list[tuple[int, object]] = []  # delayed fetch responses per follower
         for b in self.broker_ids:
             self._start(b)
         self._elect()
@@ -160,7 +161,7 @@ class Simulation:
         except KafkaError:
             pass  # NOT_ENOUGH_REPLICAS and friends: the client would retry
 
-    def replicate(self, b: int, lose_response: bool) -> None:
+    def replicate(self, b: int, lose_response: bool, delay_response: bool = False) -> None:
         follower, leader = self.up.get(b), self._leader()
         if follower is None or leader is None or follower.role is not Role.FOLLOWER:
             return
@@ -176,8 +177,20 @@ class Simulation:
         except KafkaError:
             return
         self._alter_partition(leader)
-        if not lose_response and result is not None:
+        if result is None or lose_response:
+            return
+        if delay_response:
+            self.in_flight.append((b, result))
+        else:
             follower.on_fetch_result(result)
+
+    def deliver_late(self) -> None:
+        """A delayed response arrives, in any order, possibly after leadership moved."""
+        if not self.in_flight:
+            return
+        b, result = self.in_flight.pop(self.rng.randrange(len(self.in_flight)))
+        if b in self.up:
+            self.up[b].on_fetch_result(result)
 
     def consume(self) -> None:
         leader = self._leader()
@@ -268,9 +281,13 @@ class Simulation:
             action, run = "produce all", lambda: self.produce(-1)
         elif roll < 0.28:
             action, run = "produce 1", lambda: self.produce(1)
-        elif roll < 0.62:
+        elif roll < 0.58:
             lose = rng.random() < 0.15
-            action, run = f"fetch {b}{' (lost)' if lose else ''}", lambda: self.replicate(b, lose)
+            delay = not lose and rng.random() < 0.2
+            action = f"fetch {b}{' (lost)' if lose else ' (delayed)' if delay else ''}"
+            run = lambda: self.replicate(b, lose, delay)  # noqa: E731
+        elif roll < 0.62:
+            action, run = "late delivery", self.deliver_late
         elif roll < 0.70:
             action, run = "consume", self.consume
         elif roll < 0.76:
@@ -283,7 +300,12 @@ class Simulation:
         else:
             action, run = f"restart {b}", lambda: self.restart(b)
         self.trace.append(action)
-        run()
+        try:
+            run()
+        except InvariantViolation:
+            raise
+        except Exception as e:  # any crash of the logic under test is a failure of this seed
+            self._fail(f"{action} raised {type(e).__name__}: {e}")
         self.check()
 
     def run(self) -> "Simulation":
