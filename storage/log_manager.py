@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"  # high watermarks
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -41,6 +42,7 @@ class LogManager:
         self._recovery_points = OffsetCheckpointFile(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         self._log_start_offsets = OffsetCheckpointFile(
             self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._high_watermarks = OffsetCheckpointFile(self.log_dir / REPLICATION_OFFSET_CHECKPOINT)
         self._cleaner_offsets = OffsetCheckpointFile(self.log_dir / CLEANER_OFFSET_CHECKPOINT)
         self.first_dirty_offsets: dict[TopicPartition, int] = self._cleaner_offsets.read()
         self.cleaner = Cleaner()
@@ -57,6 +59,7 @@ class LogManager:
         topic_configs = topic_configs or {}
         recovery_points = self._recovery_points.read()
         log_starts = self._log_start_offsets.read()
+        high_watermarks = self._high_watermarks.read()
         for path in sorted(self.log_dir.iterdir()):
             if not path.is_dir():
                 continue
@@ -72,6 +75,7 @@ class LogManager:
                 path, self.default_config(topic_configs.get(tp.topic)),
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=log_starts.get(tp, 0),
+                high_watermark=high_watermarks.get(tp),
                 clean_shutdown=self.had_clean_shutdown, clock=self.clock,
                 scheduler=self.scheduler)
 
@@ -125,7 +129,12 @@ class LogManager:
     def flush_dirty_logs(self, now_ms: int | None = None) -> int:
         return sum(1 for lg in self.logs.values() if lg.flush_if_due(now_ms))
 
+    def checkpoint_high_watermarks(self) -> None:
+        """replica.high.watermark.checkpoint.interval.ms: what a restarted replica trusts."""
+        self._high_watermarks.write({tp: lg.high_watermark for tp, lg in self.logs.items()})
+
     def checkpoint(self) -> None:
+        self.checkpoint_high_watermarks()
         self._recovery_points.write({tp: lg.recovery_point for tp, lg in self.logs.items()})
         self._log_start_offsets.write({tp: lg.log_start_offset
                                        for tp, lg in self.logs.items()})

@@ -114,6 +114,7 @@ def test_log_manager_writes_kafka_checkpoints_and_recovers(tmp_path, clock):
     assert (tmp_path / ".kafka_cleanshutdown").exists()
     assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders 3 50\n"
     assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n1\norders 3 20\n"
+    assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\norders 3 50\n"
 
     again = LogManager(tmp_path, {"log.segment.bytes": 10_000}, clock=clock)
     assert again.had_clean_shutdown
@@ -121,6 +122,7 @@ def test_log_manager_writes_kafka_checkpoints_and_recovers(tmp_path, clock):
     again.load_logs()
     reopened = again.get_log(tp)
     assert (reopened.log_start_offset, reopened.log_end_offset) == (20, 50)
+    assert reopened.high_watermark == 50
     assert reopened.recovery_point == 50
 
 
