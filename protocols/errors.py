@@ -125,6 +125,7 @@ ElectionNotNeededError = _error("ElectionNotNeededError", 84, "ELECTION_NOT_NEED
 NoReassignmentInProgressError = _error("NoReassignmentInProgressError", 85,
                                        "NO_REASSIGNMENT_IN_PROGRESS")
 InvalidRecordError = _error("InvalidRecordError", 87, "INVALID_RECORD")
+InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95, "INVALID_UPDATE_VERSION")
 
 
 # Client-side errors that have no protocol code in Kafka (Java exceptions thrown locally).

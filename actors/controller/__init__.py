@@ -1,0 +1,1 @@
+"""The controller: pure decisions (assignment, elections, state) and, later, its actor."""

@@ -1,0 +1,434 @@
+"""The controller's decisions, pure: brokers, topics, partition leadership and ISR.
+
+Every mutating method returns the messages to send (LeaderAndIsr and StopReplica to the
+replicas concerned, UpdateMetadata to every live broker), all stamped with the controller
+epoch. ``to_snapshot`` / ``from_snapshot`` carry the state to the next controller (through
+Ray's GCS key-value store in the actor shell), which runs with the epoch incremented.
+Leader changes increment the partition's leader epoch; every change of leader, ISR or
+replicas increments its partition epoch (KRaft's rule), which fences AlterPartition.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from actors.controller.assignment import assign_replicas_to_brokers
+from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
+                                        preferred_replica_leader, reassign_partition_leader)
+from actors.controller.messages import LeaderAndIsr, StopReplica, UpdateMetadata
+from protocols.config import ConfigDef, at_least, between
+from protocols.errors import (FencedLeaderEpochError, InvalidPartitionsError,
+                              InvalidReplicaAssignmentError,
+                              InvalidRequestError, InvalidUpdateVersionError,
+                              NoReassignmentInProgressError, TopicAlreadyExistsError,
+                              TopicDeletionDisabledError, UnknownTopicOrPartitionError)
+from protocols.topics import validate_topic_name
+
+TP = tuple[str, int]
+NO_LEADER = -1
+
+CONTROLLER_CONFIG = (
+    ConfigDef()
+    .define("broker.session.timeout.ms", "int", 9000, at_least(1))
+    .define("delete.topic.enable", "boolean", True)
+    .define("unclean.leader.election.enable", "boolean", False)
+    .define("auto.leader.rebalance.enable", "boolean", True)
+    .define("leader.imbalance.per.broker.percentage", "int", 10, between(0, 100))
+    .define("leader.imbalance.check.interval.seconds", "long", 300, at_least(1))
+    .define("default.replication.factor", "int", 1, at_least(1))
+    .define("num.partitions", "int", 1, at_least(1))
+)
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    rack: str | None = None
+    endpoint: str | None = None
+    last_heartbeat_ms: int = 0
+    alive: bool = True
+
+
+@dataclass
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+
+class ControllerState:
+    def __init__(self, clock: Callable[[], int], config: Mapping[str, Any] | None = None, *,
+                 controller_epoch: int = 1, rng: random.Random | None = None):
+        self.clock = clock
+        self.config = CONTROLLER_CONFIG.parse(config or {})
+        self.controller_epoch = controller_epoch
+        self.rng = rng or random.Random()
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, dict[str, Any]] = {}
+        self.partitions: dict[TP, PartitionState] = {}
+        self.shutting_down: set[int] = set()
+
+    # ==== brokers =========================================================================
+    def live_brokers(self) -> list[int]:
+        return sorted(b for b, info in self.brokers.items() if info.alive)
+
+    def register_broker(self, broker_id: int, rack: str | None = None,
+                        endpoint: str | None = None) -> list:
+        """A broker (re)joins: it learns its replicas' state, and offline partitions whose
+        ISR (or, unclean, whose AR) includes it get a leader."""
+        self.brokers[broker_id] = BrokerInfo(broker_id, rack, endpoint, self.clock(), True)
+        self.shutting_down.discard(broker_id)
+        changed = [tp for tp, st in self.partitions.items()
+                   if st.leader == NO_LEADER and broker_id in st.replicas
+                   and self._elect(tp, offline=True)]
+        msgs = [m for tp, st in self.partitions.items() if broker_id in st.replicas
+                and tp not in changed for m in self._leader_and_isr(tp, only=broker_id)]
+        return msgs + self._leader_and_isr_all(changed) + self._update_metadata()
+
+    def heartbeat(self, broker_id: int) -> None:
+        info = self.brokers.get(broker_id)
+        if info is None or not info.alive:
+            raise InvalidRequestError(f"Broker {broker_id} is not registered")
+        info.last_heartbeat_ms = self.clock()
+
+    def expire_sessions(self) -> list:
+        now = self.clock()
+        timeout = self.config["broker.session.timeout.ms"]
+        msgs: list = []
+        for b, info in sorted(self.brokers.items()):
+            if info.alive and now - info.last_heartbeat_ms > timeout:
+                msgs += self.broker_failed(b)
+        return msgs
+
+    def broker_failed(self, broker_id: int) -> list:
+        """Take the broker out of every ISR and elect new leaders where it led."""
+        info = self.brokers.get(broker_id)
+        if info is None or not info.alive:
+            return []
+        info.alive = False
+        self.shutting_down.discard(broker_id)
+        changed = []
+        for tp, st in self.partitions.items():
+            if broker_id not in st.replicas:
+                continue
+            if st.leader == broker_id:
+                self._elect(tp, offline=True)
+                changed.append(tp)
+            elif broker_id in st.isr and len(st.isr) > 1:
+                st.isr = [r for r in st.isr if r != broker_id]
+                st.partition_epoch += 1
+                changed.append(tp)
+        return self._leader_and_isr_all(changed) + self._update_metadata()
+
+    def controlled_shutdown(self, broker_id: int) -> list:
+        """Move leadership off the broker before it stops (ControlledShutdown strategy)."""
+        self.shutting_down.add(broker_id)
+        live = set(self.live_brokers())
+        changed = []
+        for tp, st in self.partitions.items():
+            if broker_id not in st.replicas:
+                continue
+            if st.leader == broker_id:
+                e = controlled_shutdown_leader(st.replicas, st.isr, live, self.shutting_down)
+                if e.leader is not None:
+                    self._set_leader(st, e.leader, [r for r in st.isr if r != broker_id])
+                    changed.append(tp)
+            elif broker_id in st.isr and len(st.isr) > 1:
+                st.isr = [r for r in st.isr if r != broker_id]
+                st.partition_epoch += 1
+                changed.append(tp)
+        return self._leader_and_isr_all(changed) + self._update_metadata()
+
+    # ==== topics ==========================================================================
+    def create_topic(self, name: str, num_partitions: int | None = None,
+                     replication_factor: int | None = None,
+                     config: Mapping[str, Any] | None = None,
+                     assignment: Mapping[int, list[int]] | None = None,
+                     fixed_start_index: int = -1) -> list:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        if assignment is None:
+            n = num_partitions or self.config["num.partitions"]
+            rf = replication_factor or self.config["default.replication.factor"]
+            assignment = assign_replicas_to_brokers(self._placement(), n, rf,
+                                                    fixed_start_index, rng=self.rng)
+        else:
+            self._validate_assignment(assignment)
+        self.topics[name] = dict(config or {})
+        for p, replicas in sorted(assignment.items()):
+            self._new_partition((name, p), replicas)
+        return self._leader_and_isr_all([(name, p) for p in assignment], is_new=True) \
+            + self._update_metadata()
+
+    def _placement(self) -> list[int] | dict[int, str | None]:
+        live = self.live_brokers()
+        if any(self.brokers[b].rack is not None for b in live):
+            return {b: self.brokers[b].rack for b in live}
+        return live
+
+    def _validate_assignment(self, assignment: Mapping[int, list[int]]) -> None:
+        live = set(self.live_brokers())
+        sizes = {len(r) for r in assignment.values()}
+        if len(sizes) != 1:
+            raise InvalidReplicaAssignmentError("All partitions should have the same number "
+                                                "of replicas")
+        for p, replicas in assignment.items():
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignmentError(f"Duplicate replica assignment for "
+                                                    f"partition {p}: {replicas}")
+            unknown = [r for r in replicas if r not in live]
+            if unknown:
+                raise InvalidReplicaAssignmentError(f"Unknown broker(s) {unknown} in the "
+                                                    f"assignment of partition {p}")
+
+    def _new_partition(self, tp: TP, replicas: list[int]) -> None:
+        live = set(self.live_brokers())
+        isr = [r for r in replicas if r in live]
+        leader = isr[0] if isr else NO_LEADER
+        self.partitions[tp] = PartitionState(leader, 0, 0, list(replicas), isr)
+
+    def delete_topic(self, name: str) -> list:
+        if not self.config["delete.topic.enable"]:
+            raise TopicDeletionDisabledError("Topic deletion is disabled "
+                                             "(delete.topic.enable=false)")
+        if name not in self.topics:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+        msgs = []
+        for tp in [tp for tp in self.partitions if tp[0] == name]:
+            st = self.partitions.pop(tp)
+            msgs += [StopReplica(self.controller_epoch, r, tp[0], tp[1], True)
+                     for r in st.replicas if r in self.live_brokers()]
+        del self.topics[name]
+        return msgs + self._update_metadata()
+
+    def create_partitions(self, name: str, total: int,
+                          assignment: Mapping[int, list[int]] | None = None) -> list:
+        if name not in self.topics:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+        existing = sorted(p for t, p in self.partitions if t == name)
+        if total <= len(existing):
+            raise InvalidPartitionsError(f"Topic currently has {len(existing)} partitions, "
+                                         f"{total} would not be an increase.")
+        rf = len(self.partitions[(name, existing[0])].replicas)
+        if assignment is None:
+            assignment = assign_replicas_to_brokers(self._placement(), total - len(existing),
+                                                    rf, start_partition_id=len(existing),
+                                                    rng=self.rng)
+        else:
+            self._validate_assignment(assignment)
+        for p, replicas in assignment.items():
+            self._new_partition((name, p), replicas)
+        return self._leader_and_isr_all([(name, p) for p in assignment], is_new=True) \
+            + self._update_metadata()
+
+    # ==== elections =======================================================================
+    def _set_leader(self, st: PartitionState, leader: int, isr: list[int]) -> None:
+        if leader != st.leader:
+            st.leader_epoch += 1
+        st.leader = leader
+        st.isr = isr
+        st.partition_epoch += 1
+
+    def _elect(self, tp: TP, offline: bool = False) -> bool:
+        """OfflinePartition election for ``tp``; True if its state changed."""
+        st = self.partitions[tp]
+        live = set(self.live_brokers())
+        unclean = bool(self.topics.get(tp[0], {}).get(
+            "unclean.leader.election.enable", self.config["unclean.leader.election.enable"]))
+        e = offline_partition_leader(st.replicas, st.isr, live, unclean)
+        if e.leader is None:
+            if st.leader != NO_LEADER:
+                st.leader = NO_LEADER
+                st.leader_epoch += 1
+                st.partition_epoch += 1
+                return True
+            return False
+        new_isr = [e.leader] if e.unclean else [r for r in st.isr if r in live]
+        if e.leader == st.leader and new_isr == st.isr:
+            return False
+        self._set_leader(st, e.leader, new_isr)
+        return True
+
+    def elect_preferred_leaders(self, partitions: Iterable[TP] | None = None) -> list:
+        live = set(self.live_brokers())
+        changed = []
+        for tp in (partitions if partitions is not None else list(self.partitions)):
+            st = self.partitions.get(tuple(tp))
+            if st is None:
+                raise UnknownTopicOrPartitionError(f"Unknown partition {tp}")
+            e = preferred_replica_leader(st.replicas, st.isr, live)
+            if e.leader is not None and e.leader != st.leader:
+                self._set_leader(st, e.leader, st.isr)
+                changed.append(tuple(tp))
+        return self._leader_and_isr_all(changed) + (self._update_metadata() if changed else [])
+
+    def leader_imbalance(self) -> dict[int, float]:
+        """Per preferred broker: share of its preferred partitions led by someone else."""
+        preferred: dict[int, list[PartitionState]] = {}
+        for st in self.partitions.values():
+            preferred.setdefault(st.replicas[0], []).append(st)
+        return {b: sum(1 for st in sts if st.leader != b) / len(sts)
+                for b, sts in preferred.items()}
+
+    def auto_rebalance_check(self) -> list:
+        """The periodic task: preferred elections on brokers whose imbalance is above
+        leader.imbalance.per.broker.percentage."""
+        if not self.config["auto.leader.rebalance.enable"]:
+            return []
+        threshold = self.config["leader.imbalance.per.broker.percentage"] / 100
+        live = set(self.live_brokers())
+        targets = [tp for tp, st in self.partitions.items()
+                   if st.replicas[0] in live and st.replicas[0] not in self.shutting_down
+                   and self.leader_imbalance().get(st.replicas[0], 0) > threshold
+                   and st.leader != st.replicas[0]]
+        return self.elect_preferred_leaders(targets) if targets else []
+
+    # ==== AlterPartition and reassignment =================================================
+    def alter_partition(self, topic: str, partition: int, broker_id: int, leader_epoch: int,
+                        partition_epoch: int, new_isr: Iterable[int]) -> list:
+        st = self.partitions.get((topic, partition))
+        if st is None:
+            raise UnknownTopicOrPartitionError(f"Unknown partition {topic}-{partition}")
+        if broker_id != st.leader or leader_epoch != st.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"AlterPartition for {topic}-{partition} from broker {broker_id} with leader "
+                f"epoch {leader_epoch}; the leader is {st.leader} in epoch {st.leader_epoch}")
+        if partition_epoch != st.partition_epoch:
+            raise InvalidUpdateVersionError(
+                f"AlterPartition for {topic}-{partition} at partition epoch {partition_epoch}"
+                f", current is {st.partition_epoch}")
+        isr = list(new_isr)
+        live = set(self.live_brokers())
+        bad = [r for r in isr if r not in st.replicas or r not in live]
+        if bad or st.leader not in isr:
+            raise InvalidRequestError(f"Proposed ISR {isr} for {topic}-{partition} holds "
+                                      f"replicas that are not live members of {st.replicas}, "
+                                      "or leaves out the leader")
+        st.isr = isr
+        st.partition_epoch += 1
+        msgs = self._maybe_complete_reassignment((topic, partition))
+        return msgs + self._update_metadata()
+
+    def reassign_partitions(self, targets: Mapping[TP, list[int]]) -> list:
+        """Start moving partitions to new replica lists: AR becomes new + old until the new
+        replicas are in the ISR (reported through AlterPartition), then the old ones go."""
+        live = set(self.live_brokers())
+        changed = []
+        for tp, new in targets.items():
+            tp = tuple(tp)
+            st = self.partitions.get(tp)
+            if st is None:
+                raise UnknownTopicOrPartitionError(f"Unknown partition {tp}")
+            if len(set(new)) != len(new) or any(r not in live for r in new):
+                raise InvalidReplicaAssignmentError(f"Invalid target replicas {new} for {tp}")
+            st.adding_replicas = [r for r in new if r not in st.replicas]
+            st.removing_replicas = [r for r in st.replicas if r not in new]
+            st.replicas = list(new) + st.removing_replicas
+            st.partition_epoch += 1
+            changed.append(tp)
+        msgs = self._leader_and_isr_all(changed)
+        for tp in changed:
+            msgs += self._maybe_complete_reassignment(tp)
+        return msgs + self._update_metadata()
+
+    def cancel_reassignment(self, tp: TP) -> list:
+        st = self.partitions[tuple(tp)]
+        if not st.adding_replicas and not st.removing_replicas:
+            raise NoReassignmentInProgressError(f"No reassignment in progress for {tp}")
+        st.replicas = [r for r in st.replicas if r not in st.adding_replicas]
+        st.isr = [r for r in st.isr if r in st.replicas]
+        st.adding_replicas, st.removing_replicas = [], []
+        st.partition_epoch += 1
+        return self._leader_and_isr_all([tuple(tp)]) + self._update_metadata()
+
+    def _maybe_complete_reassignment(self, tp: TP) -> list:
+        st = self.partitions[tp]
+        if not (st.adding_replicas or st.removing_replicas):
+            return []
+        if any(r not in st.isr for r in st.adding_replicas):
+            return []  # still catching up
+        target = [r for r in st.replicas if r not in st.removing_replicas]
+        removed = st.removing_replicas
+        st.replicas = target
+        st.isr = [r for r in st.isr if r in target]
+        st.adding_replicas, st.removing_replicas = [], []
+        if st.leader not in target:
+            e = reassign_partition_leader(target, st.isr, set(self.live_brokers()))
+            self._set_leader(st, e.leader if e.leader is not None else NO_LEADER, st.isr)
+        else:
+            st.partition_epoch += 1
+        return self._leader_and_isr_all([tp]) + [
+            StopReplica(self.controller_epoch, r, tp[0], tp[1], True)
+            for r in removed if r in self.live_brokers()]
+
+    # ==== outputs =========================================================================
+    def _leader_and_isr(self, tp: TP, only: int | None = None,
+                        is_new: bool = False) -> list[LeaderAndIsr]:
+        st = self.partitions[tp]
+        live = set(self.live_brokers())
+        return [LeaderAndIsr(self.controller_epoch, r, tp[0], tp[1], st.leader, st.leader_epoch,
+                             st.partition_epoch, tuple(st.isr), tuple(st.replicas), is_new)
+                for r in st.replicas if r in live and (only is None or r == only)]
+
+    def _leader_and_isr_all(self, tps: Iterable[TP], is_new: bool = False) -> list:
+        return [m for tp in tps for m in self._leader_and_isr(tp, is_new=is_new)]
+
+    def _update_metadata(self) -> list[UpdateMetadata]:
+        image = self.metadata_image()
+        return [UpdateMetadata(self.controller_epoch, b, image) for b in self.live_brokers()]
+
+    def metadata_image(self) -> dict:
+        live = set(self.live_brokers())
+        return {
+            "controller_epoch": self.controller_epoch,
+            "brokers": {b: {"rack": i.rack, "endpoint": i.endpoint}
+                        for b, i in sorted(self.brokers.items()) if i.alive},
+            "topics": {
+                name: {p: {"leader": st.leader, "leader_epoch": st.leader_epoch,
+                           "replicas": list(st.replicas), "isr": list(st.isr),
+                           "offline_replicas": [r for r in st.replicas if r not in live]}
+                       for (t, p), st in sorted(self.partitions.items()) if t == name}
+                for name in sorted(self.topics)},
+        }
+
+    def describe_topic(self, name: str) -> list[str]:
+        """Kafka's kafka-topics.sh --describe partition lines."""
+        if name not in self.topics:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+        return [f"\tTopic: {name}\tPartition: {p}\tLeader: "
+                f"{st.leader if st.leader != NO_LEADER else 'none'}\t"
+                f"Replicas: {','.join(map(str, st.replicas))}\t"
+                f"Isr: {','.join(map(str, st.isr))}"
+                for (t, p), st in sorted(self.partitions.items()) if t == name]
+
+    # ==== failover ========================================================================
+    def to_snapshot(self) -> dict:
+        return {
+            "controller_epoch": self.controller_epoch,
+            "config": dict(self.config),
+            "brokers": [asdict(b) for b in self.brokers.values()],
+            "topics": {name: dict(cfg) for name, cfg in self.topics.items()},
+            "partitions": [[t, p, asdict(st)] for (t, p), st in self.partitions.items()],
+        }
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Mapping[str, Any],
+                      clock: Callable[[], int]) -> "ControllerState":
+        """The next controller: same image, controller epoch + 1, brokers' sessions
+        restarted (each must heartbeat within the session timeout)."""
+        state = cls(clock, snapshot["config"], controller_epoch=snapshot["controller_epoch"] + 1)
+        now = clock()
+        for b in snapshot["brokers"]:
+            info = BrokerInfo(**b)
+            info.last_heartbeat_ms = now
+            state.brokers[info.broker_id] = info
+        state.topics = {n: dict(c) for n, c in snapshot["topics"].items()}
+        for t, p, st in snapshot["partitions"]:
+            state.partitions[(t, p)] = PartitionState(**st)
+        return state

@@ -1,0 +1,218 @@
+"""Controller logic: replica assignment, elections, ISR changes, failover (SPEC §4)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from actors.controller.assignment import assign_replicas_to_brokers, rack_alternated_brokers
+from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
+                                        preferred_replica_leader)
+from actors.controller.messages import LeaderAndIsr, StopReplica, UpdateMetadata, \
+    check_controller_epoch
+from actors.controller.state import ControllerState
+from protocols.errors import (FencedLeaderEpochError, InvalidReplicationFactorError,
+                              InvalidTopicError, InvalidUpdateVersionError,
+                              StaleControllerEpochError, TopicAlreadyExistsError,
+                              TopicDeletionDisabledError)
+from tests.clock import ManualClock
+
+
+# ---- assignment -----------------------------------------------------------------------
+def test_rack_unaware_assignment_is_kafkas():
+    """Kafka's own documented example: 5 brokers, 10 partitions, 3 replicas, start 0."""
+    assert assign_replicas_to_brokers([0, 1, 2, 3, 4], 10, 3, fixed_start_index=0) == {
+        0: [0, 1, 2], 1: [1, 2, 3], 2: [2, 3, 4], 3: [3, 4, 0], 4: [4, 0, 1],
+        5: [0, 2, 3], 6: [1, 3, 4], 7: [2, 4, 0], 8: [3, 0, 1], 9: [4, 1, 2]}
+
+
+def test_assignment_continues_from_a_start_partition():
+    """Adding partitions 6..9: leaders keep rotating from the partition id; the replica shift
+    starts again from the given start (Kafka counts shifts within one call only)."""
+    tail = assign_replicas_to_brokers([0, 1, 2, 3, 4], 4, 3, fixed_start_index=0,
+                                      start_partition_id=6)
+    assert tail == {6: [1, 2, 3], 7: [2, 3, 4], 8: [3, 4, 0], 9: [4, 0, 1]}
+
+
+def test_replication_factor_above_the_brokers_is_refused():
+    with pytest.raises(InvalidReplicationFactorError,
+                       match="Replication factor: 3 larger than available brokers: 2."):
+        assign_replicas_to_brokers([0, 1], 1, 3)
+
+
+def test_random_start_still_spreads_leaders_and_never_repeats_a_broker():
+    for seed in range(20):
+        got = assign_replicas_to_brokers([10, 11, 12, 13], 8, 3, rng=random.Random(seed))
+        assert all(len(set(r)) == 3 for r in got.values())
+        leaders = [r[0] for r in got.values()]
+        assert sorted(leaders.count(b) for b in (10, 11, 12, 13)) == [2, 2, 2, 2]
+
+
+def test_rack_aware_assignment_spreads_each_partition_over_racks():
+    racks = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"}
+    assert rack_alternated_brokers(racks) == [0, 2, 4, 1, 3, 5]
+    got = assign_replicas_to_brokers(racks, 12, 3, fixed_start_index=0)
+    for replicas in got.values():
+        assert len({racks[b] for b in replicas}) == 3
+
+
+# ---- election strategies --------------------------------------------------------------
+def test_offline_election_seed_example():
+    """SPEC §4: AR [0,1,2], ISR [2,1] -> 1 (AR order, not ISR order)."""
+    assert offline_partition_leader([0, 1, 2], [2, 1], live={0, 1, 2}).leader == 1
+
+
+def test_unclean_election_only_when_enabled():
+    assert offline_partition_leader([0, 1, 2], [0], live={1, 2}).leader is None
+    e = offline_partition_leader([0, 1, 2], [0], live={1, 2}, unclean_enabled=True)
+    assert (e.leader, e.unclean) == (1, True)
+
+
+def test_preferred_and_controlled_shutdown_elections():
+    assert preferred_replica_leader([2, 0, 1], [0, 1, 2], {0, 1, 2}).leader == 2
+    assert preferred_replica_leader([2, 0, 1], [0, 1], {0, 1, 2}).leader is None
+    assert controlled_shutdown_leader([0, 1, 2], [0, 1, 2], {0, 1, 2}, {0}).leader == 1
+
+
+# ---- the controller -------------------------------------------------------------------
+def controller(brokers=(0, 1, 2), **config) -> tuple[ControllerState, ManualClock]:
+    clock = ManualClock(1_000)
+    c = ControllerState(clock, config, rng=random.Random(0))
+    for b in brokers:
+        c.register_broker(b)
+    return c, clock
+
+
+def seed_topic(c: ControllerState) -> None:
+    c.create_topic("t", assignment={0: [1, 2, 0], 1: [2, 0, 1], 2: [0, 1, 2]})
+
+
+def test_describe_prints_kafkas_lines():
+    c, _ = controller()
+    seed_topic(c)
+    assert c.describe_topic("t") == [
+        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2,0\tIsr: 1,2,0",
+        "\tTopic: t\tPartition: 1\tLeader: 2\tReplicas: 2,0,1\tIsr: 2,0,1",
+        "\tTopic: t\tPartition: 2\tLeader: 0\tReplicas: 0,1,2\tIsr: 0,1,2"]
+
+
+def test_seed_example_broker_0_stops():
+    """Replicas 1,2,0 / 2,0,1 / 0,1,2 with full ISRs; broker 0's session expires: partition
+    2's leader becomes 1 and broker 0 leaves every ISR."""
+    c, clock = controller()
+    seed_topic(c)
+    clock.advance(5_000)
+    c.heartbeat(1)
+    c.heartbeat(2)
+    clock.advance(5_000)                        # 10 s since broker 0's last heartbeat
+    msgs = c.expire_sessions()
+    p = {tp[1]: st for tp, st in c.partitions.items()}
+    assert (p[2].leader, p[2].isr, p[2].leader_epoch) == (1, [1, 2], 1)
+    assert (p[0].leader, p[0].isr, p[0].leader_epoch) == (1, [1, 2], 0)
+    assert (p[1].leader, p[1].isr) == (2, [2, 1])
+    assert {m.broker_id for m in msgs if isinstance(m, LeaderAndIsr)} == {1, 2}
+    assert all(m.controller_epoch == 1 for m in msgs)
+    assert {m.broker_id for m in msgs if isinstance(m, UpdateMetadata)} == {1, 2}
+
+
+def test_a_partition_without_live_isr_goes_offline_and_comes_back_with_its_replica():
+    c, _ = controller()
+    c.create_topic("solo", assignment={0: [0]})
+    c.broker_failed(0)
+    st = c.partitions[("solo", 0)]
+    assert st.leader == -1
+    c.register_broker(0)
+    assert (st.leader, st.leader_epoch) == (0, 2)
+
+
+def test_unclean_election_per_topic():
+    c, _ = controller()
+    c.create_topic("t", assignment={0: [0, 1]},
+                   config={"unclean.leader.election.enable": True})
+    c.alter_partition("t", 0, 0, 0, 0, [0])     # 1 fell out of the ISR
+    c.broker_failed(0)
+    st = c.partitions[("t", 0)]
+    assert (st.leader, st.isr) == (1, [1])       # availability over consistency
+
+
+def test_alter_partition_is_fenced_by_leader_and_partition_epoch():
+    c, _ = controller()
+    seed_topic(c)
+    with pytest.raises(FencedLeaderEpochError):
+        c.alter_partition("t", 0, 2, 0, 0, [2, 1])   # not the leader
+    with pytest.raises(InvalidUpdateVersionError):
+        c.alter_partition("t", 0, 1, 0, 7, [1, 2])
+    c.alter_partition("t", 0, 1, 0, 0, [1, 2])
+    st = c.partitions[("t", 0)]
+    assert (st.isr, st.partition_epoch) == ([1, 2], 1)
+
+
+def test_controlled_shutdown_moves_leaders_first():
+    c, _ = controller()
+    seed_topic(c)
+    c.controlled_shutdown(0)
+    assert c.partitions[("t", 2)].leader == 1
+    assert all(0 not in st.isr for st in c.partitions.values())
+
+
+def test_reassignment_adds_waits_then_drops():
+    c, _ = controller(brokers=(0, 1, 2, 3))
+    c.create_topic("t", assignment={0: [0, 1]})
+    c.reassign_partitions({("t", 0): [2, 3]})
+    st = c.partitions[("t", 0)]
+    assert st.replicas == [2, 3, 0, 1] and st.adding_replicas == [2, 3]
+    msgs = c.alter_partition("t", 0, 0, st.leader_epoch, st.partition_epoch, [0, 1, 2, 3])
+    assert (st.replicas, st.isr, st.leader) == ([2, 3], [2, 3], 2)
+    assert {m.broker_id for m in msgs if isinstance(m, StopReplica)} == {0, 1}
+
+
+def test_preferred_election_and_auto_rebalance():
+    c, _ = controller()
+    seed_topic(c)
+    c.broker_failed(1)
+    c.register_broker(1)
+    c.alter_partition("t", 0, 2, c.partitions[("t", 0)].leader_epoch,
+                      c.partitions[("t", 0)].partition_epoch, [2, 0, 1])
+    assert c.partitions[("t", 0)].leader == 2
+    assert c.leader_imbalance()[1] == 1.0
+    c.auto_rebalance_check()
+    assert c.partitions[("t", 0)].leader == 1
+
+
+def test_topic_admin_errors():
+    c, _ = controller(**{"delete.topic.enable": False})
+    seed_topic(c)
+    with pytest.raises(TopicAlreadyExistsError):
+        seed_topic(c)
+    with pytest.raises(TopicDeletionDisabledError):
+        c.delete_topic("t")
+    with pytest.raises(InvalidTopicError):
+        c.create_topic("..", 1, 1)
+    with pytest.raises(InvalidReplicationFactorError):
+        c.create_topic("big", 1, 4)
+
+
+def test_create_partitions_keeps_existing_ones():
+    c, _ = controller()
+    seed_topic(c)
+    c.create_partitions("t", 5)
+    assert [c.partitions[("t", p)].replicas for p in range(3)] == [[1, 2, 0], [2, 0, 1],
+                                                                 [0, 1, 2]]
+    assert all(len(set(c.partitions[("t", p)].replicas)) == 3 for p in (3, 4))
+
+
+def test_failover_through_a_snapshot_bumps_the_controller_epoch():
+    c, clock = controller()
+    seed_topic(c)
+    snapshot = c.to_snapshot()
+    import msgpack
+    restored = msgpack.unpackb(msgpack.packb(snapshot, use_bin_type=True), raw=False,
+                               strict_map_key=False)
+    successor = ControllerState.from_snapshot(restored, clock)
+    assert successor.controller_epoch == 2
+    assert successor.describe_topic("t") == c.describe_topic("t")
+    msgs = successor.broker_failed(0)
+    assert all(m.controller_epoch == 2 for m in msgs)
+    check_controller_epoch(current=2, received=2)
+    with pytest.raises(StaleControllerEpochError):
+        check_controller_epoch(current=2, received=1)
