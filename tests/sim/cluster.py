@@ -18,9 +18,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.controller.messages import LeaderAndIsr, check_controller_epoch
+from actors.controller.state import ControllerState
 from actors.replica.partition import (FetchRequest, PartitionReplica, ReplicaConfig, Role)
 from actors.timer.system_timer import SystemTimer
-from protocols.errors import KafkaError
+from protocols.errors import KafkaError, StaleControllerEpochError
 from protocols.records import Record, encode_batch, iter_batches
 from storage import Log
 
@@ -39,18 +41,6 @@ class Clock:
         return self.now_ms
 
 
-@dataclass
-class ControllerView:
-    """The controller's record of the partition (what ZooKeeper / the metadata log holds)."""
-
-    replicas: list[int]
-    isr: list[int]
-    leader: int = -1
-    leader_epoch: int = -1
-    partition_epoch: int = 0
-    leaders_by_epoch: dict[int, int] = field(default_factory=dict)
-
-
 class Simulation:
     def __init__(self, seed: int, root: Path | None = None, *, brokers: int = 3,
                  epochs: bool = True, steps: int = 150):
@@ -67,7 +57,11 @@ class Simulation:
         self.broker_ids = list(range(brokers))
         self.up: dict[int, PartitionReplica] = {}
         self.hw_checkpoint: dict[int, int] = {}
-        self.controller = ControllerView(list(self.broker_ids), list(self.broker_ids))
+        self.controller = ControllerState(self.clock, {"broker.session.timeout.ms": 10**9},
+                                          rng=random.Random(seed))
+        self.zombie: ControllerState | None = None  # a replaced controller that still talks
+        self.known_controller_epoch: dict[int, int] = {}
+        self.leaders_by_epoch: dict[int, int] = {}
         self.acked: dict[int, bytes] = {}
         self.counter = 0
         self.step_no = 0
@@ -76,7 +70,8 @@ class Simulation:
         self.in_flight: list[tuple[int, object]] = []  # delayed fetch responses per follower
         for b in self.broker_ids:
             self._start(b)
-        self._elect()
+            self._apply(self.controller.register_broker(b))
+        self._apply(self.controller.create_topic(TOPIC, assignment={0: list(self.broker_ids)}))
 
     # ---- plumbing --------------------------------------------------------------------------
     def close(self) -> None:
@@ -92,50 +87,54 @@ class Simulation:
         self.up[b] = replica
         return replica
 
-    def _send_leader_and_isr(self) -> None:
-        c = self.controller
-        for b, replica in self.up.items():
-            if b == c.leader:
-                replica.become_leader(c.leader_epoch, c.partition_epoch, c.isr, c.replicas)
-            elif c.leader >= 0:
-                replica.become_follower(c.leader, c.leader_epoch, c.partition_epoch,
-                                        c.replicas, c.isr)
+    def _apply(self, messages) -> None:
+        """Deliver controller messages; brokers refuse those of an older controller."""
+        for m in messages:
+            replica = self.up.get(m.broker_id)
+            if replica is None:
+                continue
+            try:
+                check_controller_epoch(self.known_controller_epoch.get(m.broker_id, 0),
+                                       m.controller_epoch)
+            except StaleControllerEpochError:
+                continue
+            self.known_controller_epoch[m.broker_id] = m.controller_epoch
+            if not isinstance(m, LeaderAndIsr):
+                continue
+            if m.leader >= 0:
+                seen = self.leaders_by_epoch.setdefault(m.leader_epoch, m.leader)
+                if seen != m.leader:
+                    self._fail(f"leaders {seen} and {m.leader} in epoch {m.leader_epoch}")
+            if m.leader == m.broker_id:
+                replica.become_leader(m.leader_epoch, m.partition_epoch, list(m.isr),
+                                      list(m.replicas))
+            elif m.leader >= 0:
+                replica.become_follower(m.leader, m.leader_epoch, m.partition_epoch,
+                                        list(m.replicas), list(m.isr))
             else:
                 replica.make_offline()
 
-    def _elect(self) -> None:
-        """OfflinePartition election: first replica in AR order that is live and in ISR."""
-        c = self.controller
-        live_isr = [r for r in c.replicas if r in c.isr and r in self.up]
-        if c.leader in self.up and c.leader in c.isr:
-            return
-        c.leader = live_isr[0] if live_isr else -1
-        if c.leader >= 0:
-            c.leader_epoch += 1
-            c.partition_epoch += 1
-            if c.leader_epoch in c.leaders_by_epoch:
-                self._fail(f"two leaders in epoch {c.leader_epoch}")
-            c.leaders_by_epoch[c.leader_epoch] = c.leader
-        self._send_leader_and_isr()
+    @property
+    def _state(self):
+        return self.controller.partitions[(TOPIC, 0)]
 
     def _leader(self) -> PartitionReplica | None:
-        r = self.up.get(self.controller.leader)
+        r = self.up.get(self._state.leader)
         return r if r is not None and r.role is Role.LEADER else None
 
     def _alter_partition(self, leader: PartitionReplica) -> None:
         proposal = leader.take_alter_partition()
         if proposal is None:
             return
-        c = self.controller
-        if (proposal.leader_epoch != c.leader_epoch or proposal.partition_epoch != c.partition_epoch
-                or proposal.leader_id != c.leader):
-            leader.on_alter_partition_result(None, c.partition_epoch,
-                                             KafkaError("fenced AlterPartition"))
+        try:
+            messages = self.controller.alter_partition(
+                proposal.topic, proposal.partition, proposal.leader_id, proposal.leader_epoch,
+                proposal.partition_epoch, proposal.new_isr)
+        except KafkaError as e:
+            leader.on_alter_partition_result(None, self._state.partition_epoch, e)
             return
-        new_isr = [r for r in proposal.new_isr if r in self.up or r == c.leader]
-        c.isr = new_isr
-        c.partition_epoch += 1
-        leader.on_alter_partition_result(new_isr, c.partition_epoch)
+        leader.on_alter_partition_result(list(self._state.isr), self._state.partition_epoch)
+        self._apply(messages)
 
     def _fail(self, what: str) -> None:
         raise InvariantViolation(f"seed {self.seed} step {self.step_no}: {what}\n  trace: "
@@ -212,24 +211,26 @@ class Simulation:
         if b not in self.up or len(self.up) == 1:
             return
         del self.up[b]
-        c = self.controller
-        if b in c.isr and len(c.isr) > 1:
-            # The controller takes a dead broker out of the ISR (never the last member).
-            c.isr = [r for r in c.isr if r != b]
-            c.partition_epoch += 1
-        if c.leader == b:
-            c.leader = -1
-            self._elect()
-        else:
-            self._send_leader_and_isr()
+        self._apply(self.controller.broker_failed(b))
 
     def restart(self, b: int) -> None:
         if b in self.up:
             return
         self._start(b)
-        if self.controller.leader < 0:
-            self._elect()
-        self._send_leader_and_isr()
+        self._apply(self.controller.register_broker(b))
+
+    def controller_failover(self) -> None:
+        """The controller's process dies; a successor loads its checkpoint (epoch + 1).
+        The old one lingers as a zombie whose requests brokers must refuse."""
+        self.zombie = self.controller
+        self.controller = ControllerState.from_snapshot(self.controller.to_snapshot(),
+                                                        self.clock)
+        self._apply(self.controller._update_metadata())
+
+    def zombie_speaks(self) -> None:
+        if self.zombie is not None:
+            victim = self.rng.choice(self.zombie.live_brokers() or [0])
+            self._apply(self.zombie.broker_failed(victim))
 
     def advance(self, ms: int) -> None:
         self.clock.now_ms += ms
@@ -240,7 +241,7 @@ class Simulation:
         leader = self._leader()
         if leader is None:
             return
-        c = self.controller
+        c = self._state
         live_isr = [r for r in c.isr if r in self.up]
         if live_isr:
             records = {}
@@ -295,10 +296,14 @@ class Simulation:
         elif roll < 0.85:
             ms = rng.choice([10, 500, 2_500])
             action, run = f"advance {ms}", lambda: self.advance(ms)
-        elif roll < 0.92:
+        elif roll < 0.91:
             action, run = f"crash {b}", lambda: self.crash(b)
-        else:
+        elif roll < 0.97:
             action, run = f"restart {b}", lambda: self.restart(b)
+        elif roll < 0.985:
+            action, run = "controller failover", self.controller_failover
+        else:
+            action, run = "zombie controller", self.zombie_speaks
         self.trace.append(action)
         try:
             run()
