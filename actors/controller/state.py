@@ -17,6 +17,8 @@ from actors.controller.assignment import assign_replicas_to_brokers
 from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
                                         preferred_replica_leader, reassign_partition_leader)
 from actors.controller.messages import LeaderAndIsr, StopReplica, UpdateMetadata
+from actors.controller.state_machines import (PARTITION_PREVIOUS, REPLICA_PREVIOUS,
+                                              PartitionStatus, ReplicaStatus, StateMachine)
 from protocols.config import ConfigDef, at_least, between
 from protocols.errors import (FencedLeaderEpochError, InvalidPartitionsError,
                               InvalidReplicaAssignmentError,
@@ -72,6 +74,35 @@ class ControllerState:
         self.topics: dict[str, dict[str, Any]] = {}
         self.partitions: dict[TP, PartitionState] = {}
         self.shutting_down: set[int] = set()
+        self.partition_states: StateMachine[TP, PartitionStatus] = StateMachine(
+            "Partition", PARTITION_PREVIOUS, PartitionStatus.NON_EXISTENT)
+        self.replica_states: StateMachine[tuple[str, int, int], ReplicaStatus] = StateMachine(
+            "Replica", REPLICA_PREVIOUS, ReplicaStatus.NON_EXISTENT)
+
+    def _sync_states(self, tp: TP) -> None:
+        """Move the partition and its replicas to the states their facts imply."""
+        st = self.partitions[tp]
+        live = set(self.live_brokers())
+        self.partition_states.move(tp, PartitionStatus.ONLINE if st.leader != NO_LEADER
+                                   else PartitionStatus.OFFLINE)
+        for r in st.replicas:
+            key = (tp[0], tp[1], r)
+            if self.replica_states.state(key) == ReplicaStatus.NON_EXISTENT:
+                self.replica_states.move(key, ReplicaStatus.NEW)
+            self.replica_states.move(key, ReplicaStatus.ONLINE if r in live
+                                     else ReplicaStatus.OFFLINE)
+
+    def _delete_replica_states(self, tp: TP, replicas: Iterable[int]) -> None:
+        live = set(self.live_brokers())
+        for r in replicas:
+            key = (tp[0], tp[1], r)
+            self.replica_states.move(key, ReplicaStatus.OFFLINE)
+            self.replica_states.move(key, ReplicaStatus.DELETION_STARTED)
+            if r in live:  # StopReplica(delete) goes out now; a dead broker's copy waits
+                self.replica_states.move(key, ReplicaStatus.DELETION_SUCCESSFUL)
+                self.replica_states.move(key, ReplicaStatus.NON_EXISTENT)
+            else:
+                self.replica_states.move(key, ReplicaStatus.DELETION_INELIGIBLE)
 
     # ==== brokers =========================================================================
     def live_brokers(self) -> list[int]:
@@ -86,6 +117,9 @@ class ControllerState:
         changed = [tp for tp, st in self.partitions.items()
                    if st.leader == NO_LEADER and broker_id in st.replicas
                    and self._elect(tp, offline=True)]
+        for tp, st in self.partitions.items():
+            if broker_id in st.replicas and tp not in changed:
+                self._sync_states(tp)
         msgs = [m for tp, st in self.partitions.items() if broker_id in st.replicas
                 and tp not in changed for m in self._leader_and_isr(tp, only=broker_id)]
         return msgs + self._leader_and_isr_all(changed) + self._update_metadata()
@@ -116,6 +150,7 @@ class ControllerState:
         for tp, st in self.partitions.items():
             if broker_id not in st.replicas:
                 continue
+            self.replica_states.move((tp[0], tp[1], broker_id), ReplicaStatus.OFFLINE)
             if st.leader == broker_id:
                 self._elect(tp, offline=True)
                 changed.append(tp)
@@ -192,6 +227,7 @@ class ControllerState:
         isr = [r for r in replicas if r in live]
         leader = isr[0] if isr else NO_LEADER
         self.partitions[tp] = PartitionState(leader, 0, 0, list(replicas), isr)
+        self.partition_states.move(tp, PartitionStatus.NEW)
 
     def delete_topic(self, name: str) -> list:
         if not self.config["delete.topic.enable"]:
@@ -202,6 +238,9 @@ class ControllerState:
         msgs = []
         for tp in [tp for tp in self.partitions if tp[0] == name]:
             st = self.partitions.pop(tp)
+            self.partition_states.move(tp, PartitionStatus.OFFLINE)
+            self.partition_states.move(tp, PartitionStatus.NON_EXISTENT)
+            self._delete_replica_states(tp, st.replicas)
             msgs += [StopReplica(self.controller_epoch, r, tp[0], tp[1], True)
                      for r in st.replicas if r in self.live_brokers()]
         del self.topics[name]
@@ -363,9 +402,10 @@ class ControllerState:
             self._set_leader(st, e.leader if e.leader is not None else NO_LEADER, st.isr)
         else:
             st.partition_epoch += 1
-        return self._leader_and_isr_all([tp]) + [
-            StopReplica(self.controller_epoch, r, tp[0], tp[1], True)
-            for r in removed if r in self.live_brokers()]
+        msgs = self._leader_and_isr_all([tp])
+        self._delete_replica_states(tp, removed)
+        return msgs + [StopReplica(self.controller_epoch, r, tp[0], tp[1], True)
+                       for r in removed if r in self.live_brokers()]
 
     # ==== outputs =========================================================================
     def _leader_and_isr(self, tp: TP, only: int | None = None,
@@ -377,6 +417,9 @@ class ControllerState:
                 for r in st.replicas if r in live and (only is None or r == only)]
 
     def _leader_and_isr_all(self, tps: Iterable[TP], is_new: bool = False) -> list:
+        tps = list(tps)
+        for tp in tps:
+            self._sync_states(tp)
         return [m for tp in tps for m in self._leader_and_isr(tp, is_new=is_new)]
 
     def _update_metadata(self) -> list[UpdateMetadata]:
@@ -415,6 +458,8 @@ class ControllerState:
             "brokers": [asdict(b) for b in self.brokers.values()],
             "topics": {name: dict(cfg) for name, cfg in self.topics.items()},
             "partitions": [[t, p, asdict(st)] for (t, p), st in self.partitions.items()],
+            "replica_states": [[t, p, r, s.value]
+                               for (t, p, r), s in self.replica_states.states.items()],
         }
 
     @classmethod
@@ -431,4 +476,8 @@ class ControllerState:
         state.topics = {n: dict(c) for n, c in snapshot["topics"].items()}
         for t, p, st in snapshot["partitions"]:
             state.partitions[(t, p)] = PartitionState(**st)
+            state.partition_states.states[(t, p)] = (
+                PartitionStatus.ONLINE if st["leader"] != NO_LEADER else PartitionStatus.OFFLINE)
+        for t, p, r, value in snapshot.get("replica_states", []):
+            state.replica_states.states[(t, p, r)] = ReplicaStatus(value)
         return state

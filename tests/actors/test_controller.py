@@ -216,3 +216,35 @@ def test_failover_through_a_snapshot_bumps_the_controller_epoch():
     check_controller_epoch(current=2, received=2)
     with pytest.raises(StaleControllerEpochError):
         check_controller_epoch(current=2, received=1)
+
+
+# ---- partition and replica state machines --------------------------------------------
+def test_state_machines_follow_the_facts():
+    from actors.controller.state_machines import PartitionStatus as P, ReplicaStatus as R
+    c, clock = controller()
+    seed_topic(c)
+    assert {c.partition_states.state(("t", p)) for p in range(3)} == {P.ONLINE}
+    assert c.replica_states.state(("t", 2, 0)) == R.ONLINE
+    c.broker_failed(0)
+    assert c.replica_states.state(("t", 2, 0)) == R.OFFLINE
+    c.create_topic("solo", assignment={0: [1]})
+    c.broker_failed(1)
+    assert c.partition_states.state(("solo", 0)) == P.OFFLINE
+    c.register_broker(1)
+    assert c.partition_states.state(("solo", 0)) == P.ONLINE
+    c.delete_topic("t")
+    assert c.partition_states.state(("t", 0)) == P.NON_EXISTENT
+    assert c.replica_states.state(("t", 0, 1)) == R.NON_EXISTENT       # deleted
+    assert c.replica_states.state(("t", 0, 0)) == R.DELETION_INELIGIBLE  # its broker is down
+
+
+def test_an_illegal_transition_is_refused():
+    from actors.controller.state_machines import (PARTITION_PREVIOUS, IllegalStateTransitionError,
+                                                  PartitionStatus as P, StateMachine)
+    sm = StateMachine("Partition", PARTITION_PREVIOUS, P.NON_EXISTENT)
+    with pytest.raises(IllegalStateTransitionError, match="NonExistentPartition to Online"):
+        sm.move(("t", 0), P.ONLINE)
+    sm.move(("t", 0), P.NEW)
+    sm.move(("t", 0), P.ONLINE)
+    with pytest.raises(IllegalStateTransitionError):
+        sm.move(("t", 0), P.NON_EXISTENT)  # must go offline first

@@ -252,6 +252,9 @@ class Simulation:
                     for r in batch.records():
                         records[r.offset] = r.value
                 offset = info.next_offset
+            below_hw = [v for o, v in records.items() if o < leader.high_watermark]
+            if len(below_hw) != len(set(below_hw)):
+                self._fail("a committed record appears twice below the HW")
             for off, value in self.acked.items():
                 if records.get(off) != value:
                     self._fail(f"acknowledged offset {off} ({value!r}) lost: leader {c.leader} "
