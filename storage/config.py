@@ -49,7 +49,6 @@ TOPIC_CONFIG = (
             one_of("producer", "uncompressed", *COMPRESSION_TYPES))
     .define("min.insync.replicas", "int", 1, at_least(1))
     .define("unclean.leader.election.enable", "boolean", False)
-    .define("preallocate", "boolean", False)
 )
 
 # Broker-level keys that supply a topic key's default, in priority order (first present wins).
@@ -76,7 +75,6 @@ BROKER_DEFAULTS: dict[str, tuple[tuple[str, int], ...]] = {
     "compression.type": (("compression.type", 1),),
     "min.insync.replicas": (("min.insync.replicas", 1),),
     "unclean.leader.election.enable": (("unclean.leader.election.enable", 1),),
-    "preallocate": (("log.preallocate", 1),),
 }
 
 
@@ -116,7 +114,6 @@ class LogConfig:
     compression_type: str
     min_insync_replicas: int
     unclean_leader_election_enable: bool
-    preallocate: bool
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any] | None = None, *,
