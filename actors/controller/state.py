@@ -154,11 +154,18 @@ class ControllerState:
             if st.leader == broker_id:
                 self._elect(tp, offline=True)
                 changed.append(tp)
-            elif broker_id in st.isr and len(st.isr) > 1:
-                st.isr = [r for r in st.isr if r != broker_id]
-                st.partition_epoch += 1
+            elif self._remove_from_isr(st, broker_id):
                 changed.append(tp)
         return self._leader_and_isr_all(changed) + self._update_metadata()
+
+    @staticmethod
+    def _remove_from_isr(st: PartitionState, broker_id: int) -> bool:
+        """Drop a follower from the ISR (never its last member); True if it changed."""
+        if broker_id in st.isr and len(st.isr) > 1:
+            st.isr = [r for r in st.isr if r != broker_id]
+            st.partition_epoch += 1
+            return True
+        return False
 
     def controlled_shutdown(self, broker_id: int) -> list:
         """Move leadership off the broker before it stops (ControlledShutdown strategy)."""
@@ -173,9 +180,7 @@ class ControllerState:
                 if e.leader is not None:
                     self._set_leader(st, e.leader, [r for r in st.isr if r != broker_id])
                     changed.append(tp)
-            elif broker_id in st.isr and len(st.isr) > 1:
-                st.isr = [r for r in st.isr if r != broker_id]
-                st.partition_epoch += 1
+            elif self._remove_from_isr(st, broker_id):
                 changed.append(tp)
         return self._leader_and_isr_all(changed) + self._update_metadata()
 
