@@ -339,15 +339,20 @@ class ControllerState:
         st = self.partitions.get((topic, partition))
         if st is None:
             raise UnknownTopicOrPartitionError(f"Unknown partition {topic}-{partition}")
+        new_isr = list(new_isr)
         if broker_id != st.leader or leader_epoch != st.leader_epoch:
             raise FencedLeaderEpochError(
                 f"AlterPartition for {topic}-{partition} from broker {broker_id} with leader "
                 f"epoch {leader_epoch}; the leader is {st.leader} in epoch {st.leader_epoch}")
         if partition_epoch != st.partition_epoch:
+            if new_isr == st.isr:
+                # A retry whose first attempt was applied but whose answer was lost: the
+                # state is already what the leader wants (Kafka answers it the same way).
+                return []
             raise InvalidUpdateVersionError(
                 f"AlterPartition for {topic}-{partition} at partition epoch {partition_epoch}"
                 f", current is {st.partition_epoch}")
-        isr = list(new_isr)
+        isr = new_isr
         live = set(self.live_brokers())
         bad = [r for r in isr if r not in st.replicas or r not in live]
         if bad or st.leader not in isr:

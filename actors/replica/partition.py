@@ -310,8 +310,14 @@ class PartitionReplica:
         latest = self.log.leader_epoch_cache.latest_epoch
         return UNDEFINED_EPOCH if latest is None else latest
 
-    def on_leader_epoch_end_offset(self, epoch: int, end_offset: int) -> int:
-        """Truncate as KIP-279 says and return the truncation offset."""
+    def on_leader_epoch_end_offset(self, epoch: int, end_offset: int,
+                                   leader_epoch: int | None = None) -> int | None:
+        """Truncate as KIP-279 says and return the truncation offset. ``leader_epoch`` is
+        the epoch the request was sent in: a late answer from an earlier leadership, or one
+        arriving after truncation already happened, is dropped (None)."""
+        if (self.role is not Role.FOLLOWER or not self.needs_truncation
+                or (leader_epoch is not None and leader_epoch != self.leader_epoch)):
+            return None
         leo = self.log.log_end_offset
         if end_offset < 0:
             # The leader knows nothing of our epoch (or we have none): fall back to the HW.

@@ -147,6 +147,19 @@ def test_alter_partition_is_fenced_by_leader_and_partition_epoch():
     assert (st.isr, st.partition_epoch) == ([1, 2], 1)
 
 
+def test_a_retried_alter_partition_whose_answer_was_lost_is_accepted():
+    """The leader resends after a timeout; the controller already holds that ISR at a newer
+    partition epoch, so it answers with the state instead of INVALID_UPDATE_VERSION."""
+    c, _ = controller()
+    seed_topic(c)
+    c.alter_partition("t", 0, 1, 0, 0, [1, 2])
+    c.alter_partition("t", 0, 1, 0, 0, [1, 2])       # the retry, same partition epoch 0
+    st = c.partitions[("t", 0)]
+    assert (st.isr, st.partition_epoch) == ([1, 2], 1)
+    with pytest.raises(InvalidUpdateVersionError):   # a different ISR at a stale epoch
+        c.alter_partition("t", 0, 1, 0, 0, [1, 0])
+
+
 def test_controlled_shutdown_moves_leaders_first():
     c, _ = controller()
     seed_topic(c)

@@ -276,21 +276,21 @@ def test_events_racing_expiry_complete_each_operation_exactly_once(seed, frequen
         assert purgatory.try_complete_else_watch(op, [("t", p)]) is False
         ops.append(op)
     event_completions = []
-    start = threading.Barrier(4)
+    step = threading.Barrier(4)
 
     def raise_hw(p: int):
         # A follower fetch moving the high watermark, then the event on its key.
-        start.wait()
         done = 0
         for hw in range(1, 101):
+            step.wait()  # lock-step with the reaper, so both paths win some operations
             partitions[p].high_watermark = hw
             done += purgatory.check_and_complete(("t", p))
         event_completions.append(done)
 
     def expire():
         # The reaper, with time moving one millisecond per step.
-        start.wait()
         for now in range(1, 101):
+            step.wait()
             clock.now_ms = now
             purgatory.advance_clock(0)
 

@@ -304,3 +304,26 @@ def test_delete_records_waits_for_the_followers_log_start_offsets(pair):
     assert done[0].low_watermark == 3 and done[0].error is None
     with pytest.raises(OffsetOutOfRangeError):
         leader.delete_records(9, timeout_ms=1000)
+
+
+def test_a_late_offsets_for_leader_epoch_answer_is_dropped(tmp_path):
+    """An answer meant for an earlier leadership must not truncate the new one's log."""
+    c = Cluster(tmp_path)
+    leader, follower = c.start(1), c.start(2)
+    leader.become_leader(0, 0, isr=[1, 2], replicas=[1, 2])
+    follower.become_follower(1, 0, 0, replicas=[1, 2])
+    truncate_via(follower, leader)
+    leader.produce(msg("a"), acks=1, timeout_ms=1000)
+    leader.produce(msg("b"), acks=1, timeout_ms=1000)
+    fetch_once(follower, leader)
+    assert follower.log_end_offset == 2
+    follower.become_follower(1, 1, 1, replicas=[1, 2])      # epoch 1: asks again
+    assert follower.truncation_request() == 0
+    # The answer to a question asked in epoch 0 arrives now: ignored.
+    assert follower.on_leader_epoch_end_offset(0, 0, leader_epoch=0) is None
+    assert follower.log_end_offset == 2 and follower.needs_truncation
+    leader.become_leader(1, 1, isr=[1, 2], replicas=[1, 2])
+    assert follower.on_leader_epoch_end_offset(
+        *leader.offsets_for_leader_epoch(0), leader_epoch=1) == 2
+    assert not follower.needs_truncation
+

@@ -1,17 +1,25 @@
-"""A deterministic, seeded simulator of one replicated partition.
+"""A deterministic, seeded simulator of a replicated topic.
 
-Three brokers hold replicas on real log directories; a minimal controller elects leaders
-from the live ISR and accepts AlterPartition proposals fenced by leader and partition epoch;
-producers (acks=all and acks=1) and consumers run against the leader. A seeded schedule
-interleaves produces, follower fetches (whose responses may be lost), consumer fetches,
-ISR checks, clock advances, broker crashes (the process dies: what was written survives,
-nothing else) and restarts. After every step the invariants of ARCHITECTURE.md are checked;
-a violation raises ``InvariantViolation`` naming the seed and step, for replay with
-``python -m tests.sim.run --seed N``.
+Three brokers hold replicas of a two-partition topic on real log directories, each with its
+own timing wheel; a real ``ControllerState`` elects leaders, expires broker sessions and
+accepts AlterPartition proposals fenced by leader and partition epoch. Everything between
+processes is a message on the simulated network (``tests.sim.network``): follower fetches
+(long polls included) and their answers, OffsetsForLeaderEpoch, AlterPartition, heartbeats,
+and the controller's LeaderAndIsr / UpdateMetadata. Links have latency and jitter (answers
+overtake each other), and the fault schedule cuts links (a broker can lose the controller and
+be fenced while it still believes it leads), slows links (slow followers), crashes brokers
+(the process dies: what was written to its files survives, nothing else) and restarts them,
+fails the controller over (what the old one sent arrives late, from a zombie).
+Producers (acks=all and acks=1) and consumers talk to whichever broker believes it leads.
+
+After every step the invariants of ARCHITECTURE.md are checked; a violation raises
+``InvariantViolation`` naming the seed and step, for replay with
+``python -m tests.sim.run --seed N --verbose``.
 """
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import random
 import shutil
 import tempfile
@@ -20,13 +28,21 @@ from pathlib import Path
 
 from actors.controller.messages import LeaderAndIsr, check_controller_epoch
 from actors.controller.state import ControllerState
-from actors.replica.partition import (FetchRequest, PartitionReplica, ReplicaConfig, Role)
+from actors.replica.partition import (AlterPartition, FetchRequest, FetchResult,
+                                      PartitionReplica, ReplicaConfig, Role)
 from actors.timer.system_timer import SystemTimer
-from protocols.errors import KafkaError, StaleControllerEpochError
+from protocols.errors import (InvalidRequestError, KafkaError, StaleControllerEpochError)
 from protocols.records import Record, encode_batch, iter_batches
 from storage import Log
+from tests.sim.network import Network
 
 TOPIC = "sim"
+CONTROLLER = "controller"
+ZOMBIE = "zombie-controller"
+REQUEST_TIMEOUT_MS = 3_000       # a fetch or AlterPartition without an answer is retried
+SESSION_TIMEOUT_MS = 6_000       # broker.session.timeout.ms
+LAG_TIME_MAX_MS = 2_000          # replica.lag.time.max.ms
+FETCH_BACKOFF_MS = 1_000         # replica.fetch.backoff.ms
 
 
 class InvariantViolation(AssertionError):
@@ -41,158 +57,332 @@ class Clock:
         return self.now_ms
 
 
+@dataclass
+class Broker:
+    """What one broker process holds; a crash throws all of it away but the files."""
+    id: int
+    life: int
+    timer: SystemTimer
+    replicas: dict[int, PartitionReplica] = field(default_factory=dict)
+    controller_epoch: int = 0
+    # partition -> when its outstanding fetch / OffsetsForLeaderEpoch gives up
+    fetch_deadline: dict[int, int] = field(default_factory=dict)
+    # partition -> (proposal sent to the controller, when)
+    alter_sent: dict[int, tuple[AlterPartition, int]] = field(default_factory=dict)
+
+
 class Simulation:
     def __init__(self, seed: int, root: Path | None = None, *, brokers: int = 3,
-                 epochs: bool = True, steps: int = 150):
+                 partitions: int = 2, epochs: bool = True, steps: int = 150):
         self.seed = seed
         self.rng = random.Random(seed)
         self.steps = steps
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix=f"rafka-sim-{seed}-")) if root is None else root
         self.clock = Clock()
-        self.timer = SystemTimer(self.clock)
-        self.config = ReplicaConfig(replica_lag_time_max_ms=2_000,
+        self.net = Network(self.rng, self.clock,
+                           fifo=lambda s, d: CONTROLLER in (s, d) or ZOMBIE in (s, d))
+        self.config = ReplicaConfig(replica_lag_time_max_ms=LAG_TIME_MAX_MS,
                                     leader_epoch_truncation=epochs)
         self.log_config = {"min.insync.replicas": 2, "segment.bytes": 4096}
         self.broker_ids = list(range(brokers))
-        self.up: dict[int, PartitionReplica] = {}
-        self.hw_checkpoint: dict[int, int] = {}
-        self.controller = ControllerState(self.clock, {"broker.session.timeout.ms": 10**9},
-                                          rng=random.Random(seed))
-        self.zombie: ControllerState | None = None  # a replaced controller that still talks
-        self.known_controller_epoch: dict[int, int] = {}
-        self.leaders_by_epoch: dict[int, int] = {}
-        self.acked: dict[int, bytes] = {}
+        self.partitions = list(range(partitions))
+        self.up: dict[int, Broker] = {}
+        self.lives: dict[int, int] = {}
+        self.hw_checkpoint: dict[tuple[int, int], int] = {}
+        self.controller = ControllerState(
+            self.clock, {"broker.session.timeout.ms": SESSION_TIMEOUT_MS},
+            rng=random.Random(seed))
+        self.leaders_by_epoch: dict[int, dict[int, int]] = {p: {} for p in self.partitions}
+        self.acked: dict[int, dict[int, bytes]] = {p: {} for p in self.partitions}
+        self.leader_hw: dict[int, tuple[int, int]] = {}
         self.counter = 0
         self.step_no = 0
         self.trace: list[str] = []
-        self._leader_hw: tuple[int, int] = (-1, -1)
-        self.in_flight: list[tuple[int, object]] = []  # delayed fetch responses per follower
         for b in self.broker_ids:
             self._start(b)
-            self._apply(self.controller.register_broker(b))
-        self._apply(self.controller.create_topic(TOPIC, assignment={0: list(self.broker_ids)}))
+        n = len(self.broker_ids)
+        assignment = {p: [self.broker_ids[(p + i) % n] for i in range(n)]
+                      for p in self.partitions}
+        self._send_all(CONTROLLER, self.controller.create_topic(TOPIC, assignment=assignment))
+        self.run_until(self.clock() + 50)
 
-    # ---- plumbing --------------------------------------------------------------------------
+    # ---- processes -------------------------------------------------------------------------
     def close(self) -> None:
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def _start(self, b: int) -> PartitionReplica:
-        log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-0", self.log_config,
-                       clock=self.clock, high_watermark=self.hw_checkpoint.get(b, 0))
-        replica = PartitionReplica(
-            TOPIC, 0, b, log, clock=self.clock, timer=self.timer, config=self.config,
-            on_high_watermark=lambda hw, b=b: self.hw_checkpoint.__setitem__(b, hw))
-        self.up[b] = replica
-        return replica
+    def _start(self, b: int) -> Broker:
+        life = self.lives[b] = self.lives.get(b, 0) + 1
+        broker = self.up[b] = Broker(b, life, SystemTimer(self.clock))
+        for p in self.partitions:
+            log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-{p}", self.log_config,
+                           clock=self.clock, high_watermark=self.hw_checkpoint.get((b, p), 0))
+            broker.replicas[p] = PartitionReplica(
+                TOPIC, p, b, log, clock=self.clock, timer=broker.timer, config=self.config,
+                on_high_watermark=lambda hw, k=(b, p): self.hw_checkpoint.__setitem__(k, hw))
+        # Registration rides on Ray's actor creation, not on a link that could be cut.
+        self._send_all(CONTROLLER, self.controller.register_broker(b))
+        return broker
 
-    def _apply(self, messages) -> None:
-        """Deliver controller messages; brokers refuse those of an older controller."""
+    def _alive(self, b: int, life: int | None) -> Broker | None:
+        broker = self.up.get(b)
+        if broker is None or (life is not None and broker.life != life):
+            return None
+        return broker
+
+    # ---- sending ---------------------------------------------------------------------------
+    def _send_all(self, src: str, messages) -> None:
         for m in messages:
-            replica = self.up.get(m.broker_id)
-            if replica is None:
-                continue
-            try:
-                check_controller_epoch(self.known_controller_epoch.get(m.broker_id, 0),
-                                       m.controller_epoch)
-            except StaleControllerEpochError:
-                continue
-            self.known_controller_epoch[m.broker_id] = m.controller_epoch
-            if not isinstance(m, LeaderAndIsr):
-                continue
-            if m.leader >= 0:
-                seen = self.leaders_by_epoch.setdefault(m.leader_epoch, m.leader)
-                if seen != m.leader:
-                    self._fail(f"leaders {seen} and {m.leader} in epoch {m.leader_epoch}")
-            if m.leader == m.broker_id:
-                replica.become_leader(m.leader_epoch, m.partition_epoch, list(m.isr),
-                                      list(m.replicas))
-            elif m.leader >= 0:
-                replica.become_follower(m.leader, m.leader_epoch, m.partition_epoch,
-                                        list(m.replicas), list(m.isr))
-            else:
-                replica.make_offline()
+            life = self.lives.get(m.broker_id) if m.broker_id in self.up else None
+            if life is not None:
+                self.net.send(src, m.broker_id, "control", m, dst_life=life)
 
-    @property
-    def _state(self):
-        return self.controller.partitions[(TOPIC, 0)]
+    def _reply(self, broker: Broker, dst: int, dst_life: int, kind: str, payload) -> None:
+        """Send unless the sender has died since the work began (a timer task of a dead
+        broker's purgatory must not speak for it)."""
+        if self._alive(broker.id, broker.life) is not None:
+            self.net.send(broker.id, dst, kind, payload, dst_life=dst_life)
 
-    def _leader(self) -> PartitionReplica | None:
-        r = self.up.get(self._state.leader)
-        return r if r is not None and r.role is Role.LEADER else None
-
-    def _alter_partition(self, leader: PartitionReplica) -> None:
-        proposal = leader.take_alter_partition()
+    def _maybe_send_alter(self, broker: Broker, p: int) -> None:
+        proposal = broker.replicas[p].take_alter_partition()
         if proposal is None:
             return
-        try:
-            messages = self.controller.alter_partition(
-                proposal.topic, proposal.partition, proposal.leader_id, proposal.leader_epoch,
-                proposal.partition_epoch, proposal.new_isr)
-        except KafkaError as e:
-            leader.on_alter_partition_result(None, self._state.partition_epoch, e)
+        sent = broker.alter_sent.get(p)
+        if sent is not None and sent[0] is proposal and \
+                self.clock() - sent[1] < REQUEST_TIMEOUT_MS:
             return
-        leader.on_alter_partition_result(list(self._state.isr), self._state.partition_epoch)
-        self._apply(messages)
+        broker.alter_sent[p] = (proposal, self.clock())
+        self.net.send(broker.id, CONTROLLER, "alter", (proposal, broker.life))
+
+    # ---- delivery --------------------------------------------------------------------------
+    def deliver(self, m) -> None:
+        if m.kind == "control":
+            self._on_control(m)
+        elif m.dst == CONTROLLER:
+            self._on_controller_request(m)
+        else:
+            getattr(self, f"_on_{m.kind}")(m)
+
+    def _on_control(self, m) -> None:
+        broker = self._alive(m.dst, m.dst_life)
+        if broker is None:
+            return
+        msg = m.payload
+        try:
+            check_controller_epoch(broker.controller_epoch, msg.controller_epoch)
+        except StaleControllerEpochError:
+            return
+        broker.controller_epoch = msg.controller_epoch
+        if not isinstance(msg, LeaderAndIsr) or msg.topic != TOPIC:
+            return
+        replica = broker.replicas[msg.partition]
+        if msg.leader >= 0:
+            seen = self.leaders_by_epoch[msg.partition].setdefault(msg.leader_epoch, msg.leader)
+            if seen != msg.leader:
+                self._fail(f"partition {msg.partition}: leaders {seen} and {msg.leader} in "
+                           f"epoch {msg.leader_epoch}")
+        try:
+            if msg.leader == broker.id:
+                replica.become_leader(msg.leader_epoch, msg.partition_epoch, list(msg.isr),
+                                      list(msg.replicas))
+            elif msg.leader >= 0:
+                replica.become_follower(msg.leader, msg.leader_epoch, msg.partition_epoch,
+                                        list(msg.replicas), list(msg.isr))
+            else:
+                replica.make_offline()
+        except KafkaError:
+            return  # FENCED_LEADER_EPOCH: an older LeaderAndIsr than what we hold
+        broker.alter_sent.pop(msg.partition, None)
+        self._answered(broker, msg.partition, error=False)
+
+    def _on_controller_request(self, m) -> None:
+        c = self.controller
+        if m.kind == "heartbeat":
+            b, life = m.payload
+            if self._alive(b, life) is None:
+                return
+            try:
+                c.heartbeat(b)
+            except InvalidRequestError:
+                # Fenced after missed heartbeats: the broker registers again (KRaft unfences
+                # a broker that catches up; this is the same in one step).
+                self._send_all(CONTROLLER, c.register_broker(b))
+            return
+        proposal, life = m.payload
+        try:
+            msgs = c.alter_partition(proposal.topic, proposal.partition, proposal.leader_id,
+                                     proposal.leader_epoch, proposal.partition_epoch,
+                                     proposal.new_isr)
+            st = c.partitions[(TOPIC, proposal.partition)]
+            answer = (proposal, list(st.isr), st.partition_epoch, None)
+        except KafkaError as e:
+            msgs, answer = [], (proposal, None, -1, e)
+        self.net.send(CONTROLLER, proposal.leader_id, "alter_answer", answer, dst_life=life)
+        self._send_all(CONTROLLER, msgs)
+
+    def _on_alter_answer(self, m) -> None:
+        broker = self._alive(m.dst, m.dst_life)
+        if broker is None:
+            return
+        proposal, isr, partition_epoch, error = m.payload
+        replica = broker.replicas[proposal.partition]
+        if replica.take_alter_partition() is not proposal:
+            return  # an answer to a proposal that a LeaderAndIsr has since replaced
+        broker.alter_sent.pop(proposal.partition, None)
+        replica.on_alter_partition_result(isr, partition_epoch, error)
+
+    def _on_fetch(self, m) -> None:
+        p, request, sender_life = m.payload
+        leader = self.up.get(m.dst)
+        if leader is None:
+            return  # connection refused: the follower's request times out
+        replica = leader.replicas[p]
+
+        def answer(result: FetchResult | KafkaError, leader=leader) -> None:
+            self._reply(leader, m.src, sender_life, "fetch_answer", (p, request, result))
+        try:
+            replica.fetch(request, on_done=answer)
+        except KafkaError as e:
+            answer(e)
+        self._maybe_send_alter(leader, p)
+
+    def _on_fetch_answer(self, m) -> None:
+        follower = self._alive(m.dst, m.dst_life)
+        if follower is None:
+            return
+        p, request, result = m.payload
+        if not isinstance(result, KafkaError):
+            follower.replicas[p].on_fetch_result(result)
+        self._answered(follower, p, isinstance(result, KafkaError))
+
+    def _on_epoch(self, m) -> None:
+        p, epoch, leader_epoch, sender_life = m.payload
+        leader = self.up.get(m.dst)
+        if leader is None:
+            return
+        try:
+            answer = leader.replicas[p].offsets_for_leader_epoch(epoch, leader_epoch)
+        except KafkaError as e:
+            answer = e
+        self._reply(leader, m.src, sender_life, "epoch_answer", (p, leader_epoch, answer))
+
+    def _on_epoch_answer(self, m) -> None:
+        follower = self._alive(m.dst, m.dst_life)
+        if follower is None:
+            return
+        p, leader_epoch, answer = m.payload
+        if not isinstance(answer, KafkaError):
+            follower.replicas[p].on_leader_epoch_end_offset(*answer, leader_epoch=leader_epoch)
+        self._answered(follower, p, isinstance(answer, KafkaError))
 
     def _fail(self, what: str) -> None:
         raise InvariantViolation(f"seed {self.seed} step {self.step_no}: {what}\n  trace: "
-                                 + " | ".join(self.trace[-12:]))
+                                 + " | ".join(self.trace[-14:]))
 
-    # ---- actions ---------------------------------------------------------------------------
-    def produce(self, acks: int) -> None:
-        leader = self._leader()
+    # ---- time ------------------------------------------------------------------------------
+    def _set_time(self, now_ms: int) -> None:
+        self.clock.now_ms = max(self.clock.now_ms, now_ms)
+        for broker in list(self.up.values()):
+            if self._alive(broker.id, broker.life) is not None:
+                broker.timer.advance_clock()
+                self._poll_fetchers(broker)
+
+    def run_until(self, until_ms: int) -> None:
+        """Let time pass: every message due by then arrives, in order, timers fire."""
+        while True:
+            at = self.net.next_arrival_ms()
+            if at is None or at > until_ms:
+                break
+            m = self.net.pop()
+            if m is None:
+                break
+            self._set_time(m.arrival_ms)
+            self.deliver(m)
+        self._set_time(until_ms)
+
+    def deliver_next(self) -> None:
+        at = self.net.next_arrival_ms()
+        if at is not None:
+            self.run_until(at)
+
+    def advance(self, ms: int) -> None:
+        """Time passes in heartbeat-sized slices: brokers heartbeat, sessions expire."""
+        end = self.clock() + ms
+        while True:
+            for b, broker in sorted(self.up.items()):
+                self.net.send(b, CONTROLLER, "heartbeat", (b, broker.life))
+            self.run_until(min(end, self.clock() + 1_000))
+            self._send_all(CONTROLLER, self.controller.expire_sessions())
+            if self.clock() >= end:
+                break
+
+    # ---- client and replica actions --------------------------------------------------------
+    def _current_leader(self, p: int) -> PartitionReplica | None:
+        """The leader the controller chose, once it has learned it leads this epoch."""
+        st = self.controller.partitions[(TOPIC, p)]
+        broker = self.up.get(st.leader)
+        if broker is None:
+            return None
+        r = broker.replicas[p]
+        return r if r.role is Role.LEADER and r.leader_epoch == st.leader_epoch else None
+
+    def _some_leader(self, p: int) -> PartitionReplica | None:
+        """Whichever broker a client reaches that believes it leads: usually the current
+        one, sometimes a deposed leader that has not heard yet."""
+        current = self._current_leader(p)
+        believers = [b.replicas[p] for b in self.up.values()
+                     if b.replicas[p].role is Role.LEADER]
+        if current is not None and (self.rng.random() < 0.8 or not believers):
+            return current
+        return self.rng.choice(believers) if believers else None
+
+    def produce(self, p: int, acks: int) -> None:
+        leader = self._some_leader(p)
         if leader is None:
             return
         self.counter += 1
         value = f"r{self.counter}".encode()
         data = encode_batch([Record(None, value, self.clock())])
+        acked = self.acked[p]
 
-        def done(result, value=value, acks=acks):
+        def done(result, value=value):
             if result.error is None and acks == -1:
-                if result.base_offset in self.acked and self.acked[result.base_offset] != value:
-                    self._fail(f"offset {result.base_offset} acknowledged twice")
-                self.acked[result.base_offset] = value
-
+                if result.base_offset in acked and acked[result.base_offset] != value:
+                    self._fail(f"partition {p}: offset {result.base_offset} acknowledged "
+                               "twice")
+                acked[result.base_offset] = value
         try:
             leader.produce(data, acks=acks, timeout_ms=3_000, on_done=done)
         except KafkaError:
             pass  # NOT_ENOUGH_REPLICAS and friends: the client would retry
 
-    def replicate(self, b: int, lose_response: bool, delay_response: bool = False) -> None:
-        follower, leader = self.up.get(b), self._leader()
-        if follower is None or leader is None or follower.role is not Role.FOLLOWER:
+    def _poll_fetchers(self, broker: Broker) -> None:
+        """Each follower's fetcher keeps one request outstanding: the next goes out when the
+        answer arrives, when the request timed out, or when an error's backoff ended."""
+        if self._alive(broker.id, broker.life) is None:
             return
-        try:
-            epoch = follower.truncation_request()
+        now = self.clock()
+        for p, replica in broker.replicas.items():
+            if replica.role is not Role.FOLLOWER or broker.fetch_deadline.get(p, 0) > now:
+                continue
+            broker.fetch_deadline[p] = now + REQUEST_TIMEOUT_MS
+            epoch = replica.truncation_request()
             if epoch is not None:
-                follower.on_leader_epoch_end_offset(
-                    *leader.offsets_for_leader_epoch(epoch, follower.leader_epoch))
-                return
-            request = dataclasses.replace(follower.fetch_request(), max_wait_ms=0,
+                self.net.send(broker.id, replica.leader_id, "epoch",
+                              (p, epoch, replica.leader_epoch, broker.life))
+                continue
+            request = dataclasses.replace(replica.fetch_request(),
+                                          max_wait_ms=self.rng.choice([0, 500, 500]),
                                           max_bytes=self.rng.choice([64, 300, 1 << 20]))
-            result = leader.fetch(request)
-        except KafkaError:
-            return
-        self._alter_partition(leader)
-        if result is None or lose_response:
-            return
-        if delay_response:
-            self.in_flight.append((b, result))
-        else:
-            follower.on_fetch_result(result)
+            self.net.send(broker.id, replica.leader_id, "fetch", (p, request, broker.life))
 
-    def deliver_late(self) -> None:
-        """A delayed response arrives, in any order, possibly after leadership moved."""
-        if not self.in_flight:
-            return
-        b, result = self.in_flight.pop(self.rng.randrange(len(self.in_flight)))
-        if b in self.up:
-            self.up[b].on_fetch_result(result)
+    def _answered(self, broker: Broker, p: int, error: bool) -> None:
+        broker.fetch_deadline[p] = self.clock() + (FETCH_BACKOFF_MS if error else 0)
+        self._poll_fetchers(broker)
 
-    def consume(self) -> None:
-        leader = self._leader()
+    def consume(self, p: int) -> None:
+        leader = self._some_leader(p)
         if leader is None or leader.high_watermark <= leader.log.log_start_offset:
             return
         hw = leader.high_watermark
@@ -200,50 +390,60 @@ class Simulation:
         result = leader.fetch(FetchRequest(-1, offset, leader.leader_epoch))
         for batch in iter_batches(result.records):
             if batch.last_offset >= hw:
-                self._fail(f"a consumer saw offset {batch.last_offset} >= HW {hw}")
+                self._fail(f"partition {p}: a consumer saw offset {batch.last_offset} >= "
+                           f"HW {hw}")
 
-    def check_isr(self) -> None:
-        leader = self._leader()
-        if leader is not None and leader.maybe_shrink_isr() is not None:
-            self._alter_partition(leader)
+    def check_isr(self, b: int, p: int) -> None:
+        broker = self.up.get(b)
+        if broker is not None and broker.replicas[p].role is Role.LEADER:
+            broker.replicas[p].maybe_shrink_isr()
+            self._maybe_send_alter(broker, p)
 
-    def crash(self, b: int) -> None:
+    # ---- faults ----------------------------------------------------------------------------
+    def crash(self, b: int, noticed: bool) -> None:
+        """The process dies. The controller hears of it at once through Ray (the actor's
+        death) or, when ``noticed`` is false, only when its session expires."""
         if b not in self.up or len(self.up) == 1:
             return
         del self.up[b]
-        self._apply(self.controller.broker_failed(b))
+        if noticed:
+            self._send_all(CONTROLLER, self.controller.broker_failed(b))
 
     def restart(self, b: int) -> None:
-        if b in self.up:
-            return
-        self._start(b)
-        self._apply(self.controller.register_broker(b))
+        if b not in self.up:
+            self._start(b)
 
     def controller_failover(self) -> None:
         """The controller's process dies; a successor loads its checkpoint (epoch + 1).
-        The old one lingers as a zombie whose requests brokers must refuse."""
-        self.zombie = self.controller
+        What the old one had already sent is still on the wire and may arrive much later,
+        after the successor's own messages: brokers must refuse it by controller epoch.
+        (A zombie cannot decide anything new: on Ray it is killed before a successor can
+        take the name, and its checkpoint writes are fenced by the epoch in the store.)"""
+        delay = {}
+        for m in self.net.queue:
+            if m.src == CONTROLLER and m.kind == "control":
+                m.src = ZOMBIE
+                # Late by a per-link amount, so each link stays FIFO.
+                m.arrival_ms += delay.setdefault(m.dst, self.rng.choice([0, 500, 5_000]))
+        heapq.heapify(self.net.queue)
         self.controller = ControllerState.from_snapshot(self.controller.to_snapshot(),
                                                         self.clock)
-        self._apply(self.controller._update_metadata())
+        self._send_all(CONTROLLER, self.controller._update_metadata())
 
-    def zombie_speaks(self) -> None:
-        if self.zombie is not None:
-            victim = self.rng.choice(self.zombie.live_brokers() or [0])
-            self._apply(self.zombie.broker_failed(victim))
-
-    def advance(self, ms: int) -> None:
-        self.clock.now_ms += ms
-        self.timer.advance_clock()
+    def _endpoints(self) -> list:
+        return self.broker_ids + [CONTROLLER]
 
     # ---- invariants ------------------------------------------------------------------------
     def check(self) -> None:
-        leader = self._leader()
+        for p in self.partitions:
+            self._check_partition(p)
+
+    def _check_partition(self, p: int) -> None:
+        leader = self._current_leader(p)
         if leader is None:
             return
-        c = self._state
-        live_isr = [r for r in c.isr if r in self.up]
-        if live_isr:
+        st = self.controller.partitions[(TOPIC, p)]
+        if any(r in self.up for r in st.isr):
             records = {}
             offset = leader.log.log_start_offset
             while offset < leader.log.log_end_offset:
@@ -254,26 +454,30 @@ class Simulation:
                 offset = info.next_offset
             below_hw = [v for o, v in records.items() if o < leader.high_watermark]
             if len(below_hw) != len(set(below_hw)):
-                self._fail("a committed record appears twice below the HW")
-            for off, value in self.acked.items():
+                self._fail(f"partition {p}: a committed record appears twice below the HW")
+            for off, value in self.acked[p].items():
                 if records.get(off) != value:
-                    self._fail(f"acknowledged offset {off} ({value!r}) lost: leader {c.leader} "
-                               f"has {records.get(off)!r}")
-        epoch, hw = self._leader_hw
-        if epoch == c.leader_epoch and leader.high_watermark < hw:
-            self._fail(f"HW went back from {hw} to {leader.high_watermark} in epoch {epoch}")
-        self._leader_hw = (c.leader_epoch, leader.high_watermark)
-        for b, f in self.up.items():
-            if (b == c.leader or f.role is not Role.FOLLOWER or f.needs_truncation
-                    or f.leader_epoch != c.leader_epoch):
+                    self._fail(f"partition {p}: acknowledged offset {off} ({value!r}) lost: "
+                               f"leader {st.leader} has {records.get(off)!r}")
+        epoch, hw = self.leader_hw.get(p, (-1, -1))
+        if epoch == st.leader_epoch and leader.high_watermark < hw:
+            self._fail(f"partition {p}: HW went back from {hw} to {leader.high_watermark} "
+                       f"in epoch {epoch}")
+        self.leader_hw[p] = (st.leader_epoch, leader.high_watermark)
+        for b, broker in self.up.items():
+            f = broker.replicas[p]
+            if (b == st.leader or f.role is not Role.FOLLOWER or f.needs_truncation
+                    or f.leader_epoch != st.leader_epoch):
                 continue
             hw = f.high_watermark
             if hw > leader.log.log_end_offset:
-                self._fail(f"follower {b} HW {hw} beyond leader LEO {leader.log.log_end_offset}")
+                self._fail(f"partition {p}: follower {b} HW {hw} beyond leader LEO "
+                           f"{leader.log.log_end_offset}")
             mine = f.log.read(0, 1 << 30, max_offset=hw) if hw > 0 else b""
             theirs = leader.log.read(0, 1 << 30, max_offset=hw) if hw > 0 else b""
             if mine != theirs:
-                self._fail(f"follower {b} differs from leader {c.leader} below HW {hw}")
+                self._fail(f"partition {p}: follower {b} differs from leader {st.leader} "
+                           f"below HW {hw}")
 
     # ---- the schedule ----------------------------------------------------------------------
     def step(self) -> None:
@@ -281,32 +485,37 @@ class Simulation:
         rng = self.rng
         roll = rng.random()
         b = rng.choice(self.broker_ids)
-        if roll < 0.20:
-            action, run = "produce all", lambda: self.produce(-1)
-        elif roll < 0.28:
-            action, run = "produce 1", lambda: self.produce(1)
-        elif roll < 0.58:
-            lose = rng.random() < 0.15
-            delay = not lose and rng.random() < 0.2
-            action = f"fetch {b}{' (lost)' if lose else ' (delayed)' if delay else ''}"
-            run = lambda: self.replicate(b, lose, delay)  # noqa: E731
-        elif roll < 0.62:
-            action, run = "late delivery", self.deliver_late
-        elif roll < 0.70:
-            action, run = "consume", self.consume
-        elif roll < 0.76:
-            action, run = "isr check", self.check_isr
-        elif roll < 0.85:
-            ms = rng.choice([10, 500, 2_500])
+        p = rng.choice(self.partitions)
+        if roll < 0.18:
+            action, run = f"produce all p{p}", lambda: self.produce(p, -1)
+        elif roll < 0.24:
+            action, run = f"produce 1 p{p}", lambda: self.produce(p, 1)
+        elif roll < 0.54:
+            action, run = "deliver", self.deliver_next
+        elif roll < 0.59:
+            action, run = f"consume p{p}", lambda: self.consume(p)
+        elif roll < 0.64:
+            action, run = f"isr check b{b} p{p}", lambda: self.check_isr(b, p)
+        elif roll < 0.78:
+            ms = rng.choice([10, 100, 500, 2_500])
             action, run = f"advance {ms}", lambda: self.advance(ms)
-        elif roll < 0.91:
-            action, run = f"crash {b}", lambda: self.crash(b)
-        elif roll < 0.97:
-            action, run = f"restart {b}", lambda: self.restart(b)
-        elif roll < 0.985:
-            action, run = "controller failover", self.controller_failover
+        elif roll < 0.82:
+            noticed = rng.random() < 0.6
+            action = f"crash b{b}{'' if noticed else ' (unnoticed)'}"
+            run = lambda: self.crash(b, noticed)  # noqa: E731
+        elif roll < 0.87:
+            action, run = f"restart b{b}", lambda: self.restart(b)
+        elif roll < 0.90:
+            x, y = rng.sample(self._endpoints(), 2)
+            action, run = f"cut {x}-{y}", lambda: self.net.cut(x, y)
+        elif roll < 0.93:
+            x, y = rng.sample(self.broker_ids, 2)
+            ms = rng.choice([1_500, 4_000])
+            action, run = f"slow {x}-{y} {ms}ms", lambda: self.net.slow(x, y, ms)
+        elif roll < 0.96:
+            action, run = "heal", self.net.heal
         else:
-            action, run = "zombie controller", self.zombie_speaks
+            action, run = "controller failover", self.controller_failover
         self.trace.append(action)
         try:
             run()
@@ -316,17 +525,22 @@ class Simulation:
             self._fail(f"{action} raised {type(e).__name__}: {e}")
         self.check()
 
+    def heal(self) -> None:
+        """Everyone back, every link fine, time for followers to catch up; then every
+        acknowledged record must still be there."""
+        self.trace.append("final heal")
+        self.net.heal()
+        for b in self.broker_ids:
+            self.restart(b)
+        for _ in range(40):
+            self.advance(250)
+            self.check()
+
     def run(self) -> "Simulation":
         try:
             for _ in range(self.steps):
                 self.step()
-            # Heal: everyone back, caught up; every acknowledged record must be there.
-            for b in self.broker_ids:
-                self.restart(b)
-            for _ in range(20):
-                for b in self.broker_ids:
-                    self.replicate(b, lose_response=False)
-                self.check()
+            self.heal()
         finally:
             self.close()
         return self

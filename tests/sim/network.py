@@ -1,0 +1,103 @@
+"""A simulated network for the cluster simulator.
+
+Every message between two endpoints (brokers, the controller, a replaced controller) travels
+a directed link with its own latency. Broker-to-broker links add random jitter, so answers
+overtake each other; controller links are FIFO, as Kafka's controller channel is (one queue
+per broker). A link can be cut (what is on it or sent over it is lost) or made slow (a slow
+follower), and healed. Messages are delivered in order of arrival time; the simulator's clock
+jumps to each arrival.
+"""
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+Endpoint = Hashable
+
+
+@dataclass
+class Link:
+    latency_ms: int
+    jitter_ms: int
+    fifo: bool
+    down: bool = False
+    last_arrival_ms: int = 0
+
+
+@dataclass(order=True)
+class Message:
+    arrival_ms: int
+    seq: int
+    src: Endpoint = field(compare=False)
+    dst: Endpoint = field(compare=False)
+    kind: str = field(compare=False)
+    payload: Any = field(compare=False)
+    # The receiver's incarnation the sender addressed: an answer to (or a command for) a
+    # process that has since died is not delivered to its successor.
+    dst_life: int | None = field(compare=False, default=None)
+
+
+class Network:
+    BASE_LATENCY_MS = 2
+    JITTER_MS = 6
+
+    def __init__(self, rng: random.Random, clock: Callable[[], int],
+                 fifo: Callable[[Endpoint, Endpoint], bool]):
+        self.rng = rng
+        self.clock = clock
+        self._fifo = fifo
+        self.links: dict[tuple[Endpoint, Endpoint], Link] = {}
+        self.queue: list[Message] = []
+        self._seq = 0
+        self.sent = self.lost = 0
+
+    def link(self, src: Endpoint, dst: Endpoint) -> Link:
+        link = self.links.get((src, dst))
+        if link is None:
+            fifo = self._fifo(src, dst)
+            link = self.links[(src, dst)] = Link(self.BASE_LATENCY_MS,
+                                                 0 if fifo else self.JITTER_MS, fifo)
+        return link
+
+    def send(self, src: Endpoint, dst: Endpoint, kind: str, payload: Any,
+             dst_life: int | None = None) -> None:
+        self.sent += 1
+        link = self.link(src, dst)
+        if link.down:
+            self.lost += 1
+            return
+        arrival = self.clock() + link.latency_ms + self.rng.randint(0, link.jitter_ms)
+        if link.fifo:
+            arrival = max(arrival, link.last_arrival_ms)
+            link.last_arrival_ms = arrival
+        self._seq += 1
+        heapq.heappush(self.queue, Message(arrival, self._seq, src, dst, kind, payload,
+                                           dst_life))
+
+    def next_arrival_ms(self) -> int | None:
+        return self.queue[0].arrival_ms if self.queue else None
+
+    def pop(self) -> Message | None:
+        """The next message to arrive, or None; a message whose link was cut meanwhile is
+        lost on the way."""
+        while self.queue:
+            m = heapq.heappop(self.queue)
+            if not self.link(m.src, m.dst).down:
+                return m
+            self.lost += 1
+        return None
+
+    def cut(self, a: Endpoint, b: Endpoint) -> None:
+        self.link(a, b).down = True
+        self.link(b, a).down = True
+
+    def slow(self, a: Endpoint, b: Endpoint, latency_ms: int) -> None:
+        for link in (self.link(a, b), self.link(b, a)):
+            link.latency_ms = latency_ms
+
+    def heal(self) -> None:
+        for link in self.links.values():
+            link.down = False
+            link.latency_ms = self.BASE_LATENCY_MS
