@@ -20,10 +20,10 @@ class EpochEntry(NamedTuple):
     start_offset: int
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -26,6 +26,7 @@ from protocols.errors import (FencedLeaderEpochError, InvalidPartitionsError,
                               NoReassignmentInProgressError, TopicAlreadyExistsError,
                               TopicDeletionDisabledError, UnknownTopicOrPartitionError)
 from protocols.topics import validate_topic_name
+from storage.config import TOPIC_CONFIG
 
 TP = tuple[str, int]
 NO_LEADER = -1
@@ -124,6 +125,16 @@ class ControllerState:
                 and tp not in changed for m in self._leader_and_isr(tp, only=broker_id)]
         return msgs + self._leader_and_isr_all(changed) + self._update_metadata()
 
+    def cold_start(self) -> None:
+        """The whole cluster starts again from its on-disk metadata: no broker is up yet,
+        so no partition has a leader; each gets one from its ISR as brokers register, as
+        after any offline period (the leader epoch goes up then)."""
+        for info in self.brokers.values():
+            info.alive = False
+        for tp, st in self.partitions.items():
+            st.leader = NO_LEADER
+            self._sync_states(tp)
+
     def heartbeat(self, broker_id: int) -> None:
         info = self.brokers.get(broker_id)
         if info is None or not info.alive:
@@ -200,7 +211,7 @@ class ControllerState:
                                                     fixed_start_index, rng=self.rng)
         else:
             self._validate_assignment(assignment)
-        self.topics[name] = dict(config or {})
+        self.topics[name] = TOPIC_CONFIG.parse(config or {}, defaults=False)
         for p, replicas in sorted(assignment.items()):
             self._new_partition((name, p), replicas)
         return self._leader_and_isr_all([(name, p) for p in assignment], is_new=True) \
@@ -436,6 +447,19 @@ class ControllerState:
         image = self.metadata_image()
         return [UpdateMetadata(self.controller_epoch, b, image) for b in self.live_brokers()]
 
+    def alter_topic_config(self, name: str, changes: Mapping[str, Any]) -> list:
+        """IncrementalAlterConfigs for a topic: set the given keys, remove those set to
+        None (back to the broker default)."""
+        if name not in self.topics:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+        removed = [TOPIC_CONFIG.normalize_name(k) for k, v in changes.items() if v is None]
+        updated = TOPIC_CONFIG.parse({k: v for k, v in changes.items() if v is not None},
+                                     defaults=False)
+        config = {k: v for k, v in self.topics[name].items() if k not in removed}
+        config.update(updated)
+        self.topics[name] = config
+        return self._update_metadata()
+
     def metadata_image(self) -> dict:
         live = set(self.live_brokers())
         return {
@@ -448,6 +472,7 @@ class ControllerState:
                            "offline_replicas": [r for r in st.replicas if r not in live]}
                        for (t, p), st in sorted(self.partitions.items()) if t == name}
                 for name in sorted(self.topics)},
+            "configs": {name: dict(cfg) for name, cfg in sorted(self.topics.items())},
         }
 
     def describe_topic(self, name: str) -> list[str]:

@@ -17,6 +17,8 @@ from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError, 
                               NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
                               NotLeaderOrFollowerError, OffsetOutOfRangeError,
                               RequestTimedOutError, UnknownLeaderEpochError)
+from protocols.messages import (AlterPartition, DeleteRecordsResult, FetchRequest,
+                                 FetchResult, ProduceResult)
 from storage import Log
 from storage.epoch import UNDEFINED_EPOCH
 
@@ -51,52 +53,6 @@ class FollowerState:
     last_fetch_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1
     last_caught_up_ms: int = 0
-
-
-@dataclass(frozen=True)
-class FetchRequest:
-    replica_id: int
-    fetch_offset: int
-    current_leader_epoch: int = -1
-    max_bytes: int = 1_048_576
-    min_bytes: int = 1
-    max_wait_ms: int = 0
-    log_start_offset: int = -1  # a follower's, so the leader knows the low watermark
-
-
-@dataclass
-class FetchResult:
-    records: bytes = b""
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    # The leader's LEO rides along so that an out-of-range follower knows where to cut
-    # (Kafka's follower asks ListOffsets(latest) for it).
-    log_end_offset: int = -1
-    error: KafkaError | None = None
-    # Which request this answers: a follower drops answers to requests it no longer has in
-    # flight (another epoch, or an offset it has since truncated past).
-    leader_epoch: int = -1
-    fetch_offset: int = -1
-
-
-@dataclass
-class ProduceResult:
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    error: KafkaError | None = None
-
-
-@dataclass(frozen=True)
-class AlterPartition:
-    """A leader's ISR proposal to the controller, fenced by leader and partition epoch."""
-
-    topic: str
-    partition: int
-    leader_id: int
-    leader_epoch: int
-    partition_epoch: int
-    new_isr: tuple[int, ...]
 
 
 class _DelayedWithResult(DelayedOperation):
@@ -144,12 +100,6 @@ class DelayedProduce(_DelayedWithResult):
         return RequestTimedOutError(f"acks=all produce to {self.replica.name} timed out "
                                     f"waiting for the high watermark to reach "
                                     f"{self.required_offset}")
-
-
-@dataclass
-class DeleteRecordsResult:
-    low_watermark: int = -1
-    error: KafkaError | None = None
 
 
 class DelayedDeleteRecords(_DelayedWithResult):

@@ -1,0 +1,340 @@
+"""BrokerActor: one Kafka broker, as a detached async Ray actor pinned to a node.
+
+It owns ``<data_dir>/broker-<id>/`` and its directory-level checkpoint files, creates its
+``PartitionReplicaActor``s and its ``TimerActor`` on its own node (owned by it, so they die
+with it), registers with the controller and heartbeats, applies the controller's
+LeaderAndIsr / StopReplica / UpdateMetadata (refusing an older controller epoch), and runs
+controlled shutdown. If there is no controller, or the one there stops answering for a
+session timeout, it races to become it (see ``actors.controller.actor``). When its process
+dies Ray restarts it on the same node (``max_restarts``); the new incarnation reopens the
+logs from disk and registers again, and the controller treats it as a broker that failed and
+came back.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import ActorAlreadyExistsError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.broker.config import ClusterConfig
+from actors.controller.actor import ControllerActor
+from actors.controller.messages import check_controller_epoch
+from actors.replica.actor import PartitionReplicaActor, replica_actor_name
+from actors.timer.actor import TimerActor
+from protocols.errors import KafkaError, StaleControllerEpochError
+from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
+from protocols.topics import TopicPartition, partition_dir_name
+from protocols.wire import decode, encode
+from storage.checkpoint import OffsetCheckpointFile
+from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
+                                 RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+
+log = logging.getLogger(__name__)
+
+NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
+
+
+def namespace_for(cluster_name: str) -> str:
+    return f"rafka-{cluster_name}"
+
+
+def _here() -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
+async def create_named(actor_cls, name: str, namespace: str, *args, **options) -> Any:
+    """Create a named actor on this node, waiting while a dead predecessor still holds the
+    name (Ray frees it shortly after the owner process dies)."""
+    deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
+    while True:
+        try:
+            return actor_cls.options(name=name, namespace=namespace, scheduling_strategy=_here(),
+                                     **options).remote(*args)
+        except (ActorAlreadyExistsError, ValueError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
+class BrokerActor:
+    def __init__(self, cluster_name: str, broker_id: int, data_dir: str, config: dict,
+                 rack: str | None = None):
+        self.cluster_name = cluster_name
+        self.namespace = namespace_for(cluster_name)
+        self.broker_id = broker_id
+        self.rack = rack
+        self.data_dir = str(Path(data_dir).resolve())
+        self.cfg = ClusterConfig.parse(config)
+        self.dir = Path(self.data_dir) / f"broker-{broker_id}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.incarnation = uuid.uuid4().hex
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        self.clean_shutdown = marker.exists()
+        marker.unlink(missing_ok=True)  # while we run, a crash must look unclean
+        self._files = {
+            "hw": OffsetCheckpointFile(self.dir / REPLICATION_OFFSET_CHECKPOINT),
+            "recovery": OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT),
+            "start": OffsetCheckpointFile(self.dir / LOG_START_OFFSET_CHECKPOINT),
+        }
+        self.checkpoints: dict[str, dict[TopicPartition, int]] = {
+            k: f.read() for k, f in self._files.items()}
+        self.replicas: dict[TopicPartition, Any] = {}
+        self.controller_epoch = 0
+        self.image: dict = {}
+        self._controller = None
+        self._lock = asyncio.Lock()
+        self._stopping = False
+        self.ready = asyncio.Event()
+        self.timer = None
+        self._heartbeat_task: asyncio.Task | None = None
+        asyncio.get_running_loop().create_task(self._boot())
+
+    # ---- start -----------------------------------------------------------------------------
+    async def _boot(self) -> None:
+        try:
+            self.timer = await create_named(TimerActor, f"timer-{self.broker_id}",
+                                            self.namespace, self.broker_id)
+            me = ray.get_runtime_context().current_actor
+            b = self.cfg.broker
+            await asyncio.gather(
+                self.timer.schedule_periodic.remote(
+                    b["replica.high.watermark.checkpoint.interval.ms"], me, "checkpoint"),
+                self.timer.schedule_periodic.remote(
+                    b["log.retention.check.interval.ms"], me, "log_maintenance"),
+                self.timer.schedule_periodic.remote(
+                    max(1, b["replica.lag.time.max.ms"] // 2), me, "isr_expiry"))
+            controller = await self._ensure_controller()
+            await self._register(controller)
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeats())
+            self.ready.set()
+        except Exception:
+            log.exception("broker %d failed to start", self.broker_id)
+            raise
+
+    async def wait_ready(self) -> int:
+        await self.ready.wait()
+        return self.broker_id
+
+    async def _ensure_controller(self):
+        """The controller's handle, racing to become it when there is none."""
+        while not self._stopping:
+            if self._controller is not None:
+                return self._controller
+            try:
+                handle = ray.get_actor("controller", namespace=self.namespace)
+            except ValueError:
+                try:
+                    handle = ControllerActor.options(
+                        name="controller", namespace=self.namespace,
+                        scheduling_strategy=_here()).remote(
+                            self.cluster_name, self.namespace, self.data_dir,
+                            self.cfg.controller, self.broker_id)
+                except (ActorAlreadyExistsError, ValueError):
+                    continue  # another broker won the race: take its handle next time round
+            try:
+                await asyncio.wait_for(handle.ping.remote(), self._session_s())
+            except Exception:
+                # Dead (its name not yet freed) or frozen: fence it and race again.
+                ray.kill(handle, no_restart=True)
+                await asyncio.sleep(0.05)
+                continue
+            self._controller = handle
+            return handle
+        raise asyncio.CancelledError()
+
+    def _session_s(self) -> float:
+        return self.cfg.controller.get("broker.session.timeout.ms", 9000) / 1000
+
+    async def _register(self, controller) -> None:
+        epoch = await controller.register_broker.remote(self.broker_id, self.incarnation,
+                                                         self.rack)
+        self.controller_epoch = max(self.controller_epoch, epoch)
+
+    async def _heartbeats(self) -> None:
+        interval = self.cfg.broker["broker.heartbeat.interval.ms"] / 1000
+        last_answer = time.monotonic()
+        while not self._stopping:
+            await asyncio.sleep(interval)
+            controller = None
+            try:
+                controller = await self._ensure_controller()
+                _, register = await asyncio.wait_for(
+                    controller.heartbeat.remote(self.broker_id, self.incarnation),
+                    self._session_s())
+                last_answer = time.monotonic()
+                if register:
+                    await self._register(controller)
+            except asyncio.CancelledError:
+                raise
+            except asyncio.TimeoutError:
+                if time.monotonic() - last_answer > self._session_s() and controller:
+                    log.warning("broker %d: controller unresponsive for a session timeout; "
+                                "fencing it", self.broker_id)
+                    ray.kill(controller, no_restart=True)
+                    self._controller = None
+            except Exception as e:  # died: race for the name
+                log.info("broker %d: controller lost (%r)", self.broker_id, e)
+                self._controller = None
+
+    # ---- controller requests ---------------------------------------------------------------
+    async def apply_controller_messages(self, batch: bytes) -> bytes:
+        """LeaderAndIsr / StopReplica / UpdateMetadata from the controller, in order; a batch
+        from an older controller epoch is refused whole with STALE_CONTROLLER_EPOCH."""
+        messages = decode(batch)
+        async with self._lock:
+            try:
+                for m in messages:
+                    check_controller_epoch(self.controller_epoch, m.controller_epoch)
+            except StaleControllerEpochError as e:
+                return encode(e)
+            self.controller_epoch = max(m.controller_epoch for m in messages)
+            errors: list[KafkaError] = []
+            for m in messages:
+                if isinstance(m, UpdateMetadata):
+                    await self._update_metadata(m)
+            leader_and_isr = [m for m in messages if isinstance(m, LeaderAndIsr)]
+            answers = await asyncio.gather(*[self._become(m) for m in leader_and_isr])
+            errors += [a for a in answers if isinstance(a, KafkaError)]
+            for m in messages:
+                if isinstance(m, StopReplica):
+                    await self._stop_replica(m)
+            return encode(errors)
+
+    async def _update_metadata(self, m: UpdateMetadata) -> None:
+        old = self.image.get("configs", {})
+        self.image = m.image
+        for topic, config in m.image.get("configs", {}).items():
+            if old.get(topic, config) != config:
+                for tp, handle in self.replicas.items():
+                    if tp.topic == topic:
+                        await handle.alter_config.remote(dict(config))
+
+    async def _become(self, m: LeaderAndIsr):
+        tp = TopicPartition(m.topic, m.partition)
+        handle = self.replicas.get(tp)
+        if handle is None:
+            handle = self.replicas[tp] = await self._create_replica(tp)
+        return decode(await handle.become.remote(encode(m)))
+
+    async def _create_replica(self, tp: TopicPartition):
+        config = dict(self.image.get("configs", {}).get(tp.topic, {}))
+        return await create_named(
+            PartitionReplicaActor, replica_actor_name(tp.topic, tp.partition, self.broker_id),
+            self.namespace, self.namespace, self.broker_id, tp.topic, tp.partition,
+            str(self.dir / partition_dir_name(tp.topic, tp.partition)), config,
+            self.cfg.log, self.cfg.broker, self.checkpoints["recovery"].get(tp, 0),
+            self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp),
+            self.clean_shutdown)
+
+    async def _stop_replica(self, m: StopReplica) -> None:
+        tp = TopicPartition(m.topic, m.partition)
+        handle = self.replicas.pop(tp, None)
+        if handle is not None:
+            try:
+                state = await handle.stop.remote(m.delete_partition)
+                if not m.delete_partition:
+                    self._remember(tp, state)
+            finally:
+                ray.kill(handle, no_restart=True)
+        if m.delete_partition:
+            for offsets in self.checkpoints.values():
+                offsets.pop(tp, None)
+            self._write_checkpoints()
+            # A replica that was never opened here still may have left a directory.
+            shutil.rmtree(self.dir / partition_dir_name(tp.topic, tp.partition),
+                          ignore_errors=True)
+
+    # ---- scheduled work (called by the timer actor) ----------------------------------------
+    def _remember(self, tp: TopicPartition, state) -> None:
+        hw, recovery, start = state
+        self.checkpoints["hw"][tp] = hw
+        self.checkpoints["recovery"][tp] = recovery
+        self.checkpoints["start"][tp] = start
+
+    def _write_checkpoints(self) -> None:
+        for key, f in self._files.items():
+            f.write(self.checkpoints[key])
+
+    async def checkpoint(self) -> None:
+        """replica.high.watermark.checkpoint.interval.ms: HWs, recovery points and log start
+        offsets of every replica to the directory's checkpoint files."""
+        items = list(self.replicas.items())
+        states = await asyncio.gather(*[h.checkpoint_state.remote() for _, h in items],
+                                      return_exceptions=True)
+        for (tp, _), state in zip(items, states):
+            if not isinstance(state, BaseException):
+                self._remember(tp, state)
+        self._write_checkpoints()
+
+    async def log_maintenance(self) -> None:
+        """log.retention.check.interval.ms: retention, delayed deletions, flush, cleaning."""
+        await asyncio.gather(*[h.background.remote() for h in self.replicas.values()],
+                             return_exceptions=True)
+
+    async def isr_expiry(self) -> None:
+        await asyncio.gather(*[h.maybe_shrink_isr.remote() for h in self.replicas.values()],
+                             return_exceptions=True)
+
+    # ---- queries ---------------------------------------------------------------------------
+    async def metadata(self) -> bytes:
+        return encode(self.image)
+
+    async def describe(self) -> dict:
+        return {"broker_id": self.broker_id, "incarnation": self.incarnation,
+                "controller_epoch": self.controller_epoch, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "replicas": sorted(f"{tp.topic}-{tp.partition}" for tp in self.replicas)}
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    # ---- stop ------------------------------------------------------------------------------
+    async def shutdown(self, controlled: bool = True) -> None:
+        """Stop cleanly: with ``controlled``, first ask the controller to move leadership
+        away (controlled.shutdown.max.retries attempts); then close every log, write the
+        checkpoints and the clean-shutdown marker."""
+        b = self.cfg.broker
+        if controlled and b["controlled.shutdown.enable"]:
+            for attempt in range(b["controlled.shutdown.max.retries"] + 1):
+                try:
+                    controller = await asyncio.wait_for(self._ensure_controller(),
+                                                        self._session_s())
+                    still_leading = await controller.controlled_shutdown.remote(self.broker_id)
+                except Exception as e:
+                    log.warning("broker %d: controlled shutdown attempt failed: %r",
+                                self.broker_id, e)
+                    still_leading = ["?"]
+                if not still_leading:
+                    break
+                await asyncio.sleep(b["controlled.shutdown.retry.backoff.ms"] / 1000)
+        self._stopping = True
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        async with self._lock:
+            items = list(self.replicas.items())
+            states = await asyncio.gather(*[h.stop.remote(False) for _, h in items],
+                                          return_exceptions=True)
+            for (tp, _), state in zip(items, states):
+                if not isinstance(state, BaseException):
+                    self._remember(tp, state)
+            self._write_checkpoints()
+            (self.dir / CLEAN_SHUTDOWN_FILE).touch()
+            if controlled and self._controller is not None:
+                try:
+                    await asyncio.wait_for(
+                        self._controller.broker_failed.remote(self.broker_id), 5)
+                except Exception:
+                    pass
+            for _, h in items:
+                ray.kill(h, no_restart=True)
+            self.replicas.clear()

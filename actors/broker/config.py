@@ -1,0 +1,68 @@
+"""The cluster's configuration: one dict of Kafka's dotted names, split by who uses them.
+
+Controller keys go to ``ControllerState``, broker keys to the broker and its replicas, and
+the broker's ``log.*`` keys become every topic's defaults (``storage.config``). An unknown
+name is refused with the closest known one, as everywhere else.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from actors.controller.state import CONTROLLER_CONFIG
+from protocols.config import ConfigDef, at_least
+from protocols.errors import InvalidConfigError
+from storage.config import BROKER_DEFAULTS, LogConfig
+
+BROKER_CONFIG = (
+    ConfigDef()
+    .define("broker.heartbeat.interval.ms", "int", 2000, at_least(1))
+    .define("replica.lag.time.max.ms", "long", 30_000, at_least(1))
+    .define("replica.fetch.wait.max.ms", "int", 500, at_least(0))
+    .define("replica.fetch.min.bytes", "int", 1, at_least(1))
+    .define("replica.fetch.max.bytes", "int", 1_048_576, at_least(1))
+    .define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
+    .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
+    .define("log.retention.check.interval.ms", "long", 300_000, at_least(1))
+    .define("controlled.shutdown.enable", "boolean", True)
+    .define("controlled.shutdown.max.retries", "int", 3, at_least(0))
+    .define("controlled.shutdown.retry.backoff.ms", "long", 5000, at_least(0))
+    .define("offsets.topic.num.partitions", "int", 50, at_least(1))
+    .define("offsets.topic.replication.factor", "int", 3, at_least(1))
+)
+
+LOG_KEYS = frozenset(key for sources in BROKER_DEFAULTS.values() for key, _ in sources)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    controller: dict[str, Any] = field(default_factory=dict)
+    broker: dict[str, Any] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any] | None = None, **kwargs: Any) -> "ClusterConfig":
+        controller: dict[str, Any] = {}
+        broker: dict[str, Any] = {}
+        log: dict[str, Any] = {}
+        known = set(CONTROLLER_CONFIG.keys) | set(BROKER_CONFIG.keys) | LOG_KEYS
+        for source in (config or {}), kwargs:
+            for raw, value in source.items():
+                name = raw if raw in known else raw.replace("_", ".")
+                if name not in known:
+                    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                    hint = f" Did you mean '{close[0]}'?" if close else ""
+                    raise InvalidConfigError(f"Unknown configuration '{raw}'.{hint}")
+                if name in CONTROLLER_CONFIG.keys:
+                    controller[name] = value
+                if name in BROKER_CONFIG.keys:
+                    broker[name] = value
+                if name in LOG_KEYS:
+                    log[name] = value
+        LogConfig.from_props({}, broker=log)  # bad values fail here, naming the key
+        return cls(CONTROLLER_CONFIG.parse(controller, defaults=False),
+                   BROKER_CONFIG.parse(broker), log)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.log, **self.broker, **self.controller}

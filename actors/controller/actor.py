@@ -1,0 +1,264 @@
+"""ControllerActor: the cluster's one controller, around the pure ``ControllerState``.
+
+A broker becomes controller by creating the actor named ``controller`` in the cluster's
+namespace; Ray's named-actor uniqueness plays ZooKeeper's ephemeral ``/controller`` node
+(the actor is owned by that broker and dies with it, which frees the name). The state is
+checkpointed after every change, with its controller epoch, to Ray's GCS key-value store and
+to ``<data_dir>/__cluster_metadata/`` (so a cluster restarted on a new Ray instance still
+finds its topics); a new controller loads it and bumps the epoch. A controller that finds a
+newer epoch in the store is a zombie: it stops deciding and exits.
+
+Messages to a broker go through one queue and one sender per broker, in order (Kafka's
+ControllerChannelManager); a dead broker's queue is dropped, since it gets the whole state
+again when it registers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import msgpack
+import ray
+from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
+
+from actors.controller.state import ControllerState
+from protocols.errors import InvalidRequestError, KafkaError
+from protocols.messages import AlterPartition
+from protocols.wire import decode, encode
+from storage.checkpoint import write_atomically
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_KEY = "rafka/{name}/controller-snapshot"
+METADATA_DIR = "__cluster_metadata"
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def load_snapshot(name: str, data_dir: str) -> tuple[dict | None, bool]:
+    """The newest checkpoint, and whether it is only on disk (the cluster is starting cold,
+    on a Ray instance that never ran it)."""
+    raw = _internal_kv_get(SNAPSHOT_KEY.format(name=name))
+    if raw:
+        return msgpack.unpackb(raw, strict_map_key=False), False
+    path = Path(data_dir) / METADATA_DIR / "snapshot.msgpack"
+    if path.exists():
+        return msgpack.unpackb(path.read_bytes(), strict_map_key=False), True
+    return None, False
+
+
+def forget_snapshot(name: str) -> None:
+    """After a clean shutdown the next start is cold, from the files."""
+    _internal_kv_del(SNAPSHOT_KEY.format(name=name))
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
+class ControllerActor:
+    def __init__(self, cluster_name: str, namespace: str, data_dir: str, config: dict,
+                 host_broker_id: int):
+        self.name = cluster_name
+        self.namespace = namespace
+        self.data_dir = Path(data_dir)
+        self.host_broker_id = host_broker_id
+        snapshot, cold = load_snapshot(cluster_name, data_dir)
+        if snapshot is None:
+            self.state = ControllerState(wall_ms, config)
+        else:
+            snapshot = dict(snapshot)
+            snapshot["config"] = {**snapshot["config"], **config}
+            self.state = ControllerState.from_snapshot(snapshot, wall_ms)
+            if cold:
+                self.state.cold_start()
+        self.incarnations: dict[int, str] = {
+            b: info.endpoint for b, info in self.state.brokers.items() if info.endpoint}
+        self._queues: dict[int, asyncio.Queue] = {}
+        self._senders: dict[int, asyncio.Task] = {}
+        self._lock = asyncio.Lock()
+        self._checkpoint()
+        log.info("controller %s: epoch %d on broker %d", cluster_name,
+                 self.state.controller_epoch, host_broker_id)
+        asyncio.get_running_loop().create_task(self._schedule_background())
+
+    # ---- checkpoints and fencing -----------------------------------------------------------
+    def _checkpoint(self) -> None:
+        stored = _internal_kv_get(SNAPSHOT_KEY.format(name=self.name))
+        if stored and msgpack.unpackb(stored, strict_map_key=False)["controller_epoch"] > \
+                self.state.controller_epoch:
+            # A successor exists: everything we would decide now is void.
+            log.error("controller epoch %d fenced by a newer controller; exiting",
+                      self.state.controller_epoch)
+            ray.actor.exit_actor()
+        data = msgpack.packb(self.state.to_snapshot(), use_bin_type=True)
+        _internal_kv_put(SNAPSHOT_KEY.format(name=self.name), data, overwrite=True)
+        directory = self.data_dir / METADATA_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(directory / "snapshot.msgpack", data)
+
+    async def _schedule_background(self) -> None:
+        """Session expiry every second and the auto-rebalance task, on the host broker's
+        timer actor."""
+        try:
+            me = ray.get_runtime_context().current_actor
+            timer = ray.get_actor(f"timer-{self.host_broker_id}", namespace=self.namespace)
+            await timer.schedule_periodic.remote(1000, me, "check_sessions")
+            interval = self.state.config["leader.imbalance.check.interval.seconds"] * 1000
+            await timer.schedule_periodic.remote(interval, me, "auto_rebalance")
+        except Exception as e:  # the host broker is going away with us
+            log.warning("controller: could not schedule background tasks: %r", e)
+
+    async def _apply(self, change) -> Any:
+        """Run one state change under the lock, checkpoint, send what it produced.
+        ``change`` returns the messages, or (messages, result)."""
+        async with self._lock:
+            out = change()
+            msgs, result = out if isinstance(out, tuple) else (out, None)
+            self._checkpoint()
+            self._dispatch(msgs)
+            return result
+
+    def _dispatch(self, messages: Iterable) -> None:
+        by_broker: dict[int, list] = {}
+        for m in messages:
+            by_broker.setdefault(m.broker_id, []).append(m)
+        for b, batch in by_broker.items():
+            queue = self._queues.get(b)
+            if queue is None:
+                queue = self._queues[b] = asyncio.Queue()
+                self._senders[b] = asyncio.get_running_loop().create_task(self._sender(b))
+            queue.put_nowait(batch)
+
+    async def _sender(self, broker_id: int) -> None:
+        queue = self._queues[broker_id]
+        handle = None
+        while True:
+            batch = await queue.get()
+            try:
+                if handle is None:
+                    handle = ray.get_actor(f"broker-{broker_id}", namespace=self.namespace)
+                await handle.apply_controller_messages.remote(encode(batch))
+            except Exception as e:
+                # Dead or restarting: it registers again and then gets the whole state.
+                log.info("controller: broker %d unreachable (%r)", broker_id, e)
+                handle = None
+
+    # ---- brokers ---------------------------------------------------------------------------
+    async def register_broker(self, broker_id: int, incarnation: str,
+                              rack: str | None = None) -> int:
+        """A broker (re)joins. A new incarnation of a broker we think alive restarted: its
+        replicas lost their state, so it first fails, then joins."""
+        def change():
+            msgs = []
+            info = self.state.brokers.get(broker_id)
+            if info is not None and info.alive and self.incarnations.get(broker_id) not in (
+                    None, incarnation):
+                msgs += self.state.broker_failed(broker_id)
+            self.incarnations[broker_id] = incarnation
+            msgs += self.state.register_broker(broker_id, rack, endpoint=incarnation)
+            return msgs, self.state.controller_epoch
+        return await self._apply(change)
+
+    async def heartbeat(self, broker_id: int, incarnation: str) -> tuple[int, bool]:
+        """(controller epoch, whether the broker must register again)."""
+        if self.incarnations.get(broker_id) != incarnation:
+            return self.state.controller_epoch, True
+        try:
+            self.state.heartbeat(broker_id)
+        except InvalidRequestError:  # fenced after missed heartbeats
+            return self.state.controller_epoch, True
+        return self.state.controller_epoch, False
+
+    async def check_sessions(self) -> None:
+        await self._apply(self.state.expire_sessions)
+
+    async def broker_failed(self, broker_id: int) -> None:
+        await self._apply(lambda: self.state.broker_failed(broker_id))
+
+    async def controlled_shutdown(self, broker_id: int) -> list:
+        """Move leadership off the broker; answer the partitions it still leads."""
+        def change():
+            msgs = self.state.controlled_shutdown(broker_id)
+            still = [list(tp) for tp, st in self.state.partitions.items()
+                     if st.leader == broker_id]
+            return msgs, still
+        return await self._apply(change)
+
+    async def alter_partition(self, proposal: bytes) -> bytes:
+        p: AlterPartition = decode(proposal)
+
+        def change():
+            try:
+                msgs = self.state.alter_partition(p.topic, p.partition, p.leader_id,
+                                                  p.leader_epoch, p.partition_epoch,
+                                                  p.new_isr)
+            except KafkaError as e:
+                return [], encode(e)
+            st = self.state.partitions[(p.topic, p.partition)]
+            return msgs, encode((tuple(st.isr), st.partition_epoch))
+        return await self._apply(change)
+
+    async def auto_rebalance(self) -> None:
+        if self.state.config["auto.leader.rebalance.enable"]:
+            await self._apply(self.state.auto_rebalance_check)
+
+    # ---- admin -----------------------------------------------------------------------------
+    async def _admin(self, change) -> bytes:
+        try:
+            return encode(await self._apply(change))
+        except KafkaError as e:
+            return encode(e)
+
+    async def create_topic(self, name: str, num_partitions: int | None,
+                           replication_factor: int | None, config: dict | None,
+                           assignment: dict | None) -> bytes:
+        def change():
+            msgs = self.state.create_topic(
+                name, num_partitions, replication_factor, config,
+                {int(p): list(r) for p, r in assignment.items()} if assignment else None)
+            return msgs, None
+        return await self._admin(change)
+
+    async def delete_topic(self, name: str) -> bytes:
+        return await self._admin(lambda: (self.state.delete_topic(name), None))
+
+    async def create_partitions(self, name: str, total: int,
+                                assignment: list | None = None) -> bytes:
+        return await self._admin(
+            lambda: (self.state.create_partitions(name, total, assignment), None))
+
+    async def reassign_partitions(self, targets: dict) -> bytes:
+        return await self._admin(lambda: (self.state.reassign_partitions(
+            {tuple(tp): list(r) for tp, r in targets.items()}), None))
+
+    async def elect_preferred_leaders(self, partitions: list | None = None) -> bytes:
+        tps = [tuple(tp) for tp in partitions] if partitions is not None else None
+        return await self._admin(lambda: (self.state.elect_preferred_leaders(tps), None))
+
+    async def alter_topic_config(self, name: str, config: dict) -> bytes:
+        return await self._admin(lambda: (self.state.alter_topic_config(name, config), None))
+
+    async def metadata(self) -> bytes:
+        image = self.state.metadata_image()
+        image["controller_id"] = self.host_broker_id
+        image["topic_configs"] = {n: dict(c) for n, c in self.state.topics.items()}
+        return encode(image)
+
+    async def describe_topic(self, name: str) -> bytes:
+        try:
+            return encode(self.state.describe_topic(name))
+        except KafkaError as e:
+            return encode(e)
+
+    async def leader_imbalance(self) -> dict:
+        return self.state.leader_imbalance()
+
+    async def ping(self) -> tuple[int, int]:
+        return self.state.controller_epoch, self.host_broker_id
+
+    async def stop_senders(self) -> None:
+        for task in self._senders.values():
+            task.cancel()

@@ -1,0 +1,321 @@
+"""PartitionReplicaActor: one replica of one partition on one broker, as an async Ray actor.
+
+The decisions are ``PartitionReplica``'s; this shell owns the replica's log directory, runs
+the follower's fetch loop against the leader's actor, sends the leader's AlterPartition
+proposals to the controller, and turns purgatory completions into answers (an acks=all
+produce or a long-polled fetch is an awaited future completed by the timing wheel or by a
+follower's fetch, never a sleep loop). Arguments and answers are msgpack (``protocols.wire``);
+Kafka errors come back as values, with their classes and codes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
+from actors.timer.system_timer import AsyncioTimer
+from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError)
+from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
+                                ProduceResult)
+from protocols.wire import decode, encode
+from storage import Log
+from storage.cleaner import Cleaner
+from storage.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
+    return f"replica-{topic}-{partition}-{broker_id}"
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
+class PartitionReplicaActor:
+    def __init__(self, namespace: str, broker_id: int, topic: str, partition: int,
+                 log_dir: str, topic_config: dict, broker_log_config: dict,
+                 broker_config: dict, recovery_point: int = 0, log_start_offset: int = 0,
+                 high_watermark: int | None = None, clean_shutdown: bool = False):
+        self.namespace = namespace
+        self.broker_id = broker_id
+        self.broker_log_config = dict(broker_log_config)
+        self.backoff_s = broker_config["replica.fetch.backoff.ms"] / 1000
+        self.timer = AsyncioTimer(name=f"replica-{topic}-{partition}")
+        directory = Path(log_dir)
+        self.log = Log.open(directory, LogConfig.from_props(topic_config,
+                                                            broker=broker_log_config),
+                            recovery_point=recovery_point, log_start_offset=log_start_offset,
+                            high_watermark=high_watermark,
+                            clean_shutdown=clean_shutdown or not any(directory.glob("*.log")))
+        config = ReplicaConfig(
+            replica_lag_time_max_ms=broker_config["replica.lag.time.max.ms"],
+            replica_fetch_wait_max_ms=broker_config["replica.fetch.wait.max.ms"],
+            replica_fetch_min_bytes=broker_config["replica.fetch.min.bytes"],
+            replica_fetch_max_bytes=broker_config["replica.fetch.max.bytes"])
+        self.replica = PartitionReplica(topic, partition, broker_id, self.log, clock=wall_ms,
+                                        timer=self.timer, config=config)
+        self.cleaner = Cleaner()
+        self.first_dirty_offset: int | None = None
+        self._handles: dict[int, Any] = {}
+        self._controller = None
+        self._fetcher: asyncio.Task | None = None
+        self._alter_task: asyncio.Task | None = None
+        self._closed = False
+
+    # ---- control (from the broker) ---------------------------------------------------------
+    async def become(self, leader_and_isr: bytes) -> bytes:
+        """Apply a LeaderAndIsr; a stale one is refused with FENCED_LEADER_EPOCH."""
+        m: LeaderAndIsr = decode(leader_and_isr)
+        r = self.replica
+        try:
+            if m.leader == self.broker_id:
+                r.become_leader(m.leader_epoch, m.partition_epoch, list(m.isr),
+                                list(m.replicas))
+            elif m.leader >= 0:
+                if (r.role is Role.FOLLOWER and r.leader_id == m.leader
+                        and r.leader_epoch == m.leader_epoch):
+                    # Only the ISR or partition epoch moved: keep fetching as we are.
+                    r.partition_epoch, r.isr = m.partition_epoch, list(m.isr)
+                    r.replicas = list(m.replicas)
+                else:
+                    r.become_follower(m.leader, m.leader_epoch, m.partition_epoch,
+                                      list(m.replicas), list(m.isr))
+            else:
+                r.make_offline()
+        except KafkaError as e:
+            return encode(e)
+        self._start_or_stop_fetcher()
+        return encode(None)
+
+    def _start_or_stop_fetcher(self) -> None:
+        following = self.replica.role is Role.FOLLOWER and not self._closed
+        if self._fetcher is not None and (not following or self._fetcher.done()):
+            self._fetcher.cancel()
+            self._fetcher = None
+        if following and self._fetcher is None:
+            self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop())
+
+    async def stop(self, delete: bool = False) -> tuple[int, int, int]:
+        """StopReplica: stop fetching and close the log (flushed); with ``delete`` remove it.
+        Returns the checkpoint triple so the broker records it."""
+        self._closed = True
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+        self.replica.make_offline()
+        state = self._checkpoint_state()
+        self.log.close()
+        if delete:
+            doomed = self.log.dir.with_name(self.log.dir.name + ".deleting-delete")
+            self.log.dir.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        return state
+
+    def _checkpoint_state(self) -> tuple[int, int, int]:
+        return (self.log.high_watermark, self.log.recovery_point, self.log.log_start_offset)
+
+    async def checkpoint_state(self) -> tuple[int, int, int]:
+        """(high watermark, recovery point, log start offset) for the broker's files."""
+        return self._checkpoint_state()
+
+    async def alter_config(self, topic_config: dict) -> None:
+        self.log.update_config(LogConfig.from_props(topic_config,
+                                                    broker=self.broker_log_config))
+
+    async def background(self) -> dict:
+        """One pass of the broker's scheduled log work: retention, delayed deletions,
+        flush by time, compaction."""
+        if self._closed:
+            return {}
+        now = wall_ms()
+        deleted = self.log.delete_old_segments(now)
+        self.log.delete_pending_segments()
+        self.log.flush_if_due(now)
+        cleaned = 0
+        if self.cleaner.needs_cleaning(self.log, self.first_dirty_offset, now):
+            stats = self.cleaner.clean(self.log, self.first_dirty_offset, now)
+            self.first_dirty_offset = stats.end_offset
+            cleaned = 1
+        return {"deleted_segments": deleted, "cleaned": cleaned}
+
+    async def maybe_shrink_isr(self) -> None:
+        """The broker's ISR-expiry task (every replica.lag.time.max.ms / 2)."""
+        if self.replica.maybe_shrink_isr() is not None:
+            self._maybe_alter_partition()
+
+    async def describe(self) -> dict:
+        r = self.replica
+        return {"role": r.role.value, "leader": r.leader_id, "leader_epoch": r.leader_epoch,
+                "partition_epoch": r.partition_epoch, "isr": list(r.isr),
+                "replicas": list(r.replicas), "log_end_offset": r.log_end_offset,
+                "high_watermark": r.high_watermark, "log_start_offset": r.log.log_start_offset,
+                "epochs": [(e.epoch, e.start_offset)
+                           for e in r.log.leader_epoch_cache.epoch_entries()]}
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    # ---- client requests -------------------------------------------------------------------
+    async def produce(self, records: bytes, acks: int = -1, timeout_ms: int = 30_000) -> bytes:
+        future = asyncio.get_running_loop().create_future()
+
+        def done(result: ProduceResult) -> None:
+            if not future.done():
+                future.set_result(result)
+        try:
+            result = self.replica.produce(records, acks=acks, timeout_ms=timeout_ms,
+                                          on_done=done)
+        except KafkaError as e:
+            return encode(ProduceResult(error=e))
+        if result is None:
+            result = await future
+        return encode(result)
+
+    async def fetch(self, request: bytes) -> bytes:
+        """A follower's or a consumer's fetch; long-polls in the purgatory."""
+        req: FetchRequest = decode(request)
+        future = asyncio.get_running_loop().create_future()
+
+        def done(result: FetchResult) -> None:
+            if not future.done():
+                future.set_result(result)
+        try:
+            result = self.replica.fetch(req, on_done=done)
+        except KafkaError as e:
+            return encode(FetchResult(error=e, leader_epoch=self.replica.leader_epoch,
+                                      fetch_offset=req.fetch_offset))
+        if req.replica_id >= 0:
+            self._maybe_alter_partition()
+        if result is None:
+            result = await future
+        return encode(result)
+
+    async def offsets_for_leader_epoch(self, epoch: int, current_leader_epoch: int = -1
+                                       ) -> bytes:
+        try:
+            return encode(self.replica.offsets_for_leader_epoch(epoch, current_leader_epoch))
+        except KafkaError as e:
+            return encode(e)
+
+    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1) -> bytes:
+        """ListOffsets: -2 the log start offset, -1 the high watermark (what a consumer can
+        read up to), else the first offset whose timestamp is >= ``timestamp``
+        (``(offset, timestamp)``; offset -1 when there is none)."""
+        r = self.replica
+        try:
+            if r.role is not Role.LEADER:
+                raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader "
+                                               f"of {r.name}")
+            r._check_fetch_epoch(current_leader_epoch)
+            if timestamp == EARLIEST_TIMESTAMP:
+                return encode((r.log.log_start_offset, -1))
+            if timestamp == LATEST_TIMESTAMP:
+                return encode((r.high_watermark, -1))
+            found = r.log.fetch_offset_by_timestamp(timestamp)
+            if found is None or found[1] >= r.high_watermark:
+                return encode((-1, -1))
+            found_timestamp, offset = found
+            return encode((offset, found_timestamp))
+        except KafkaError as e:
+            return encode(e)
+
+    async def delete_records(self, offset: int, timeout_ms: int = 30_000) -> bytes:
+        future = asyncio.get_running_loop().create_future()
+
+        def done(result: DeleteRecordsResult) -> None:
+            if not future.done():
+                future.set_result(result)
+        try:
+            result = self.replica.delete_records(offset, timeout_ms, on_done=done)
+        except KafkaError as e:
+            return encode(DeleteRecordsResult(error=e))
+        if result is None:
+            result = await future
+        return encode(result)
+
+    # ---- follower: the fetch loop ----------------------------------------------------------
+    def _handle(self, broker_id: int):
+        handle = self._handles.get(broker_id)
+        if handle is None:
+            handle = ray.get_actor(replica_actor_name(self.replica.topic, self.replica.partition,
+                                                      broker_id), namespace=self.namespace)
+            self._handles[broker_id] = handle
+        return handle
+
+    async def _fetch_loop(self) -> None:
+        r = self.replica
+        epoch, leader_id = r.leader_epoch, r.leader_id
+        while not self._closed and r.role is Role.FOLLOWER and r.leader_epoch == epoch:
+            try:
+                leader = self._handle(leader_id)
+                asked = r.truncation_request()
+                if asked is not None:
+                    answer = decode(await leader.offsets_for_leader_epoch.remote(asked, epoch))
+                    if isinstance(answer, KafkaError):
+                        raise answer
+                    r.on_leader_epoch_end_offset(*answer, leader_epoch=epoch)
+                    continue
+                request = r.fetch_request()
+                if request is None:
+                    return
+                result: FetchResult = decode(await leader.fetch.remote(encode(request)))
+                if r.leader_epoch != epoch:
+                    return
+                r.on_fetch_result(result)
+                if result.error is not None and not isinstance(result.error,
+                                                                OffsetOutOfRangeError):
+                    raise result.error
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the leader is gone, not yet leader, or restarting
+                log.debug("%s: fetch from %s failed: %r", r.name, leader_id, e)
+                self._handles.pop(leader_id, None)
+                await asyncio.sleep(self.backoff_s)
+
+    # ---- leader: ISR changes go to the controller ------------------------------------------
+    def _maybe_alter_partition(self) -> None:
+        proposal = self.replica.take_alter_partition()
+        if proposal is not None and (self._alter_task is None or self._alter_task.done()):
+            self._alter_task = asyncio.get_running_loop().create_task(
+                self._send_alter_partition(proposal))
+
+    async def _send_alter_partition(self, proposal) -> None:
+        r = self.replica
+        while not self._closed and r.take_alter_partition() is proposal:
+            try:
+                if self._controller is None:
+                    self._controller = ray.get_actor("controller", namespace=self.namespace)
+                answer = decode(await self._controller.alter_partition.remote(
+                    encode(proposal)))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # no controller at the moment: try again
+                log.debug("%s: AlterPartition failed: %r", r.name, e)
+                self._controller = None
+                await asyncio.sleep(self.backoff_s)
+                continue
+            if r.take_alter_partition() is not proposal:
+                return
+            if isinstance(answer, KafkaError):
+                r.on_alter_partition_result(None, -1, answer)
+            else:
+                isr, partition_epoch = answer
+                r.on_alter_partition_result(list(isr), partition_epoch)
+        # A proposal that arrived while this one was in flight goes next.
+        if not self._closed:
+            proposal = r.take_alter_partition()
+            if proposal is not None:
+                self._alter_task = asyncio.get_running_loop().create_task(
+                    self._send_alter_partition(proposal))

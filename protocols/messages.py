@@ -1,0 +1,100 @@
+"""The messages actors exchange: plain dataclasses, registered with the wire codec
+(``protocols.wire``) so that they cross actor boundaries as msgpack. Record data inside them
+stays raw RecordBatch bytes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocols.errors import KafkaError
+from protocols.wire import message
+
+
+# ---- replication (broker to broker) ----------------------------------------------------------
+@message
+@dataclass(frozen=True)
+class FetchRequest:
+    replica_id: int
+    fetch_offset: int
+    current_leader_epoch: int = -1
+    max_bytes: int = 1_048_576
+    min_bytes: int = 1
+    max_wait_ms: int = 0
+    log_start_offset: int = -1  # a follower's, so the leader knows the low watermark
+
+
+@message
+@dataclass
+class FetchResult:
+    records: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    # The leader's LEO rides along so that an out-of-range follower knows where to cut
+    # (Kafka's follower asks ListOffsets(latest) for it).
+    log_end_offset: int = -1
+    error: KafkaError | None = None
+    # Which request this answers: a follower drops answers to requests it no longer has in
+    # flight (another epoch, or an offset it has since truncated past).
+    leader_epoch: int = -1
+    fetch_offset: int = -1
+
+
+@message
+@dataclass
+class ProduceResult:
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error: KafkaError | None = None
+
+
+@message
+@dataclass(frozen=True)
+class AlterPartition:
+    """A leader's ISR proposal to the controller, fenced by leader and partition epoch."""
+
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+@message
+@dataclass
+class DeleteRecordsResult:
+    low_watermark: int = -1
+    error: KafkaError | None = None
+
+
+# ---- controller to broker ---------------------------------------------------------------------
+@message
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    controller_epoch: int
+    broker_id: int
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    is_new: bool = False
+
+
+@message
+@dataclass(frozen=True)
+class StopReplica:
+    controller_epoch: int
+    broker_id: int
+    topic: str
+    partition: int
+    delete_partition: bool
+
+
+@message
+@dataclass(frozen=True)
+class UpdateMetadata:
+    controller_epoch: int
+    broker_id: int
+    image: dict = field(compare=False)

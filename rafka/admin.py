@@ -1,0 +1,202 @@
+"""``rafka.Admin``: Kafka's AdminClient operations against a rafka cluster.
+
+Topic, partition, reassignment, election and config operations go to the controller actor;
+offsets and record deletion go to each partition's leader replica. Errors are Kafka's
+(``TopicAlreadyExistsError``, ``InvalidReplicationFactorError``, ...).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from protocols.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
+from protocols.topics import TopicPartition
+from protocols.wire import decode
+
+EARLIEST, LATEST = -2, -1
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int | None = 1
+    replication_factor: int | None = 1
+    config: Mapping[str, Any] | None = None
+    replica_assignment: Mapping[int, list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionInfo]
+    config: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    brokers: list[int]
+    controller_id: int
+    controller_epoch: int
+
+
+@dataclass(frozen=True)
+class ListOffsetsResult:
+    offset: int
+    timestamp: int
+
+
+def _raise_if_error(value: Any) -> Any:
+    if isinstance(value, KafkaError):
+        raise value
+    return value
+
+
+class Admin:
+    def __init__(self, cluster, timeout_s: float = 60.0):
+        self.cluster = cluster
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+        handle = self.cluster.controller()
+        return _raise_if_error(decode(ray.get(getattr(handle, method).remote(*args),
+                                              timeout=self.timeout_s)))
+
+    # ---- topics ----------------------------------------------------------------------------
+    def create_topics(self, new_topics: Iterable[NewTopic], wait: bool = True) -> None:
+        """Create the topics; with ``wait`` (the default) return once every partition's
+        leader serves requests."""
+        topics = list(new_topics)
+        for t in topics:
+            assignment = ({int(p): list(r) for p, r in t.replica_assignment.items()}
+                          if t.replica_assignment else None)
+            self._call("create_topic", t.name, None if assignment else t.num_partitions,
+                       None if assignment else t.replication_factor,
+                       dict(t.config or {}), assignment)
+        if wait:
+            for t in topics:
+                self._wait_for_leaders(t.name)
+
+    def _wait_for_leaders(self, topic: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        for p in sorted(self.cluster.metadata()["topics"][topic]):
+            self.cluster.leader(topic, p, max(0.1, deadline - time.monotonic()))
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._call("delete_topic", name)
+
+    def create_partitions(self, new_totals: Mapping[str, int], wait: bool = True) -> None:
+        for name, total in new_totals.items():
+            self._call("create_partitions", name, total, None)
+        if wait:
+            for name in new_totals:
+                self._wait_for_leaders(name)
+
+    def list_topics(self, internal: bool = False) -> list[str]:
+        return sorted(t for t in self.cluster.metadata()["topics"]
+                      if internal or not t.startswith("__"))
+
+    def describe_topics(self, names: Iterable[str] | None = None
+                        ) -> dict[str, TopicDescription]:
+        image = self.cluster.metadata()
+        wanted = list(names) if names is not None else sorted(image["topics"])
+        out = {}
+        for name in wanted:
+            partitions = image["topics"].get(name)
+            if partitions is None:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+            out[name] = TopicDescription(
+                name, [PartitionInfo(p, s["leader"], s["leader_epoch"], list(s["replicas"]),
+                                     list(s["isr"])) for p, s in sorted(partitions.items())],
+                dict(image["configs"].get(name, {})))
+        return out
+
+    def describe_topic_lines(self, name: str) -> list[str]:
+        """``kafka-topics.sh --describe`` partition lines."""
+        return list(self._call("describe_topic", name))
+
+    def describe_cluster(self) -> ClusterDescription:
+        image = self.cluster.metadata()
+        return ClusterDescription(sorted(image["brokers"]), image["controller_id"],
+                                  image["controller_epoch"])
+
+    # ---- partitions ------------------------------------------------------------------------
+    def alter_partition_reassignments(self, targets: Mapping[tuple[str, int], list[int]]
+                                      ) -> None:
+        self._call("reassign_partitions", {tuple(tp): list(r) for tp, r in targets.items()})
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Preferred-replica election (all partitions when ``partitions`` is None)."""
+        self._call("elect_preferred_leaders",
+                   None if partitions is None else [list(tp) for tp in partitions])
+
+    # ---- configs ---------------------------------------------------------------------------
+    def describe_configs(self, topics: Iterable[str]) -> dict[str, dict]:
+        """Each topic's effective configuration: its overrides over the cluster's
+        ``log.*`` defaults over Kafka's."""
+        from storage.config import LogConfig, TOPIC_CONFIG
+
+        image = self.cluster.metadata()
+        out = {}
+        for name in topics:
+            if name not in image["configs"]:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+            effective = LogConfig.from_props(dict(image["configs"][name]),
+                                             broker=self.cluster.config)
+            out[name] = {key: getattr(effective, key.replace(".", "_"), None)
+                         for key in TOPIC_CONFIG.names()}
+        return out
+
+    def alter_configs(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Incremental: set the given keys, remove those given as None."""
+        for name, config in changes.items():
+            self._call("alter_topic_config", name, dict(config))
+
+    # ---- offsets and records ---------------------------------------------------------------
+    def list_offsets(self, specs: Mapping[tuple[str, int], int | str]
+                     ) -> dict[TopicPartition, ListOffsetsResult]:
+        """``{(topic, partition): "earliest" | "latest" | timestamp_ms}`` -> offsets (latest is
+        the high watermark; by time, the first offset at or after it, -1 if none)."""
+        import ray
+        out = {}
+        for tp, spec in specs.items():
+            tp = TopicPartition(*tp)
+            ts = {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)
+            _, handle = self.cluster.leader(tp.topic, tp.partition)
+            offset, timestamp = _raise_if_error(decode(ray.get(
+                handle.list_offsets.remote(int(ts)), timeout=self.timeout_s)))
+            out[tp] = ListOffsetsResult(offset, timestamp)
+        return out
+
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[TopicPartition, int]:
+        """Move each partition's log start offset up to the offset (-1: the high watermark);
+        returns the new low watermarks once every in-sync replica has followed."""
+        import ray
+        out = {}
+        for tp, offset in offsets.items():
+            tp = TopicPartition(*tp)
+            _, handle = self.cluster.leader(tp.topic, tp.partition)
+            result = decode(ray.get(handle.delete_records.remote(offset, 30_000),
+                                    timeout=self.timeout_s))
+            _raise_if_error(result.error)
+            out[tp] = result.low_watermark
+        return out
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise KafkaTimeoutError(f"Timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)

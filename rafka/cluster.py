@@ -1,0 +1,285 @@
+"""``rafka.Cluster``: start, find, operate and stop a rafka cluster on Ray.
+
+    cluster = rafka.Cluster.start(num_brokers=3, data_dir="rafka-data")   # embedded default
+    cluster = rafka.Cluster.connect("default")     # from any driver, task or actor
+    cluster.admin().create_topics([rafka.NewTopic("t", 6, 3)])
+    cluster.shutdown()
+
+Brokers are detached actors named ``broker-<id>`` in the namespace ``rafka-<name>``; what a
+connecting process needs to know (data directory, configuration, brokers' nodes) is kept in
+Ray's GCS key-value store under ``rafka/<name>/cluster``.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import msgpack
+
+from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, KafkaError,
+                              KafkaTimeoutError, LeaderNotAvailableError,
+                              UnknownTopicOrPartitionError)
+from protocols.wire import decode
+
+INFO_KEY = "rafka/{name}/cluster"
+_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
+
+
+def _ray():
+    import ray
+    return ray
+
+
+def _kv_get(key: str) -> bytes | None:
+    from ray.experimental.internal_kv import _internal_kv_get
+    return _internal_kv_get(key)
+
+
+def _kv_put(key: str, value: bytes) -> None:
+    from ray.experimental.internal_kv import _internal_kv_put
+    _internal_kv_put(key, value, overwrite=True)
+
+
+def _kv_del(key: str) -> None:
+    from ray.experimental.internal_kv import _internal_kv_del
+    _internal_kv_del(key)
+
+
+class Cluster:
+    def __init__(self, name: str, info: Mapping[str, Any]):
+        from actors.broker.actor import namespace_for
+        self.name = name
+        self.namespace = namespace_for(name)
+        self.data_dir = info["data_dir"]
+        self.config = dict(info["config"])
+        self.broker_nodes: dict[int, str] = {int(b): n for b, n in info["brokers"].items()}
+
+    def __repr__(self) -> str:
+        return (f"Cluster(name={self.name!r}, brokers={sorted(self.broker_nodes)}, "
+                f"data_dir={self.data_dir!r})")
+
+    # ---- start and connect -----------------------------------------------------------------
+    @classmethod
+    def start(cls, num_brokers: int = 3, data_dir: str | Path = "rafka-data",
+              config: Mapping[str, Any] | None = None, name: str = "default", *,
+              address: str | None = None, timeout_s: float = 120.0,
+              **config_kwargs: Any) -> "Cluster":
+        """Start ``num_brokers`` brokers on the current Ray instance (a local one is started
+        when none is connected) and wait until each has registered with the controller.
+        Brokers are spread over the alive Ray nodes, round robin. Starting on a data_dir
+        that holds an earlier run recovers its topics and records."""
+        from actors.broker.config import ClusterConfig
+        from rafka.ray_support import ensure_ray
+
+        if not _NAME.match(name):
+            raise InvalidRequestError(f"Invalid cluster name {name!r}: use 1-64 of "
+                                      "[a-zA-Z0-9._-]")
+        if num_brokers < 1:
+            raise InvalidRequestError(f"num_brokers must be >= 1, got {num_brokers}")
+        parsed = ClusterConfig.parse(config, **config_kwargs)
+        ensure_ray(address)
+        ray = _ray()
+        existing = _kv_get(INFO_KEY.format(name=name))
+        if existing is not None:
+            running = cls(name, msgpack.unpackb(existing, strict_map_key=False))
+            if running._any_broker_alive():
+                raise InvalidRequestError(f"A rafka cluster named '{name}' is already running "
+                                          f"on this Ray cluster; use Cluster.connect('{name}')")
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        info = {"data_dir": str(Path(data_dir).resolve()), "config": parsed.to_dict(),
+                "brokers": {b: nodes[b % len(nodes)] for b in range(num_brokers)}}
+        Path(info["data_dir"]).mkdir(parents=True, exist_ok=True)
+        _kv_put(INFO_KEY.format(name=name), msgpack.packb(info, use_bin_type=True))
+        cluster = cls(name, info)
+        for b in range(num_brokers):
+            cluster._create_broker(b)
+        cluster.wait_for_brokers(range(num_brokers), timeout_s)
+        return cluster
+
+    @classmethod
+    def connect(cls, name: str = "default", address: str | None = None) -> "Cluster":
+        """Attach to a running cluster from any driver, Ray task or actor."""
+        from rafka.ray_support import ensure_ray
+
+        ensure_ray(address or "auto")
+        raw = _kv_get(INFO_KEY.format(name=name))
+        if raw is None:
+            raise BrokerNotAvailableError(f"No rafka cluster named '{name}' is running on "
+                                          "this Ray cluster")
+        return cls(name, msgpack.unpackb(raw, strict_map_key=False))
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # ---- handles ---------------------------------------------------------------------------
+    def _create_broker(self, broker_id: int) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from actors.broker.actor import BrokerActor
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                BrokerActor.options(
+                    name=f"broker-{broker_id}", namespace=self.namespace, lifetime="detached",
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        self.broker_nodes[broker_id], soft=False),
+                ).remote(self.name, broker_id, self.data_dir, self.config)
+                return
+            except ValueError:  # the stopped broker's name is not free yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def broker(self, broker_id: int):
+        try:
+            return _ray().get_actor(f"broker-{broker_id}", namespace=self.namespace)
+        except ValueError:
+            raise BrokerNotAvailableError(f"Broker {broker_id} is not running") from None
+
+    def controller(self, timeout_s: float = 30.0):
+        """The controller's handle (waiting while brokers elect one)."""
+        ray = _ray()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                handle = ray.get_actor("controller", namespace=self.namespace)
+                ray.get(handle.ping.remote(), timeout=5)
+                return handle
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise KafkaTimeoutError(f"No controller in cluster '{self.name}' after "
+                                            f"{timeout_s} s") from None
+                time.sleep(0.05)
+
+    def replica(self, topic: str, partition: int, broker_id: int):
+        from actors.replica.actor import replica_actor_name
+        try:
+            return _ray().get_actor(replica_actor_name(topic, partition, broker_id),
+                                    namespace=self.namespace)
+        except ValueError:
+            raise UnknownTopicOrPartitionError(
+                f"No replica of {topic}-{partition} on broker {broker_id}") from None
+
+    def metadata(self) -> dict:
+        """The controller's metadata image: brokers, controller id and epoch, topics with
+        each partition's leader, leader epoch, replicas and ISR, topic configs."""
+        return decode(_ray().get(self.controller().metadata.remote()))
+
+    def leader(self, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, Any]:
+        """(broker id, replica handle) of the partition's leader, once it leads."""
+        ray = _ray()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                p = self.metadata()["topics"][topic][partition]
+            except KeyError:
+                raise UnknownTopicOrPartitionError(
+                    f"Unknown partition {topic}-{partition}") from None
+            if p["leader"] >= 0:
+                try:
+                    handle = self.replica(topic, partition, p["leader"])
+                    state = ray.get(handle.describe.remote(), timeout=5)
+                    if state["role"] == "leader" and state["leader_epoch"] == p["leader_epoch"]:
+                        return p["leader"], handle
+                except Exception:
+                    pass
+            if time.monotonic() > deadline:
+                raise LeaderNotAvailableError(f"No leader for {topic}-{partition} after "
+                                              f"{timeout_s} s")
+            time.sleep(0.05)
+
+    def admin(self):
+        from rafka.admin import Admin
+        return Admin(self)
+
+    # ---- operating -------------------------------------------------------------------------
+    def _any_broker_alive(self) -> bool:
+        ray = _ray()
+        for b in self.broker_nodes:
+            try:
+                ray.get(self.broker(b).pid.remote(), timeout=5)
+                return True
+            except Exception:
+                continue
+        return False
+
+    def wait_for_brokers(self, broker_ids, timeout_s: float = 120.0) -> None:
+        """Wait until these brokers have started and registered with the controller."""
+        ray = _ray()
+        wanted = set(broker_ids)
+        deadline = time.monotonic() + timeout_s
+        for b in sorted(wanted):
+            while True:
+                try:
+                    ray.get(self.broker(b).wait_ready.remote(),
+                            timeout=max(0.1, deadline - time.monotonic()))
+                    break
+                except BrokerNotAvailableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+                except ray.exceptions.GetTimeoutError:
+                    raise KafkaTimeoutError(f"Broker {b} did not start within {timeout_s} s")
+        while True:
+            live = set(self.metadata()["brokers"])
+            if wanted <= live:
+                return
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"Brokers {sorted(wanted - live)} did not register "
+                                        f"within {timeout_s} s")
+            time.sleep(0.05)
+
+    def broker_pid(self, broker_id: int) -> int:
+        return _ray().get(self.broker(broker_id).pid.remote())
+
+    def stop_broker(self, broker_id: int, controlled: bool = True) -> None:
+        """Stop one broker: controlled shutdown (leaders move away first), logs closed
+        cleanly, then its actors end. ``start_broker`` brings it back."""
+        ray = _ray()
+        handle = self.broker(broker_id)
+        ray.get(handle.shutdown.remote(controlled))
+        ray.kill(handle, no_restart=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(f"broker-{broker_id}", namespace=self.namespace)
+                time.sleep(0.05)
+            except ValueError:
+                return
+
+    def start_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
+        if broker_id not in self.broker_nodes:
+            raise InvalidRequestError(f"Broker {broker_id} is not part of cluster "
+                                      f"'{self.name}' (brokers {sorted(self.broker_nodes)})")
+        self._create_broker(broker_id)
+        self.wait_for_brokers([broker_id], timeout_s)
+
+    def shutdown(self) -> None:
+        """Stop every broker cleanly (logs flushed and checkpointed, clean-shutdown markers
+        written, the metadata snapshot on disk); the next ``start`` on the same data_dir
+        recovers everything."""
+        from actors.controller.actor import forget_snapshot
+
+        ray = _ray()
+        handles = []
+        for b in sorted(self.broker_nodes):
+            try:
+                handles.append(self.broker(b))
+            except KafkaError:
+                continue
+        refs = [h.shutdown.remote(False) for h in handles]
+        for ref in refs:
+            try:
+                ray.get(ref, timeout=60)
+            except Exception:
+                pass
+        for h in handles:
+            ray.kill(h, no_restart=True)
+        forget_snapshot(self.name)
+        _kv_del(INFO_KEY.format(name=self.name))

@@ -1,0 +1,36 @@
+"""Getting onto a Ray instance: the local one rafka starts for the embedded default, or the
+one a driver, task or actor is already connected to."""
+from __future__ import annotations
+
+import os
+import secrets
+
+
+def prepare_local_token_auth() -> None:
+    """Ray 2.60 turns token authentication on for a new local cluster and, with no token
+    around, writes one to ~/.ray/auth_token. Keep auth on but give a local instance a
+    throw-away token through the environment (inherited by the raylet and workers), so that
+    nothing is written to the home directory. An explicit RAY_AUTH_MODE wins."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.environ:
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    # This process read its Ray config when ray was imported; re-read it so the driver
+    # agrees with its children on the mode (what ray itself does when it enables auth).
+    from ray._raylet import Config
+    Config.initialize("")
+
+
+def ensure_ray(address: str | None = None, **init_kwargs) -> None:
+    """Connect to Ray unless already connected: to ``address`` (or RAY_ADDRESS) when given,
+    else start a local instance (the embedded default)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address is None:
+        prepare_local_token_auth()
+        init_kwargs.setdefault("include_dashboard", False)
+    ray.init(address=address, ignore_reinit_error=True, **init_kwargs)
