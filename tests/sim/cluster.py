@@ -88,6 +88,7 @@ class Simulation:
         self.broker_ids = list(range(brokers))
         self.partitions = list(range(partitions))
         self.up: dict[int, Broker] = {}
+        self._opened: list[Log] = []
         self.lives: dict[int, int] = {}
         self.hw_checkpoint: dict[tuple[int, int], int] = {}
         self.controller = ControllerState(
@@ -109,6 +110,12 @@ class Simulation:
 
     # ---- processes -------------------------------------------------------------------------
     def close(self) -> None:
+        # Crashed brokers' logs were abandoned open, as a dead process leaves them; release
+        # the descriptors now, or thousands of seeds in one process run out of them.
+        for lg in self._opened:
+            for seg in lg.segments:
+                seg.close_handlers()
+        self._opened.clear()
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -118,6 +125,7 @@ class Simulation:
         for p in self.partitions:
             log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-{p}", self.log_config,
                            clock=self.clock, high_watermark=self.hw_checkpoint.get((b, p), 0))
+            self._opened.append(log)
             broker.replicas[p] = PartitionReplica(
                 TOPIC, p, b, log, clock=self.clock, timer=broker.timer, config=self.config,
                 on_high_watermark=lambda hw, k=(b, p): self.hw_checkpoint.__setitem__(k, hw))
