@@ -140,7 +140,24 @@ DEMO = Subcommand(
     run=_run_demo,
 )
 
-SUBCOMMANDS: list[Subcommand] = [DUMP_LOG, DEMO]
+# ---- topics -------------------------------------------------------------------------------
+
+def _configure_topics(parser: argparse.ArgumentParser) -> None:
+    from rafka import topics_cli
+    topics_cli.configure(parser)
+
+
+def _run_topics(args: argparse.Namespace) -> int:
+    from rafka import topics_cli
+    return topics_cli.run(args)
+
+
+TOPICS = Subcommand(
+    "topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
+    _configure_topics, _run_topics)
+
+
+SUBCOMMANDS: list[Subcommand] = [DUMP_LOG, DEMO, TOPICS]
 
 
 # ---- entry point --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -255,6 +256,9 @@ class ControllerActor:
 
     async def leader_imbalance(self) -> dict:
         return self.state.leader_imbalance()
+
+    async def pid(self) -> int:
+        return os.getpid()
 
     async def ping(self) -> tuple[int, int]:
         return self.state.controller_epoch, self.host_broker_id

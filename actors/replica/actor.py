@@ -93,16 +93,21 @@ class PartitionReplicaActor:
                 else:
                     r.become_follower(m.leader, m.leader_epoch, m.partition_epoch,
                                       list(m.replicas), list(m.isr))
+                    self._restart_fetcher()
             else:
                 r.make_offline()
         except KafkaError as e:
             return encode(e)
-        self._start_or_stop_fetcher()
+        self._restart_fetcher(only_if_needed=True)
         return encode(None)
 
-    def _start_or_stop_fetcher(self) -> None:
+    def _restart_fetcher(self, only_if_needed: bool = False) -> None:
+        """A new leader or epoch gets a new fetch loop: the old one may be awaiting an answer
+        from a leader that is gone."""
         following = self.replica.role is Role.FOLLOWER and not self._closed
-        if self._fetcher is not None and (not following or self._fetcher.done()):
+        stale = self._fetcher is not None and (self._fetcher.done() or not following
+                                               or not only_if_needed)
+        if stale:
             self._fetcher.cancel()
             self._fetcher = None
         if following and self._fetcher is None:
@@ -163,6 +168,11 @@ class PartitionReplicaActor:
                 "high_watermark": r.high_watermark, "log_start_offset": r.log.log_start_offset,
                 "epochs": [(e.epoch, e.start_offset)
                            for e in r.log.leader_epoch_cache.epoch_entries()]}
+
+    async def read_local(self, offset: int, max_bytes: int, max_offset: int | None = None
+                         ) -> bytes:
+        """This replica's own log bytes, whatever its role (replica verification)."""
+        return self.log.read(offset, max_bytes, max_offset=max_offset)
 
     async def pid(self) -> int:
         return os.getpid()

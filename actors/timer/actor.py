@@ -157,7 +157,8 @@ class TimerActor:
             logger.warning("timer task %d: target unavailable for %s: %s", call.task_id,
                            call.method_name, e)
         except RayActorError as e:
-            logger.warning("timer task %d: target actor is dead, dropping the task (%s): %s",
+            # Normal when a broker or controller stops: its tasks end with it.
+            logger.info("timer task %d: target actor is dead, dropping the task (%s): %s",
                            call.task_id, call.method_name, e)
             self._drop(call.task_id)
         except Exception:

@@ -1,0 +1,23 @@
+"""Fixtures for tests on a real rafka cluster: real Ray actors, real files, real processes."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import rafka
+
+_names = itertools.count()
+
+# Short timeouts so faults resolve within a test; everything else is Kafka's default.
+FAST = {"broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500,
+        "replica.lag.time.max.ms": 3000, "replica.high.watermark.checkpoint.interval.ms": 500,
+        "controlled.shutdown.retry.backoff.ms": 200}
+
+
+@pytest.fixture
+def cluster(ray_session, tmp_path):
+    """A fresh 3-broker cluster with its own name and data directory."""
+    c = rafka.Cluster.start(3, tmp_path / "data", FAST, name=f"t{next(_names)}")
+    yield c
+    c.shutdown()

@@ -1,0 +1,240 @@
+"""A real cluster on Ray: brokers, replicas and the controller as actors; faults are real
+processes killed with SIGKILL (SPEC §3-4, issue 5)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import ray
+
+import rafka
+from protocols.errors import (InvalidConfigError, InvalidReplicationFactorError,
+                              InvalidTopicError, StaleControllerEpochError,
+                              TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from protocols.messages import UpdateMetadata
+from protocols.wire import decode, encode
+from tests.runtime.conftest import FAST
+from tests.runtime.helpers import produce, produce_retrying, read_all, wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def isr_of(cluster, topic, partition):
+    return cluster.metadata()["topics"][topic][partition]["isr"]
+
+
+def test_topics_are_created_described_and_replicated(cluster):
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("orders", 3, 3, config={"min.insync.replicas": 2})])
+    lines = admin.describe_topic_lines("orders")
+    assert len(lines) == 3
+    for p, line in enumerate(lines):
+        assert line.startswith(f"\tTopic: orders\tPartition: {p}\tLeader: ")
+        assert "\tReplicas: " in line and "\tIsr: " in line
+    described = admin.describe_topics(["orders"])["orders"]
+    assert described.config == {"min.insync.replicas": 2}
+    for info in described.partitions:
+        assert sorted(info.replicas) == [0, 1, 2] and info.leader == info.replicas[0]
+
+    # acks=all: answered once the whole ISR has the record.
+    offsets = [produce(cluster, "orders", 1, f"v{i}".encode()).base_offset for i in range(5)]
+    assert offsets == [0, 1, 2, 3, 4]
+    leader_id, leader = cluster.leader("orders", 1)
+    assert list(read_all(leader).values()) == [f"v{i}".encode() for i in range(5)]
+    for b in (0, 1, 2):
+        state = ray.get(cluster.replica("orders", 1, b).describe.remote())
+        assert state["log_end_offset"] == 5
+        assert state["role"] == ("leader" if b == leader_id else "follower")
+
+    # Kafka's errors for bad requests.
+    with pytest.raises(TopicAlreadyExistsError):
+        admin.create_topics([rafka.NewTopic("orders", 1, 1)])
+    with pytest.raises(InvalidReplicationFactorError):
+        admin.create_topics([rafka.NewTopic("wide", 1, 4)])
+    with pytest.raises(InvalidTopicError):
+        admin.create_topics([rafka.NewTopic("../etc", 1, 1)])
+    with pytest.raises(InvalidConfigError, match="retention.ms"):
+        admin.create_topics([rafka.NewTopic("x", 1, 1, config={"retention.msec": 5})])
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.describe_topics(["nope"])
+
+    # Offsets by position and by time; records deleted up to an offset.
+    listed = admin.list_offsets({("orders", 1): "earliest", ("orders", 0): "latest"})
+    assert listed[("orders", 1)].offset == 0 and listed[("orders", 0)].offset == 0
+    assert admin.list_offsets({("orders", 1): 0})[("orders", 1)].offset == 0
+    assert admin.delete_records({("orders", 1): 2}) == {("orders", 1): 2}
+    assert admin.list_offsets({("orders", 1): "earliest"})[("orders", 1)].offset == 2
+
+    # Topic configs change at run time and partitions can be added.
+    admin.alter_configs({"orders": {"retention.ms": 60_000}})
+    assert admin.describe_configs(["orders"])["orders"]["retention.ms"] == 60_000
+    admin.create_partitions({"orders": 4})
+    assert len(admin.describe_topics(["orders"])["orders"].partitions) == 4
+    admin.delete_topics(["orders"])
+    assert "orders" not in admin.list_topics()
+    wait_until(lambda: not any(p.name.startswith("orders-")
+                               for p in (cluster_dir(cluster, 0)).iterdir()), 30,
+               "the deleted topic's directories to go")
+
+
+def cluster_dir(cluster, broker_id):
+    from pathlib import Path
+    return Path(cluster.data_dir) / f"broker-{broker_id}"
+
+
+def test_killing_the_leaders_broker_elects_a_new_leader_and_loses_nothing(cluster):
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("t", 1, 3, config={"min.insync.replicas": 2})])
+    acked = {produce_retrying(cluster, "t", 0, f"before-{i}".encode()): f"before-{i}".encode()
+             for i in range(20)}
+    old_leader, _ = cluster.leader("t", 0)
+    epoch = cluster.metadata()["topics"]["t"][0]["leader_epoch"]
+
+    os.kill(cluster.broker_pid(old_leader), signal.SIGKILL)   # the process, not a call
+    killed_at = time.monotonic()
+    bound_s = (FAST["replica.lag.time.max.ms"] + FAST["broker.session.timeout.ms"]) / 1000
+    wait_until(lambda: (lambda p: p["leader"] not in (-1, old_leader)
+                        and p["leader_epoch"] > epoch)(cluster.metadata()["topics"]["t"][0]),
+               bound_s, "a new leader within replica.lag.time.max.ms + the session timeout")
+    print(f"new leader elected {time.monotonic() - killed_at:.2f} s after the kill")
+
+    for i in range(20):   # acks=all writes resume
+        acked[produce_retrying(cluster, "t", 0, f"after-{i}".encode())] = f"after-{i}".encode()
+    new_leader, handle = cluster.leader("t", 0)
+    assert new_leader != old_leader
+    records = read_all(handle)
+    assert {o: records.get(o) for o in acked} == acked      # nothing acknowledged is lost
+
+    # Ray restarted the killed broker on its node: it recovers its log, truncates by leader
+    # epoch, catches up and rejoins the ISR.
+    wait_until(lambda: sorted(isr_of(cluster, "t", 0)) == [0, 1, 2], 60,
+               "the restarted broker to rejoin the ISR")
+    back = cluster.replica("t", 0, old_leader)
+    wait_until(lambda: ray.get(back.describe.remote())["log_end_offset"]
+               == ray.get(handle.describe.remote())["log_end_offset"], 30, "catch-up")
+    hw = ray.get(handle.describe.remote())["high_watermark"]
+    assert ray.get(back.read_local.remote(0, 1 << 30, hw)) == \
+        ray.get(handle.read_local.remote(0, 1 << 30, hw))       # byte-identical below the HW
+
+
+def test_killing_the_controllers_owner_moves_the_controller_and_fences_the_old_epoch(cluster):
+    before = cluster.admin().describe_cluster()
+    os.kill(cluster.broker_pid(before.controller_id), signal.SIGKILL)
+    after = wait_until(
+        lambda: (lambda d: d if d.controller_epoch == before.controller_epoch + 1 else None)(
+            cluster.admin().describe_cluster()), 60, "a new controller")
+    assert after.controller_epoch == before.controller_epoch + 1
+    # Everyone, including the restarted broker, is back under the new controller.
+    wait_until(lambda: cluster.admin().describe_cluster().brokers == [0, 1, 2], 60,
+               "every broker registered with the new controller")
+    # A request from the old controller epoch is refused.
+    survivor = next(b for b in (0, 1, 2) if b != before.controller_id)
+    wait_until(lambda: ray.get(cluster.broker(survivor).describe.remote())["controller_epoch"]
+               == after.controller_epoch, 30, "the survivor to hear from the new controller")
+    stale = UpdateMetadata(before.controller_epoch, survivor, {})
+    answer = decode(ray.get(cluster.broker(survivor).apply_controller_messages.remote(
+        encode([stale]))))
+    assert isinstance(answer, StaleControllerEpochError)
+    # The new controller still works.
+    cluster.admin().create_topics([rafka.NewTopic("after-failover", 1, 3)])
+
+
+def test_a_frozen_controller_is_fenced_and_replaced(cluster):
+    """SIGSTOP keeps the process (and so the actor's name) alive but silent: the brokers must
+    notice the missed answers within a session timeout, kill it and elect another."""
+    before = cluster.admin().describe_cluster()
+    pid = ray.get(cluster.controller().pid.remote())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        handle = wait_until(
+            lambda: (lambda h: h if ray.get(h.ping.remote(), timeout=2)[0]
+                     > before.controller_epoch else None)(
+                ray.get_actor("controller", namespace=cluster.namespace)),
+            60, "a new controller after the frozen one")
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)   # if it is still there: it must then be fenced
+        except ProcessLookupError:
+            pass
+    assert ray.get(handle.ping.remote())[0] == before.controller_epoch + 1
+    cluster.admin().create_topics([rafka.NewTopic("after-freeze", 1, 3)])
+
+
+def test_controlled_shutdown_moves_leadership_and_preferred_election_moves_it_back(cluster):
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("t", 3, 3, config={"min.insync.replicas": 2})])
+    preferred = {p.partition: p.replicas[0] for p in admin.describe_topics(["t"])["t"].partitions}
+    victim = preferred[0]
+    cluster.stop_broker(victim)
+    for p in admin.describe_topics(["t"])["t"].partitions:
+        assert p.leader not in (victim, -1)          # moved before the broker stopped
+        assert victim not in p.isr
+    produce_retrying(cluster, "t", 0, b"while-down")
+
+    cluster.start_broker(victim)
+    wait_until(lambda: all(sorted(p.isr) == [0, 1, 2]
+                           for p in admin.describe_topics(["t"])["t"].partitions), 60,
+               "the broker to rejoin every ISR")
+    admin.elect_leaders()
+    wait_until(lambda: {p.partition: p.leader for p in
+                        admin.describe_topics(["t"])["t"].partitions} == preferred, 30,
+               "preferred leaders")
+    _, handle = cluster.leader("t", 0)
+    assert b"while-down" in read_all(handle).values()
+
+
+def test_a_stopped_and_restarted_cluster_recovers_topics_and_records(ray_session, tmp_path):
+    data = tmp_path / "data"
+    c = rafka.Cluster.start(3, data, FAST, name="restart")
+    c.admin().create_topics([rafka.NewTopic("keep", 2, 3)])
+    for i in range(10):
+        produce_retrying(c, "keep", i % 2, f"r{i}".encode())
+    c.shutdown()
+
+    c = rafka.Cluster.start(3, data, FAST, name="restart")
+    try:
+        described = c.admin().describe_topics(["keep"])["keep"]
+        assert len(described.partitions) == 2
+        values = set()
+        for p in (0, 1):
+            _, handle = c.leader("keep", p)
+            values |= set(read_all(handle).values())
+        assert values == {f"r{i}".encode() for i in range(10)}
+        produce_retrying(c, "keep", 0, b"after-restart")
+    finally:
+        c.shutdown()
+
+
+def test_connect_from_a_ray_task_and_bad_cluster_config(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("seen", 1, 1)])
+
+    @ray.remote(num_cpus=0)
+    def topics_from_a_task(name):
+        return rafka.Cluster.connect(name).admin().list_topics()
+
+    assert ray.get(topics_from_a_task.remote(cluster.name)) == ["seen"]
+
+    # The CLI is another driver on the same Ray cluster.
+    address = ray.get_runtime_context().gcs_address
+    cli = [sys.executable, "-m", "rafka", "topics", "--cluster", cluster.name,
+           "--address", address]
+    out = subprocess.run(cli + ["--create", "--topic", "cli", "--partitions", "2",
+                                "--replication-factor", "2", "--config", "retention.ms=1000"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    out = subprocess.run(cli + ["--describe", "--topic", "cli"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == ("Topic: cli\tPartitionCount: 2\tReplicationFactor: 2\t"
+                        "Configs: retention.ms=1000")
+    assert lines[1].startswith("\tTopic: cli\tPartition: 0\tLeader: ")
+    out = subprocess.run(cli + ["--create", "--topic", "cli", "--partitions", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "TOPIC_ALREADY_EXISTS" in out.stderr
+    with pytest.raises(InvalidConfigError, match="replica.lag.time.max.ms"):
+        rafka.Cluster.start(1, "unused", {"replica.lag.time.max": 1}, name="bad")
