@@ -44,6 +44,8 @@ def main(argv=None) -> int:
                         help="comma-separated total partition counts to grow to, one new "
                              "topic per step, stopping at the first failure")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds a topic's leaders may take to come up")
     args = parser.parse_args(argv)
 
     import ray
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     cluster = rafka.Cluster.start(args.brokers, root / "data", name="bench")
     t_start = time.perf_counter() - started
-    admin = cluster.admin()
+    admin = rafka.Admin(cluster, timeout_s=args.timeout)
     started = time.perf_counter()
     admin.create_topics([rafka.NewTopic("bench-0", args.partitions, args.replication_factor)])
     t_topic = time.perf_counter() - started

@@ -120,7 +120,7 @@ DUMP_LOG = Subcommand(
 
 def _configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default="./data",
-                        help="where the broker's log directory goes (default ./data)")
+                        help="where the brokers' log directories go (default ./data)")
     parser.add_argument("--records", type=_positive_int, default=10_000,
                         help="records to append to each partition (default 10000)")
 

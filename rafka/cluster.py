@@ -78,9 +78,17 @@ class Cluster:
                                       "[a-zA-Z0-9._-]")
         if num_brokers < 1:
             raise InvalidRequestError(f"num_brokers must be >= 1, got {num_brokers}")
-        parsed = ClusterConfig.parse(config, **config_kwargs)
-        ensure_ray(address)
         ray = _ray()
+        given = dict(config or {}, **config_kwargs)
+        if not ray.is_initialized() and address is None:
+            # The embedded default: one machine, and every partition replica is a process
+            # (~63 MB). Kafka's 50 __consumer_offsets partitions x 3 replicas would be 150
+            # processes (~9.5 GB) before the first user topic, so embedded clusters start
+            # with 3; a cluster started on an existing Ray cluster keeps Kafka's 50.
+            given.setdefault("offsets.topic.num.partitions", 3)
+        given.setdefault("offsets.topic.replication.factor", min(3, num_brokers))
+        parsed = ClusterConfig.parse(given)
+        ensure_ray(address)
         existing = _kv_get(INFO_KEY.format(name=name))
         if existing is not None:
             running = cls(name, msgpack.unpackb(existing, strict_map_key=False))

@@ -1,65 +1,138 @@
 """`rafka demo`: the main job on embedded defaults.
 
-Today it exercises the storage engine end to end under ``--data-dir``: a broker log directory
-with a three-partition topic, records appended as Kafka v2 batches, read back by offset and
-by timestamp, a retention pass, a clean shutdown with Kafka's checkpoint files, and a restart
-that recovers every partition. Later stages put the same data path behind Ray actors and Spark.
+It starts a local Ray instance and a 3-broker rafka cluster whose data lives under
+``--data-dir``, creates a replicated topic, writes records as Kafka v2 batches with acks=all,
+reads them back by offset and by timestamp, kills the process of one partition's leader
+broker (SIGKILL) and shows a new leader serving every acknowledged record, then shuts the
+cluster down cleanly and starts it again on the same directory to show that topics and
+records come back. (The producer and consumer clients, consumer groups and Spark arrive
+with the next stages; here the partition leaders' actors are called directly.)
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
+from protocols.errors import KafkaError
+from protocols.messages import FetchRequest
 from protocols.records import Record, encode_batch, iter_batches
-from protocols.topics import TopicPartition
-from storage import LogManager
+from protocols.wire import decode, encode
 
 TOPIC = "demo-events"
 PARTITIONS = 3
+CONFIG = {"broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500,
+          "replica.lag.time.max.ms": 3000, "log.segment.bytes": 256 * 1024}
 
 
-def run_demo(data_dir: Path, records_per_partition: int = 10_000, batch_records: int = 100,
-             out=print) -> dict[TopicPartition, int]:
-    log_dir = Path(data_dir) / "broker-0"
-    manager = LogManager(log_dir, {"log.segment.bytes": 256 * 1024})
-    manager.load_logs()
-    out(f"log dir {log_dir} (clean shutdown last time: {manager.had_clean_shutdown})")
-    start = time.perf_counter()
+def _produce(cluster, partition: int, records: list[Record], deadline_s: float = 60) -> int:
+    """acks=all, retried on retriable errors as a producer would; the base offset."""
+    import ray
+    data = encode_batch(records, compression="lz4")
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            _, leader = cluster.leader(TOPIC, partition)
+            result = decode(ray.get(leader.produce.remote(data, -1, 10_000)))
+            if result.error is None:
+                return result.base_offset
+            error: Exception = result.error
+        except (KafkaError, ray.exceptions.RayError) as e:
+            error = e
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"could not produce to {TOPIC}-{partition}: {error!r}")
+        time.sleep(0.1)
+
+
+def _read(cluster, partition: int, start: int = 0) -> dict[int, bytes]:
+    import ray
+    _, leader = cluster.leader(TOPIC, partition)
+    out, offset = {}, start
+    while True:
+        result = decode(ray.get(leader.fetch.remote(encode(FetchRequest(-1, offset)))))
+        if result.error is not None:
+            raise result.error
+        batches = list(iter_batches(result.records))
+        if not batches:
+            return out
+        for batch in batches:
+            for r in batch.records():
+                out[r.offset] = r.value
+            offset = batch.last_offset + 1
+
+
+def run_demo(data_dir: Path, records_per_partition: int = 2_000, batch_records: int = 100,
+             out=print, name: str = "demo") -> dict[int, int]:
+    import ray
+
+    import rafka
+
+    ray_was_running = ray.is_initialized()
+    data_dir = Path(data_dir)
+    t = time.perf_counter()
+    cluster = rafka.Cluster.start(3, data_dir, CONFIG, name=name)
+    out(f"started a 3-broker cluster '{name}' on Ray in {time.perf_counter() - t:.1f} s, "
+        f"data under {data_dir.resolve()}")
+    admin = cluster.admin()
+    if TOPIC not in admin.list_topics():
+        t = time.perf_counter()
+        admin.create_topics([rafka.NewTopic(TOPIC, PARTITIONS, 3,
+                                            config={"min.insync.replicas": 2})])
+        out(f"created topic '{TOPIC}' ({PARTITIONS} partitions, replication factor 3) in "
+            f"{time.perf_counter() - t:.1f} s")
+    for line in admin.describe_topic_lines(TOPIC):
+        out(line)
+
+    start = {p: admin.list_offsets({(TOPIC, p): "latest"})[(TOPIC, p)].offset
+             for p in range(PARTITIONS)}
     t0 = int(time.time() * 1000)
-    appended = 0
+    t = time.perf_counter()
     for p in range(PARTITIONS):
-        log = manager.get_or_create_log(TopicPartition(TOPIC, p))
-        first = log.log_end_offset
         for b in range(0, records_per_partition, batch_records):
-            records = [Record(f"key-{i % 97}".encode(), f"event {first + b + i}".encode(),
-                              t0 + b + i) for i in range(batch_records)]
-            log.append_as_leader(encode_batch(records, compression="lz4"), leader_epoch=0)
-            appended += batch_records
-        log.update_high_watermark(log.log_end_offset)
-    elapsed = time.perf_counter() - start
-    out(f"appended {appended} records to {PARTITIONS} partitions of '{TOPIC}' in "
-        f"{elapsed:.2f} s ({appended / elapsed:,.0f} records/sec)")
+            _produce(cluster, p, [Record(f"key-{i % 97}".encode(),
+                                         f"event {start[p] + b + i}".encode(), t0 + b + i)
+                                  for i in range(batch_records)])
+    n = PARTITIONS * records_per_partition
+    elapsed = time.perf_counter() - t
+    out(f"produced {n} records with acks=all in {elapsed:.2f} s ({n / elapsed:,.0f} "
+        "records/sec, one batch in flight)")
+    by_time = admin.list_offsets({(TOPIC, 0): t0 + records_per_partition // 2})[(TOPIC, 0)]
+    out(f"{TOPIC}-0: first offset at or after t0+{records_per_partition // 2} ms is "
+        f"{by_time.offset}")
 
-    for tp, log in sorted(manager.logs.items()):
-        middle = (log.log_start_offset + log.log_end_offset) // 2
-        batch = next(iter_batches(log.read(middle, 64 * 1024, max_offset=log.high_watermark)))
-        record = next(r for r in batch.records() if r.offset >= middle)
-        by_time = log.offset_for_timestamp(t0 + 5_000)
-        out(f"{tp}: segments={log.num_segments} log_start_offset={log.log_start_offset} "
-            f"log_end_offset={log.log_end_offset} high_watermark={log.high_watermark} | "
-            f"offset {middle} -> {record.value.decode()!r} | first offset at t0+5s: {by_time}")
-    deleted = manager.cleanup_logs()
-    out(f"retention pass: {deleted} segment(s) deleted (retention.ms=7 days)")
-    ends = {tp: lg.log_end_offset for tp, lg in manager.logs.items()}
-    manager.shutdown()
+    victim, _ = cluster.leader(TOPIC, 0)
+    acked = _read(cluster, 0)
+    os.kill(cluster.broker_pid(victim), signal.SIGKILL)
+    t = time.perf_counter()
+    out(f"killed broker {victim} (the leader of {TOPIC}-0) with SIGKILL")
+    while cluster.metadata()["topics"][TOPIC][0]["leader"] in (victim, -1):
+        time.sleep(0.05)
+    leader, _ = cluster.leader(TOPIC, 0)
+    survived = _read(cluster, 0)
+    lost = [o for o in acked if survived.get(o) != acked[o]]
+    out(f"new leader of {TOPIC}-0: broker {leader} after {time.perf_counter() - t:.1f} s; "
+        f"{len(acked)} acknowledged records, {len(lost)} lost")
+    if lost:
+        raise RuntimeError(f"acknowledged records lost: {lost[:5]}")
+    cluster.wait_for_brokers([victim], 60)
+    out(f"broker {victim} was restarted by Ray and rejoined")
 
-    again = LogManager(log_dir, {"log.segment.bytes": 256 * 1024})
-    again.load_logs()
-    recovered = {tp: lg.log_end_offset for tp, lg in again.logs.items()}
-    out(f"restart after clean shutdown: recovered {len(recovered)} partitions, "
-        f"log end offsets {'match' if recovered == ends else 'DIFFER'}: "
-        + ", ".join(f"{tp}={o}" for tp, o in sorted(recovered.items())))
-    again.shutdown()
+    ends = {p: admin.list_offsets({(TOPIC, p): "latest"})[(TOPIC, p)].offset
+            for p in range(PARTITIONS)}
+    cluster.shutdown()
+    out("clean shutdown")
+    cluster = rafka.Cluster.start(3, data_dir, CONFIG, name=name)
+    try:
+        recovered = {p: len(_read(cluster, p)) + cluster.admin().list_offsets(
+            {(TOPIC, p): "earliest"})[(TOPIC, p)].offset for p in range(PARTITIONS)}
+    finally:
+        cluster.shutdown()
+    out(f"restart on the same data dir: log end offsets "
+        f"{'match' if recovered == ends else 'DIFFER'}: "
+        + ", ".join(f"{TOPIC}-{p}={o}" for p, o in sorted(recovered.items())))
     if recovered != ends:
         raise RuntimeError(f"log end offsets changed across restart: {ends} -> {recovered}")
+    if not ray_was_running:
+        ray.shutdown()
     return recovered

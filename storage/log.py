@@ -31,6 +31,7 @@ from storage.epoch import LeaderEpochFileCache
 from storage.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT,
                            LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file,
                            segment_file)
+from storage.producer_state import ProducerStateManager, snapshot_path
 from storage.segment import BatchInfo, FetchDataInfo, LogSegment
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class LogAppendInfo:
     last_leader_epoch: int
     source_compression: str = "none"
     batch_infos: list = field(default_factory=list, repr=False)
+    # A retried idempotent batch that was already in the log: nothing was appended.
+    duplicate: bool = False
 
 
 def _as_config(config: LogConfig | Mapping[str, Any] | None,
@@ -89,6 +92,7 @@ class Log:
         self.last_flush_ms = clock()
         self.leader_epoch_cache = LeaderEpochFileCache(
             LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT))
+        self.producer_state = ProducerStateManager(self.dir)
         # Tests set this to raise at a named step and so simulate a crash there.
         self.fault_injector: Callable[[str], None] | None = None
 
@@ -195,6 +199,7 @@ class Log:
             self.log_start_offset = self._log_end_offset
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._rebuild_producer_state(self._log_end_offset)
 
     def _on_recovered_batch(self, batch: RecordBatch) -> None:
         epoch = batch.partition_leader_epoch
@@ -218,6 +223,20 @@ class Log:
                 del self._bases[i + 1:]
                 break
             i += 1
+
+    def _rebuild_producer_state(self, end_offset: int) -> None:
+        """The newest producer-state snapshot at or below ``end_offset``, then the batches
+        after it (headers only)."""
+        state = self.producer_state
+        offset = max(state.load(end_offset), self.log_start_offset)
+        while offset < end_offset:
+            info = self.read_info(offset, 1 << 20, max_offset=end_offset)
+            if not info.records:
+                break
+            for batch in iter_batches(info.records):
+                state.update_from_batch(batch)
+            offset = info.next_offset
+        state.map_end_offset = end_offset
 
     # ==== facts ===========================================================================
     @property
@@ -277,6 +296,17 @@ class Log:
                 batches = self._validate(buf, leader=True)
         append_time = now if self.config.log_append_time else -1
         with self._lock:
+            for _, h in batches:
+                if h.producer_id >= 0 and h.base_sequence >= 0:
+                    last_seq = (h.base_sequence + h.last_offset_delta) % (2**31)
+                    duplicate = self.producer_state.check(h.producer_id, h.producer_epoch,
+                                                          h.base_sequence, last_seq)
+                    if duplicate is not None:
+                        # A retry of a batch we already have: answer its original offsets.
+                        return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                             duplicate.timestamp, duplicate.last_offset,
+                                             -1, self.log_start_offset, 0, 0, 0,
+                                             leader_epoch, duplicate=True)
             first = offset = self._log_end_offset
             infos: list[BatchInfo] = []
             records = 0
@@ -389,6 +419,8 @@ class Log:
         segment = self._maybe_roll(len(buf), max_ts, first_offset, last_offset, now)
         segment.append(buf, infos)
         self._log_end_offset = last_offset + 1
+        for batch in iter_batches(buf):
+            self.producer_state.update_from_batch(batch)
         cache = self.leader_epoch_cache
         for epoch, start in epoch_starts:
             if epoch >= 0:
@@ -428,6 +460,8 @@ class Log:
             if new_offset < active.base_offset:
                 raise InvalidOffsetError(_roll_error(self.name, new_offset))
             active.on_become_inactive()
+            self.producer_state.map_end_offset = self._log_end_offset
+            self.producer_state.take_snapshot()
             for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                 stale = segment_file(self.dir, new_offset, suffix)
                 if stale.exists():
@@ -534,6 +568,7 @@ class Log:
             self.log_start_offset = min(self.log_start_offset, new_end)
             self.recovery_point = min(self.recovery_point, new_end)
             self._high_watermark = min(self._high_watermark, new_end)
+            self._rebuild_producer_state(new_end)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -546,6 +581,10 @@ class Log:
             self.leader_epoch_cache.clear_and_flush()
             self.log_start_offset = self._log_end_offset = new_offset
             self.recovery_point = self._high_watermark = new_offset
+            for o in self.producer_state.snapshot_offsets():
+                snapshot_path(self.dir, o).unlink(missing_ok=True)
+            self.producer_state.producers.clear()
+            self.producer_state.map_end_offset = new_offset
 
     # ==== retention =======================================================================
     def delete_old_segments(self, now_ms: int | None = None) -> int:
@@ -623,6 +662,7 @@ class Log:
             self.log_start_offset = new_start
             self.leader_epoch_cache.truncate_from_start(new_start)
             self.recovery_point = max(self.recovery_point, new_start)
+            self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
 
     # ==== delayed file deletion ===========================================================
     def _schedule_deletion(self, segments: Iterable[LogSegment]) -> None:
@@ -722,6 +762,8 @@ class Log:
                 seg.flush()
                 seg.close()
             self.recovery_point = self._log_end_offset
+            self.producer_state.map_end_offset = self._log_end_offset
+            self.producer_state.take_snapshot()
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""

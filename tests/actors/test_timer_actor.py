@@ -83,8 +83,10 @@ def test_a_cancelled_task_never_fires(timer, recorder):
 
 
 def test_tasks_fire_in_expiration_order(timer, recorder):
-    for delay, tag in ((300, "c"), (100, "a"), (200, "b")):
-        ray.get(timer.schedule.remote(delay, recorder, "record", tag))
+    # Submitted together (an actor runs one caller's calls in order), so that a slow round
+    # trip on a loaded machine cannot reorder the deadlines themselves.
+    ray.get([timer.schedule.remote(delay, recorder, "record", tag)
+             for delay, tag in ((900, "c"), (300, "a"), (600, "b"))])
     calls = wait_until(lambda: (lambda h: h if len(h) == 3 else None)(
         ray.get(recorder.history.remote())))
     assert [args[0] for _, args, _ in calls] == ["a", "b", "c"]

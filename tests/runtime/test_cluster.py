@@ -69,6 +69,19 @@ def test_topics_are_created_described_and_replicated(cluster):
     assert admin.delete_records({("orders", 1): 2}) == {("orders", 1): 2}
     assert admin.list_offsets({("orders", 1): "earliest"})[("orders", 1)].offset == 2
 
+    # Reassignment: a single-replica partition moves from broker 0 to broker 1 with its data.
+    admin.create_topics([rafka.NewTopic("moving", replica_assignment={0: [0]})])
+    for i in range(3):
+        produce(cluster, "moving", 0, f"m{i}".encode(), acks=1)
+    admin.alter_partition_reassignments({("moving", 0): [1]})
+    wait_until(lambda: admin.describe_topics(["moving"])["moving"].partitions[0].replicas == [1]
+               and admin.describe_topics(["moving"])["moving"].partitions[0].leader == 1, 60,
+               "the reassignment to complete")
+    _, handle = cluster.leader("moving", 0)
+    assert list(read_all(handle).values()) == [b"m0", b"m1", b"m2"]
+    wait_until(lambda: not (cluster_dir(cluster, 0) / "moving-0").exists(), 30,
+               "the old replica's directory to be deleted")
+
     # Topic configs change at run time and partitions can be added.
     admin.alter_configs({"orders": {"retention.ms": 60_000}})
     assert admin.describe_configs(["orders"])["orders"]["retention.ms"] == 60_000

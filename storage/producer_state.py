@@ -1,0 +1,163 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager).
+
+For every producer id the log holds batches of, the leader remembers the producer epoch and
+the last five batches' sequence ranges and offsets. A new batch must continue the sequence
+(``OUT_OF_ORDER_SEQUENCE_NUMBER`` otherwise), may not come from an older epoch
+(``INVALID_PRODUCER_EPOCH``), and a retried batch that is already in the log is answered
+with its original offsets instead of being written twice.
+
+The state is rebuilt from the log's batch headers and saved in ``<offset>.snapshot`` files
+(the state as of that offset; msgpack, not Kafka's binary layout), taken when a segment rolls
+and when the log closes, so that a restart replays only what follows the newest snapshot.
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgpack
+
+from protocols.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from storage.checkpoint import write_atomically
+
+SNAPSHOT_SUFFIX = ".snapshot"
+NUM_BATCHES_TO_RETAIN = 5  # Kafka's: as many as max.in.flight.requests.per.connection
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def duplicate_of(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == INT_MAX else seq + 1
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self.producers: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0  # the state covers the log up to here
+
+    # ---- checks and updates ------------------------------------------------------------------
+    def check(self, producer_id: int, epoch: int, first_seq: int,
+              last_seq: int) -> BatchMetadata | None:
+        """Validate a producer's batch on the leader. Returns the original batch if this
+        one is a duplicate (a retry of a batch already written), else None."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None  # a producer this log has no state for (new, or expired) starts here
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Producer {producer_id}'s epoch {epoch} is older than {entry.epoch}")
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceNumberError(
+                    f"Producer {producer_id}: a new epoch {epoch} must start at sequence 0, "
+                    f"got {first_seq}")
+            return None
+        duplicate = entry.duplicate_of(first_seq, last_seq)
+        if duplicate is not None:
+            return duplicate
+        if first_seq != _next_seq(entry.last_seq):
+            raise OutOfOrderSequenceNumberError(
+                f"Out of order sequence number for producer {producer_id} at offset "
+                f"{self.map_end_offset}: {first_seq} (incoming seq. number), "
+                f"{entry.last_seq} (current end sequence number)")
+        return None
+
+    def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+               first_offset: int, last_offset: int, timestamp: int) -> None:
+        if producer_id < 0:
+            return
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+        entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset,
+                                           timestamp))
+        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+
+    def update_from_batch(self, batch) -> None:
+        """Replay one batch read from the log (follower appends, recovery)."""
+        if batch.producer_id >= 0 and batch.base_sequence >= 0:
+            self.update(batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                        batch.last_sequence, batch.base_offset, batch.last_offset,
+                        batch.max_timestamp)
+        self.map_end_offset = max(self.map_end_offset, batch.last_offset + 1)
+
+    # ---- snapshots ---------------------------------------------------------------------------
+    def snapshot_offsets(self) -> list[int]:
+        return sorted(int(p.name[:-len(SNAPSHOT_SUFFIX)])
+                      for p in self.dir.glob(f"*{SNAPSHOT_SUFFIX}")
+                      if p.name[:-len(SNAPSHOT_SUFFIX)].isdigit())
+
+    def take_snapshot(self) -> None:
+        data = msgpack.packb({
+            "version": 1, "end_offset": self.map_end_offset,
+            "producers": [[e.producer_id, e.epoch,
+                           [[b.first_seq, b.last_seq, b.first_offset, b.last_offset,
+                             b.timestamp] for b in e.batches]]
+                          for e in self.producers.values()]})
+        write_atomically(snapshot_path(self.dir, self.map_end_offset), data)
+
+    def load(self, log_end_offset: int) -> int:
+        """Load the newest snapshot at or below ``log_end_offset`` (dropping any above) and
+        return the offset to replay the log from."""
+        self.producers.clear()
+        self.map_end_offset = 0
+        for offset in reversed(self.snapshot_offsets()):
+            path = snapshot_path(self.dir, offset)
+            if offset > log_end_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                snap = msgpack.unpackb(path.read_bytes())
+            except (ValueError, msgpack.UnpackException, OSError):
+                path.unlink(missing_ok=True)  # torn by a crash: an older one will do
+                continue
+            for pid, epoch, batches in snap["producers"]:
+                entry = ProducerEntry(pid, epoch)
+                entry.batches.extend(BatchMetadata(*b) for b in batches)
+                self.producers[pid] = entry
+            self.map_end_offset = snap["end_offset"]
+            return self.map_end_offset
+        return 0
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        """Segments below ``offset`` are gone: their snapshots go too, but the newest
+        snapshot is always kept."""
+        offsets = self.snapshot_offsets()
+        for o in offsets[:-1]:
+            if o < offset:
+                try:
+                    os.unlink(snapshot_path(self.dir, o))
+                except FileNotFoundError:
+                    pass

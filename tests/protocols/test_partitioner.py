@@ -1,0 +1,38 @@
+"""Kafka's murmur2 partitioner, byte for byte (vectors from Kafka's UtilsTest)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from protocols.partitioner import (StickyPartitionCache, murmur2, partition_for_key,
+                                   to_positive)
+
+
+@pytest.mark.parametrize("data,expected", [
+    (b"21", -973932308),
+    (b"foobar", -790332482),
+    (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    (b"abc", 479470107),
+])
+def test_murmur2_matches_kafka(data, expected):
+    assert murmur2(data) == expected
+
+
+def test_to_positive_clears_the_sign_bit_not_abs():
+    assert to_positive(-2**31) == 0
+    assert to_positive(-1) == 2**31 - 1
+    assert to_positive(5) == 5
+    assert partition_for_key(b"foobar", 7) == to_positive(-790332482) % 7
+
+
+def test_sticky_partition_changes_only_when_its_batch_is_sent():
+    cache = StickyPartitionCache(random.Random(1))
+    first = cache.partition("t", [0, 1, 2], 3)
+    assert all(cache.partition("t", [0, 1, 2], 3) == first for _ in range(10))
+    second = cache.next_partition("t", [0, 1, 2], 3, first)
+    assert second != first and cache.partition("t", [0, 1, 2], 3) == second
+    # A stale "batch sent" for the old partition does not move it again.
+    assert cache.next_partition("t", [0, 1, 2], 3, first) == second

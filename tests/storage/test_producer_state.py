@@ -1,0 +1,71 @@
+"""Idempotent producers on the log: duplicates answered with their original offsets,
+sequence gaps and stale epochs refused, state kept across restarts in .snapshot files."""
+from __future__ import annotations
+
+import pytest
+
+from protocols.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from protocols.records import Record, encode_batch
+from storage import Log
+
+
+def batch(seq: int, n: int = 2, pid: int = 7, epoch: int = 0) -> bytes:
+    return encode_batch([Record(None, f"v{seq + i}".encode(), 1_000) for i in range(n)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def test_a_retried_batch_is_answered_with_its_original_offsets(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    assert log.append_as_leader(batch(0), 0).first_offset == 0
+    assert log.append_as_leader(batch(2), 0).first_offset == 2
+    again = log.append_as_leader(batch(0), 0)           # the retry of the first batch
+    assert (again.first_offset, again.last_offset, again.duplicate) == (0, 1, True)
+    assert log.log_end_offset == 4                       # nothing written twice
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(batch(9), 0)                # a gap: 4..8 never arrived
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(batch(5, epoch=1), 0)       # a new epoch starts at 0
+    assert log.append_as_leader(batch(0, epoch=1), 0).first_offset == 4
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(batch(4, epoch=0), 0)       # fenced: an older epoch
+    # Another producer and non-idempotent batches are independent.
+    assert log.append_as_leader(batch(0, pid=8), 0).first_offset == 6
+    assert log.append_as_leader(encode_batch([Record(None, b"x")]), 0).first_offset == 8
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_producer_state_survives_a_restart(tmp_path, clock, clean):
+    log = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock)
+    for seq in range(0, 20, 2):
+        log.append_as_leader(batch(seq), 0)
+    assert log.num_segments > 1                          # rolls took snapshots
+    if clean:
+        log.close()                                      # snapshot at the log end
+    reopened = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock,
+                        clean_shutdown=clean)
+    assert any(p.suffix == ".snapshot" for p in (tmp_path / "t-0").iterdir())
+    dup = reopened.append_as_leader(batch(18), 0)
+    assert (dup.first_offset, dup.duplicate) == (18, True)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        reopened.append_as_leader(batch(21), 0)
+    assert reopened.append_as_leader(batch(20), 0).first_offset == 20
+
+
+def test_truncation_rewinds_producer_state(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock)
+    for seq in range(0, 12, 2):
+        log.append_as_leader(batch(seq), 0)
+    log.truncate_to(6)                                   # batches 6.. are gone
+    assert log.append_as_leader(batch(6), 0).first_offset == 6   # so 6 is new again
+    log.truncate_to(0)
+    assert log.append_as_leader(batch(0), 0).first_offset == 0
+
+
+def test_follower_appends_build_the_same_state(tmp_path, clock):
+    leader = Log.open(tmp_path / "a", clock=clock)
+    follower = Log.open(tmp_path / "b", clock=clock)
+    for seq in range(0, 6, 2):
+        leader.append_as_leader(batch(seq), 0)
+    follower.append_as_follower(leader.read(0, 1 << 20))
+    # After a leader change the follower, now leader, still recognises the retry.
+    assert follower.append_as_leader(batch(4), 1).duplicate
