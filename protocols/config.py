@@ -74,9 +74,17 @@ def _to_list(name: str, value: Any) -> list[str]:
                              "expected a comma-separated list")
 
 
+def _to_callable(name: str, value: Any) -> Any:
+    """A Python callable (serializers, listeners), or a name the caller resolves."""
+    if value is None or callable(value) or isinstance(value, str):
+        return value
+    raise InvalidConfigError(f"Invalid value {value!r} for configuration {name}: "
+                             "expected a callable")
+
+
 _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "int": _to_int, "long": _to_int, "double": _to_float, "boolean": _to_bool,
-    "string": _to_str, "list": _to_list,
+    "string": _to_str, "list": _to_list, "callable": _to_callable,
 }
 
 

@@ -7,6 +7,9 @@
 from rafka.admin import (Admin, ClusterDescription, ListOffsetsResult, NewTopic, PartitionInfo,
                          TopicDescription)
 from rafka.cluster import Cluster
+from rafka.consumer import ConsumerRecord, Consumer, OffsetAndTimestamp
+from rafka.producer import Producer, RecordMetadata
 
-__all__ = ["Admin", "Cluster", "ClusterDescription", "ListOffsetsResult", "NewTopic",
-           "PartitionInfo", "TopicDescription"]
+__all__ = ["Admin", "Cluster", "ClusterDescription", "Consumer", "ConsumerRecord",
+           "ListOffsetsResult", "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "Producer",
+           "RecordMetadata", "TopicDescription"]

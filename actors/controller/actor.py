@@ -202,6 +202,10 @@ class ControllerActor:
             return msgs, encode((tuple(st.isr), st.partition_epoch))
         return await self._apply(change)
 
+    async def init_producer_id(self) -> tuple[int, int]:
+        """(producer id, producer epoch) for an idempotent producer."""
+        return await self._apply(lambda: ([], (self.state.allocate_producer_id(), 0)))
+
     async def auto_rebalance(self) -> None:
         if self.state.config["auto.leader.rebalance.enable"]:
             await self._apply(self.state.auto_rebalance_check)

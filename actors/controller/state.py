@@ -75,6 +75,7 @@ class ControllerState:
         self.topics: dict[str, dict[str, Any]] = {}
         self.partitions: dict[TP, PartitionState] = {}
         self.shutting_down: set[int] = set()
+        self.next_producer_id = 0
         self.partition_states: StateMachine[TP, PartitionStatus] = StateMachine(
             "Partition", PARTITION_PREVIOUS, PartitionStatus.NON_EXISTENT)
         self.replica_states: StateMachine[tuple[str, int, int], ReplicaStatus] = StateMachine(
@@ -124,6 +125,13 @@ class ControllerState:
         msgs = [m for tp, st in self.partitions.items() if broker_id in st.replicas
                 and tp not in changed for m in self._leader_and_isr(tp, only=broker_id)]
         return msgs + self._leader_and_isr_all(changed) + self._update_metadata()
+
+    def allocate_producer_id(self) -> int:
+        """InitProducerId for an idempotent producer: ids are never reused, across
+        controller failovers too (the counter is in the snapshot)."""
+        producer_id = self.next_producer_id
+        self.next_producer_id += 1
+        return producer_id
 
     def cold_start(self) -> None:
         """The whole cluster starts again from its on-disk metadata: no broker is up yet,
@@ -495,6 +503,7 @@ class ControllerState:
             "partitions": [[t, p, asdict(st)] for (t, p), st in self.partitions.items()],
             "replica_states": [[t, p, r, s.value]
                                for (t, p, r), s in self.replica_states.states.items()],
+            "next_producer_id": self.next_producer_id,
         }
 
     @classmethod
@@ -515,4 +524,5 @@ class ControllerState:
                 PartitionStatus.ONLINE if st["leader"] != NO_LEADER else PartitionStatus.OFFLINE)
         for t, p, r, value in snapshot.get("replica_states", []):
             state.replica_states.states[(t, p, r)] = ReplicaStatus(value)
+        state.next_producer_id = snapshot.get("next_producer_id", 0)
         return state

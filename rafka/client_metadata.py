@@ -1,0 +1,78 @@
+"""What a client knows of the cluster: partitions per topic and each partition's leader
+(broker, leader epoch, replica actor handle), refreshed from the controller on demand, as
+Kafka clients refresh metadata on NOT_LEADER_OR_FOLLOWER and friends."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from protocols.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
+from protocols.topics import TopicPartition
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    broker_id: int
+    leader_epoch: int
+    handle: Any
+
+
+class ClientMetadata:
+    def __init__(self, cluster, max_age_ms: int = 300_000):
+        self.cluster = cluster
+        self.max_age_s = max_age_ms / 1000
+        self._lock = threading.Lock()
+        self._image: dict = {}
+        self._fetched_at = 0.0
+        self._handles: dict[tuple[str, int, int], Any] = {}
+
+    def refresh(self) -> dict:
+        image = self.cluster.metadata()
+        with self._lock:
+            self._image = image
+            self._fetched_at = time.monotonic()
+        return image
+
+    def _current(self) -> dict:
+        if not self._image or time.monotonic() - self._fetched_at > self.max_age_s:
+            return self.refresh()
+        return self._image
+
+    def partitions_for(self, topic: str, max_block_ms: int = 60_000) -> list[int]:
+        """The topic's partitions, waiting up to max.block.ms for it to appear."""
+        deadline = time.monotonic() + max_block_ms / 1000
+        image = self._current()
+        while topic not in image["topics"]:
+            if time.monotonic() > deadline:
+                if max_block_ms == 0:
+                    raise UnknownTopicOrPartitionError(f"Topic {topic} not present in metadata")
+                raise KafkaTimeoutError(f"Topic {topic} not present in metadata after "
+                                        f"{max_block_ms} ms.")
+            time.sleep(0.1)
+            image = self.refresh()
+        return sorted(image["topics"][topic])
+
+    def leader(self, tp: TopicPartition) -> LeaderInfo | None:
+        """The partition's leader as last known, or None (no leader or unknown)."""
+        image = self._current()
+        p = image["topics"].get(tp.topic, {}).get(tp.partition)
+        if p is None or p["leader"] < 0:
+            return None
+        key = (tp.topic, tp.partition, p["leader"])
+        handle = self._handles.get(key)
+        if handle is None:
+            try:
+                handle = self.cluster.replica(tp.topic, tp.partition, p["leader"])
+            except UnknownTopicOrPartitionError:
+                return None
+            self._handles[key] = handle
+        return LeaderInfo(p["leader"], p["leader_epoch"], handle)
+
+    def forget(self, tp: TopicPartition) -> None:
+        """The leader did not answer as one: look it up again next time."""
+        with self._lock:
+            self._fetched_at = 0.0
+            for key in [k for k in self._handles if k[:2] == (tp.topic, tp.partition)]:
+                del self._handles[key]

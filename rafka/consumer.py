@@ -1,0 +1,342 @@
+"""``rafka.Consumer``: Kafka's consumer on Ray actor handles (manual assignment; consumer
+groups and ``subscribe`` come with the group coordinator).
+
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("events", 0), ("events", 1)])
+    for record in consumer:                      # or consumer.poll(timeout_ms=1000)
+        print(record.offset, record.value)
+
+The fetcher keeps one fetch in flight per assigned partition's leader replica (a long poll
+with ``fetch.min.bytes`` / ``fetch.max.wait.ms``), so the next records are on their way while
+the application handles the current ones; ``poll`` hands out at most ``max.poll.records``.
+It follows leader changes through metadata, and after a leader change it checks its
+position against the new leader's log by leader epoch (OffsetsForLeaderEpoch) so that a
+truncated log is detected rather than silently skipped.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping
+
+from protocols.config import ConfigDef, at_least, one_of
+from protocols.errors import (InvalidOffsetError, KafkaError, NetworkError,
+                              OffsetOutOfRangeError)
+from protocols.messages import FetchRequest
+from protocols.records import iter_batches
+from protocols.topics import TopicPartition
+from protocols.wire import decode, encode
+from rafka.client_metadata import ClientMetadata
+from rafka.serde import deserializer
+
+log = logging.getLogger(__name__)
+
+CONSUMER_CONFIG = (
+    ConfigDef()
+    .define("group.id", "string", "")
+    .define("client.id", "string", "")
+    .define("auto.offset.reset", "string", "latest", one_of("earliest", "latest", "none"))
+    .define("fetch.min.bytes", "int", 1, at_least(0))
+    .define("fetch.max.wait.ms", "int", 500, at_least(0))
+    .define("max.partition.fetch.bytes", "int", 1_048_576, at_least(0))
+    .define("fetch.max.bytes", "int", 52_428_800, at_least(0))
+    .define("max.poll.records", "int", 500, at_least(1))
+    .define("request.timeout.ms", "int", 30_000, at_least(0))
+    .define("retry.backoff.ms", "long", 100, at_least(0))
+    .define("metadata.max.age.ms", "long", 300_000, at_least(0))
+    .define("check.crcs", "boolean", True)
+    .define("isolation.level", "string", "read_uncommitted",
+            one_of("read_uncommitted", "read_committed"))
+    .define("key.deserializer", "callable", None)
+    .define("value.deserializer", "callable", None)
+    # Consumer groups (subscribe, commits) arrive with the coordinator; the names are known.
+    .define("enable.auto.commit", "boolean", True)
+    .define("auto.commit.interval.ms", "int", 5000, at_least(0))
+    .define("session.timeout.ms", "int", 45_000, at_least(1))
+    .define("heartbeat.interval.ms", "int", 3000, at_least(1))
+    .define("max.poll.interval.ms", "int", 300_000, at_least(1))
+    .define("partition.assignment.strategy", "list", ["range"])
+    .define("group.instance.id", "string", "")
+)
+
+TIMESTAMP_TYPE_CODES = {"create_time": 0, "log_append_time": 1}
+
+
+class NoOffsetForPartitionError(InvalidOffsetError):
+    """auto.offset.reset=none and the position is unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: tuple = ()
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+
+
+@dataclass
+class _PartitionState:
+    position: int | None = None
+    paused: bool = False
+    last_epoch: int = -1          # leader epoch of the last batch consumed
+    leader_epoch: int = -1        # the leader epoch our fetches are sent in
+    validated_epoch: int = -1     # position checked against this leader epoch
+    in_flight: Any = None         # (ref, fetch_offset, leader broker id)
+    buffered: deque = field(default_factory=deque)
+    retry_at: float = 0.0
+
+
+class Consumer:
+    def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
+        self.config = CONSUMER_CONFIG.parse(config, **kwargs)
+        self.cluster = cluster
+        self.metadata = ClientMetadata(cluster, self.config["metadata.max.age.ms"])
+        self._key_de = deserializer(self.config["key.deserializer"], "key.deserializer")
+        self._value_de = deserializer(self.config["value.deserializer"], "value.deserializer")
+        self._parts: dict[TopicPartition, _PartitionState] = {}
+        self._closed = False
+
+    # ---- assignment and positions ----------------------------------------------------------
+    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        for tp in wanted:
+            self.metadata.partitions_for(tp.topic, 60_000)
+        self._parts = {tp: self._parts.get(tp, _PartitionState()) for tp in wanted}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._parts)
+
+    def _state(self, tp) -> _PartitionState:
+        tp = TopicPartition(*tp)
+        try:
+            return self._parts[tp]
+        except KeyError:
+            raise KafkaError(f"No current assignment for partition {tp}") from None
+
+    def seek(self, tp, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"seek offset must not be negative, got {offset}")
+        st = self._state(tp)
+        st.position, st.buffered, st.in_flight = offset, deque(), None
+        st.validated_epoch = st.leader_epoch  # a user's seek is taken as it is
+
+    def seek_to_beginning(self, partitions: Iterable | None = None) -> None:
+        for tp, off in self.beginning_offsets(partitions or list(self._parts)).items():
+            self.seek(tp, off)
+
+    def seek_to_end(self, partitions: Iterable | None = None) -> None:
+        for tp, off in self.end_offsets(partitions or list(self._parts)).items():
+            self.seek(tp, off)
+
+    def position(self, tp) -> int:
+        st = self._state(tp)
+        if st.position is None:
+            self._reset(TopicPartition(*tp), st)
+        return st.position
+
+    def pause(self, partitions: Iterable) -> None:
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, partitions: Iterable) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, st in self._parts.items() if st.paused}
+
+    # ---- offsets ---------------------------------------------------------------------------
+    def _list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+        import ray
+        deadline = time.monotonic() + self.config["request.timeout.ms"] / 1000
+        while True:
+            leader = self.metadata.leader(tp)
+            try:
+                if leader is None:
+                    raise NetworkError(f"no leader for {tp}")
+                answer = decode(ray.get(leader.handle.list_offsets.remote(timestamp),
+                                        timeout=self.config["request.timeout.ms"] / 1000))
+                if isinstance(answer, KafkaError):
+                    raise answer
+                return answer
+            except Exception as e:
+                if not getattr(e, "retriable", True) or time.monotonic() > deadline:
+                    raise
+                self.metadata.forget(tp)
+                time.sleep(self.config["retry.backoff.ms"] / 1000)
+
+    def beginning_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), -2)[0]
+                for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
+        return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), -1)[0]
+                for tp in partitions}
+
+    def offsets_for_times(self, timestamps: Mapping) -> dict[TopicPartition,
+                                                             OffsetAndTimestamp | None]:
+        out = {}
+        for tp, ts in timestamps.items():
+            offset, found = self._list_offset(TopicPartition(*tp), int(ts))
+            out[TopicPartition(*tp)] = None if offset < 0 else OffsetAndTimestamp(offset, found)
+        return out
+
+    def _reset(self, tp: TopicPartition, st: _PartitionState) -> None:
+        policy = self.config["auto.offset.reset"]
+        if policy == "none":
+            raise NoOffsetForPartitionError(f"Undefined offset with no reset policy for "
+                                            f"partition: {tp}")
+        st.position = self._list_offset(tp, -2 if policy == "earliest" else -1)[0]
+        st.buffered, st.in_flight = deque(), None
+
+    # ---- fetching --------------------------------------------------------------------------
+    def _validate_position(self, tp: TopicPartition, st: _PartitionState, leader) -> bool:
+        """After a leader change, make sure our position is on the new leader's log: if the
+        log was truncated below it (by leader epoch), go back to where they agree."""
+        import ray
+        if st.last_epoch < 0 or st.validated_epoch == leader.leader_epoch:
+            st.validated_epoch = leader.leader_epoch
+            return True
+        answer = decode(ray.get(leader.handle.offsets_for_leader_epoch.remote(
+            st.last_epoch, leader.leader_epoch)))
+        if isinstance(answer, KafkaError):
+            raise answer
+        _, end_offset = answer
+        if 0 <= end_offset < st.position:
+            log.warning("%s: log truncation detected: position %d, the leader's log for epoch "
+                        "%d ends at %d", tp, st.position, st.last_epoch, end_offset)
+            if self.config["auto.offset.reset"] == "none":
+                raise OffsetOutOfRangeError(f"Truncation detected for partition {tp} at "
+                                            f"offset {st.position}, diverging at {end_offset}")
+            st.position = end_offset
+            st.buffered = deque()
+        st.validated_epoch = leader.leader_epoch
+        return True
+
+    def _send_fetches(self) -> None:
+        now = time.monotonic()
+        for tp, st in self._parts.items():
+            if st.paused or st.in_flight is not None or st.buffered or now < st.retry_at:
+                continue
+            if st.position is None:
+                self._reset(tp, st)
+            leader = self.metadata.leader(tp)
+            if leader is None:
+                self.metadata.forget(tp)
+                st.retry_at = now + self.config["retry.backoff.ms"] / 1000
+                continue
+            try:
+                self._validate_position(tp, st, leader)
+                st.leader_epoch = leader.leader_epoch
+                request = FetchRequest(-1, st.position, leader.leader_epoch,
+                                       self.config["max.partition.fetch.bytes"],
+                                       self.config["fetch.min.bytes"],
+                                       self.config["fetch.max.wait.ms"])
+                st.in_flight = (leader.handle.fetch.remote(encode(request)), st.position)
+            except OffsetOutOfRangeError:
+                raise
+            except Exception as e:
+                self._backoff(tp, st, e)
+
+    def _backoff(self, tp: TopicPartition, st: _PartitionState, error: Exception) -> None:
+        log.debug("%s: fetch failed (%r), refreshing metadata", tp, error)
+        st.in_flight = None
+        self.metadata.forget(tp)
+        st.retry_at = time.monotonic() + self.config["retry.backoff.ms"] / 1000
+
+    def _collect(self, timeout_s: float) -> None:
+        import ray
+        pending = {st.in_flight[0]: (tp, st) for tp, st in self._parts.items()
+                   if st.in_flight is not None}
+        if not pending:
+            if timeout_s > 0:
+                time.sleep(min(timeout_s, self.config["retry.backoff.ms"] / 1000))
+            return
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout_s)
+        if done:  # take everything that is ready, not just the first
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+        for ref in done:
+            tp, st = pending[ref]
+            _, fetch_offset = st.in_flight
+            st.in_flight = None
+            try:
+                result = decode(ray.get(ref))
+            except Exception as e:
+                self._backoff(tp, st, e)
+                continue
+            if st.position != fetch_offset:
+                continue  # the user seeked meanwhile
+            if isinstance(result.error, OffsetOutOfRangeError):
+                self._reset(tp, st)
+                continue
+            if result.error is not None:
+                self._backoff(tp, st, result.error)
+                continue
+            for batch in iter_batches(result.records):
+                if self.config["check.crcs"]:
+                    batch.ensure_valid()
+                ts_type = TIMESTAMP_TYPE_CODES.get(batch.timestamp_type, 0)
+                epoch = batch.partition_leader_epoch
+                for r in batch.records():
+                    if r.offset >= fetch_offset:
+                        st.buffered.append((epoch, ConsumerRecord(
+                            tp.topic, tp.partition, r.offset, r.timestamp, ts_type,
+                            self._key_de(r.key), self._value_de(r.value),
+                            tuple((k, v) for k, v in r.headers), epoch)))
+
+    def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
+        """Records from the assigned, unpaused partitions (at most max.poll.records),
+        waiting up to ``timeout_ms`` for some to arrive."""
+        if self._closed:
+            raise KafkaError("This consumer has already been closed.")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._send_fetches()
+            records = self._drain_buffered()
+            if records:
+                self._send_fetches()   # prefetch while the application works
+                return records
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            self._collect(left)
+
+    def _drain_buffered(self) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        limit = self.config["max.poll.records"]
+        for tp, st in self._parts.items():
+            while st.buffered and len(out) < limit and not st.paused:
+                epoch, record = st.buffered.popleft()
+                if record.offset < st.position:
+                    continue
+                out.append(record)
+                st.position = record.offset + 1
+                st.last_epoch = max(st.last_epoch, epoch)
+        return out
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while not self._closed:
+            yield from self.poll(1000)
+
+    def close(self) -> None:
+        self._closed = True
+        self._parts = {}
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,343 @@
+"""``rafka.Producer``: Kafka's producer on Ray actor handles.
+
+    with rafka.Producer(cluster, {"acks": "all", "linger.ms": 5}) as producer:
+        future = producer.send("events", b"value", key=b"user-1")
+        metadata = future.result(timeout=10)     # RecordMetadata(topic, partition, offset, ...)
+
+The pipeline is Kafka's: serializers, the partitioner (murmur2 of the key, sticky for null
+keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` with
+``max.block.ms``), and a sender thread that drains ready batches to each partition's leader
+replica actor with at most ``max.in.flight.requests.per.connection`` requests in flight per
+broker, retrying retriable errors (refreshing metadata when the leader moved) with
+``retry.backoff.ms`` until ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
+default) the cluster hands out a producer id; each partition's batches carry consecutive
+sequence numbers, so a retry is never written twice and order holds with 5 in flight.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from protocols.config import ConfigDef, at_least, between, one_of
+from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
+                              OutOfOrderSequenceNumberError, RecordTooLargeError)
+from protocols.partitioner import StickyPartitionCache, partition_for_key
+from protocols.records import Record, encode_batch
+from protocols.topics import TopicPartition
+from protocols.wire import decode
+from rafka.accumulator import ProducerBatch, RecordAccumulator, estimate_size
+from rafka.client_metadata import ClientMetadata
+from rafka.serde import serializer
+
+log = logging.getLogger(__name__)
+
+PRODUCER_CONFIG = (
+    ConfigDef()
+    .define("acks", "string", "all", one_of("all", "-1", "0", "1"))
+    .define("batch.size", "int", 16_384, at_least(0))
+    .define("linger.ms", "long", 5, at_least(0))
+    .define("buffer.memory", "long", 33_554_432, at_least(0))
+    .define("max.block.ms", "long", 60_000, at_least(0))
+    .define("max.in.flight.requests.per.connection", "int", 5, at_least(1))
+    .define("retries", "int", 2_147_483_647, at_least(0))
+    .define("retry.backoff.ms", "long", 100, at_least(0))
+    .define("delivery.timeout.ms", "int", 120_000, at_least(0))
+    .define("request.timeout.ms", "int", 30_000, at_least(0))
+    .define("compression.type", "string", "none",
+            one_of("none", "gzip", "snappy", "lz4", "zstd"))
+    .define("max.request.size", "int", 1_048_576, at_least(0))
+    .define("enable.idempotence", "boolean", True)
+    .define("partitioner.ignore.keys", "boolean", False)
+    .define("metadata.max.age.ms", "long", 300_000, at_least(0))
+    .define("client.id", "string", "")
+    .define("key.serializer", "callable", None)
+    .define("value.serializer", "callable", None)
+    .define("compression.level", "int", -1, between(-1, 22))
+)
+
+_ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+
+
+class Producer:
+    def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
+        c = self.config = PRODUCER_CONFIG.parse(config, **kwargs)
+        self.acks = _ACKS[c["acks"]]
+        self.idempotent = c["enable.idempotence"]
+        if self.idempotent:
+            # Kafka's rules for an idempotent producer, stated only if the user set them.
+            given = {PRODUCER_CONFIG.normalize_name(k) for k in {**(config or {}), **kwargs}}
+            if self.acks != -1:
+                if "enable.idempotence" in given:
+                    raise InvalidConfigError("Must set acks to all in order to use the "
+                                             "idempotent producer.")
+                self.idempotent = False
+            elif c["max.in.flight.requests.per.connection"] > 5:
+                if "enable.idempotence" in given:
+                    raise InvalidConfigError("Must set max.in.flight.requests.per.connection "
+                                             "to at most 5 to use the idempotent producer.")
+                self.idempotent = False
+        self.cluster = cluster
+        self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"])
+        self._key_ser = serializer(c["key.serializer"], "key.serializer")
+        self._value_ser = serializer(c["value.serializer"], "value.serializer")
+        self.accumulator = RecordAccumulator(c["batch.size"], c["linger.ms"],
+                                             c["buffer.memory"], c["delivery.timeout.ms"])
+        self.sticky = StickyPartitionCache()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._producer_id, self._producer_epoch = -1, -1
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._in_flight: list[tuple[Any, ProducerBatch, int, float]] = []
+        self._in_flight_per_broker: dict[int, int] = {}
+        if self.idempotent:
+            self._init_producer_id()
+        self._sender = threading.Thread(target=self._run, name="rafka-producer-sender",
+                                        daemon=True)
+        self._sender.start()
+
+    def _init_producer_id(self) -> None:
+        import ray
+        self._producer_id, self._producer_epoch = ray.get(
+            self.cluster.controller().init_producer_id.remote())
+        self._next_sequence.clear()
+
+    # ---- the application's side ------------------------------------------------------------
+    def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+             timestamp: int | None = None, headers: Any = None) -> Future:
+        """Queue one record; the future resolves to its RecordMetadata (or the error)."""
+        if self._closed:
+            raise KafkaError("Cannot send after the producer is closed.")
+        future: Future = Future()
+        key_bytes, value_bytes = self._key_ser(key), self._value_ser(value)
+        header_list = tuple((k, self._value_ser(v)) for k, v in (
+            headers.items() if isinstance(headers, Mapping) else headers or ()))
+        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        record = Record(key_bytes, value_bytes, ts, header_list)
+        size = estimate_size(record)
+        if size > self.config["max.request.size"]:
+            future.set_exception(RecordTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than "
+                f"{self.config['max.request.size']}, the value of max.request.size."))
+            return future
+        partitions = self.metadata.partitions_for(topic, self.config["max.block.ms"])
+        sticky = partition is None and (key_bytes is None or
+                                        self.config["partitioner.ignore.keys"])
+        if partition is not None:
+            if partition not in partitions:
+                raise KafkaError(f"Invalid partition given with record: {partition} is not in "
+                                 f"the range [0...{len(partitions)}].")
+        elif key_bytes is not None and not self.config["partitioner.ignore.keys"]:
+            partition = partition_for_key(key_bytes, len(partitions))
+        else:
+            partition = self.sticky.partition(topic, partitions, len(partitions))
+        tp = TopicPartition(topic, partition)
+        deadline = time.monotonic() + self.config["max.block.ms"] / 1000
+        with self._cond:
+            while not self.accumulator.has_room_for(size):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaTimeoutError(
+                        f"Failed to allocate {size} bytes within the configured max blocking "
+                        f"time {self.config['max.block.ms']} ms (buffer.memory)")
+                self._cond.wait(left)
+            new_batch = self.accumulator.append(tp, record, future, _now_ms())
+            if sticky and new_batch and len(self.accumulator.batches[tp]) > 1:
+                # The sticky partition's batch filled up: the next records go elsewhere.
+                self.sticky.next_partition(topic, partitions, len(partitions), partition)
+            self._cond.notify_all()
+        future._rafka_sizes = (len(key_bytes or b""), len(value_bytes or b""))
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait for every answer."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self.accumulator.flushing += 1
+            self._cond.notify_all()
+            try:
+                while self.accumulator.queued() or self._in_flight:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise KafkaTimeoutError(f"Flush did not finish within {timeout} s")
+                    self._cond.wait(0.05 if left is None else min(left, 0.05))
+            finally:
+                self.accumulator.flushing -= 1
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self.metadata.partitions_for(topic, self.config["max.block.ms"])
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (up to ``timeout`` seconds), then stop; records still
+        unsent after that fail."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        except KafkaTimeoutError:
+            pass
+        with self._cond:
+            self._closed = True
+            self.accumulator.closing = True
+            self._cond.notify_all()
+        self._sender.join(timeout=5)
+        with self._cond:
+            for queue in self.accumulator.batches.values():
+                while queue:
+                    self._fail(queue.popleft(), KafkaError("Producer closed forcefully"))
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- the sender thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        import ray
+        while True:
+            with self._cond:
+                if self._closed and not self._in_flight:
+                    return
+                now = _now_ms()
+                for batch in self.accumulator.expired(now):
+                    self._fail(batch, KafkaTimeoutError(
+                        f"Expiring {len(batch.records)} record(s) for {batch.tp}: "
+                        f"{now - batch.created_ms} ms has passed since batch creation "
+                        "(delivery.timeout.ms)"))
+                ready, next_ms = self.accumulator.ready(now)
+                to_send = self._drain(ready) if not self._closed else []
+            for batch, leader in to_send:
+                self._send_batch(batch, leader)
+            refs = [r for r, *_ in self._in_flight]
+            if refs:
+                wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+                if done:
+                    self._complete(set(done))
+                self._expire_requests()
+            else:
+                with self._cond:
+                    if not self._closed and not self.accumulator.ready(_now_ms())[0]:
+                        wait_s = 0.1 if next_ms is None else max(0.0, (next_ms - now) / 1000)
+                        self._cond.wait(wait_s)
+
+    def _drain(self, ready: list[TopicPartition]) -> list[tuple[ProducerBatch, Any]]:
+        out = []
+        limit = self.config["max.in.flight.requests.per.connection"]
+        for tp in ready:
+            leader = self.metadata.leader(tp)
+            if leader is None:
+                self.metadata.forget(tp)
+                continue
+            if self._in_flight_per_broker.get(leader.broker_id, 0) >= limit:
+                continue
+            batch = self.accumulator.drain(tp)
+            if self.idempotent and batch.base_sequence < 0:
+                batch.producer_id, batch.producer_epoch = self._producer_id, self._producer_epoch
+                batch.base_sequence = self._next_sequence.get(tp, 0)
+                self._next_sequence[tp] = (batch.base_sequence + len(batch.records)) % 2**31
+            self._in_flight_per_broker[leader.broker_id] = \
+                self._in_flight_per_broker.get(leader.broker_id, 0) + 1
+            out.append((batch, leader))
+        return out
+
+    def _send_batch(self, batch: ProducerBatch, leader) -> None:
+        data = encode_batch(batch.records, compression=self.config["compression.type"],
+                            producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                            base_sequence=batch.base_sequence)
+        batch.attempts += 1
+        try:
+            ref = leader.handle.produce.remote(data, self.acks,
+                                               self.config["request.timeout.ms"])
+        except Exception as e:  # the handle is dead: retry through fresh metadata
+            self._retry_or_fail(batch, leader.broker_id, NetworkError(repr(e)))
+            return
+        self._in_flight.append((ref, batch, leader.broker_id, time.monotonic()))
+
+    def _complete(self, done: set) -> None:
+        import ray
+        finished = [e for e in self._in_flight if e[0] in done]
+        self._in_flight = [e for e in self._in_flight if e[0] not in done]
+        for ref, batch, broker_id, _ in finished:
+            try:
+                result = decode(ray.get(ref))
+                error = result.error
+            except Exception as e:  # the leader's actor died mid-request
+                result, error = None, NetworkError(f"{type(e).__name__}: {e}")
+            self._in_flight_per_broker[broker_id] -= 1
+            if error is None:
+                self._succeed(batch, result)
+            else:
+                self._retry_or_fail(batch, broker_id, error)
+        with self._cond:
+            self._cond.notify_all()
+
+    def _expire_requests(self) -> None:
+        """A request unanswered for request.timeout.ms is retried (its late answer, if any,
+        is a duplicate the idempotent leader recognises)."""
+        timeout = self.config["request.timeout.ms"] / 1000
+        now = time.monotonic()
+        stale = [e for e in self._in_flight if now - e[3] > timeout]
+        for entry in stale:
+            self._in_flight.remove(entry)
+            _, batch, broker_id, _ = entry
+            self._in_flight_per_broker[broker_id] -= 1
+            self._retry_or_fail(batch, broker_id, KafkaTimeoutError(
+                f"Expiring {len(batch.records)} record(s) for {batch.tp}: no answer within "
+                "request.timeout.ms"))
+
+    def _succeed(self, batch: ProducerBatch, result) -> None:
+        with self._cond:
+            self.accumulator.release(batch)
+            self._cond.notify_all()
+        for i, (record, future) in enumerate(zip(batch.records, batch.futures)):
+            ts = result.log_append_time if result.log_append_time >= 0 else record.timestamp
+            ksize, vsize = getattr(future, "_rafka_sizes", (-1, -1))
+            if not future.done():
+                future.set_result(RecordMetadata(batch.tp.topic, batch.tp.partition,
+                                                 result.base_offset + i, ts, ksize, vsize))
+
+    def _retry_or_fail(self, batch: ProducerBatch, broker_id: int,
+                       error: BaseException) -> None:
+        now = _now_ms()
+        retriable = getattr(error, "retriable", False) or isinstance(
+            error, (NetworkError, KafkaTimeoutError, OutOfOrderSequenceNumberError))
+        if (retriable and batch.attempts <= self.config["retries"]
+                and now - batch.created_ms < self.config["delivery.timeout.ms"]
+                and not self._closed):
+            self.metadata.forget(batch.tp)
+            with self._cond:
+                self.accumulator.reenqueue(batch, now + self.config["retry.backoff.ms"])
+                self._cond.notify_all()
+            return
+        if self.idempotent and batch.base_sequence >= 0:
+            # A gap in this partition's sequence cannot be closed: start a new producer id.
+            try:
+                self._init_producer_id()
+            except Exception:
+                log.exception("could not get a new producer id")
+        self._fail(batch, error)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        self.accumulator.release(batch)
+        for future in batch.futures:
+            if not future.done():
+                future.set_exception(error)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
