@@ -157,7 +157,33 @@ TOPICS = Subcommand(
     _configure_topics, _run_topics)
 
 
-SUBCOMMANDS: list[Subcommand] = [DUMP_LOG, DEMO, TOPICS]
+def _tool(name: str, help_: str, configure: str, run: str) -> Subcommand:
+    """A tool from rafka.tools, imported only when it runs (or its --help is asked for)."""
+    def _configure(parser: argparse.ArgumentParser) -> None:
+        from rafka import tools
+        getattr(tools, configure)(parser)
+
+    def _run(args: argparse.Namespace) -> int:
+        from rafka import tools
+        return getattr(tools, run)(args)
+    return Subcommand(name, help_, _configure, _run)
+
+
+SERVER = _tool("server", "run a rafka cluster in the foreground (server start)",
+               "configure_server", "run_server")
+CONSOLE_PRODUCER = _tool("console-producer", "send lines from stdin (kafka-console-producer.sh)",
+                         "configure_console_producer", "run_console_producer")
+CONSOLE_CONSUMER = _tool("console-consumer", "print records (kafka-console-consumer.sh)",
+                         "configure_console_consumer", "run_console_consumer")
+PRODUCER_PERF = _tool("producer-perf-test", "producer throughput and latency "
+                      "(kafka-producer-perf-test.sh)", "configure_producer_perf",
+                      "run_producer_perf")
+CONSUMER_PERF = _tool("consumer-perf-test", "consumer throughput "
+                      "(kafka-consumer-perf-test.sh)", "configure_consumer_perf",
+                      "run_consumer_perf")
+
+SUBCOMMANDS: list[Subcommand] = [SERVER, TOPICS, CONSOLE_PRODUCER, CONSOLE_CONSUMER,
+                                 PRODUCER_PERF, CONSUMER_PERF, DUMP_LOG, DEMO]
 
 
 # ---- entry point --------------------------------------------------------------------------

@@ -271,8 +271,8 @@ class Producer:
     def _complete(self, done: set) -> None:
         import ray
         finished = [e for e in self._in_flight if e[0] in done]
-        self._in_flight = [e for e in self._in_flight if e[0] not in done]
-        for ref, batch, broker_id, _ in finished:
+        for entry in finished:
+            ref, batch, broker_id, _ = entry
             try:
                 result = decode(ray.get(ref))
                 error = result.error
@@ -283,6 +283,8 @@ class Producer:
                 self._succeed(batch, result)
             else:
                 self._retry_or_fail(batch, broker_id, error)
+            # Only now: flush() returns once nothing is in flight, callbacks included.
+            self._in_flight.remove(entry)
         with self._cond:
             self._cond.notify_all()
 
@@ -293,12 +295,12 @@ class Producer:
         now = time.monotonic()
         stale = [e for e in self._in_flight if now - e[3] > timeout]
         for entry in stale:
-            self._in_flight.remove(entry)
             _, batch, broker_id, _ = entry
             self._in_flight_per_broker[broker_id] -= 1
             self._retry_or_fail(batch, broker_id, KafkaTimeoutError(
                 f"Expiring {len(batch.records)} record(s) for {batch.tp}: no answer within "
                 "request.timeout.ms"))
+            self._in_flight.remove(entry)
 
     def _succeed(self, batch: ProducerBatch, result) -> None:
         with self._cond:

@@ -1,0 +1,85 @@
+"""The command-line tools against a real cluster, each run as its own process (another
+Ray driver on the session's Ray instance)."""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import ray
+
+import rafka
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def rafka_cli(cluster, *args, stdin: str | None = None, timeout: float = 120):
+    address = ray.get_runtime_context().gcs_address
+    return subprocess.run([sys.executable, "-m", "rafka", args[0], "--cluster", cluster.name,
+                           "--address", address, *args[1:]], input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_console_producer_and_consumer_round_trip_keys_and_values(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("lines", 2, 1)])
+    out = rafka_cli(cluster, "console-producer", "--topic", "lines", "--property",
+                    "parse.key=true", "--property", "key.separator=:",
+                    stdin="a:first\nb:second\na:third\n")
+    assert out.returncode == 0, out.stderr
+    out = rafka_cli(cluster, "console-consumer", "--topic", "lines", "--from-beginning",
+                    "--max-messages", "3", "--property", "print.key=true",
+                    "--property", "key.separator=:")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert sorted(lines) == ["a:first", "a:third", "b:second"]
+    assert lines.index("a:first") < lines.index("a:third")     # one key, one partition
+    assert "Processed a total of 3 messages" in out.stderr
+    bad = rafka_cli(cluster, "console-producer", "--topic", "lines", "--property",
+                    "parse.key=true", stdin="no separator here\n")
+    assert bad.returncode == 1 and "No key separator" in bad.stderr
+
+
+def test_perf_tests_print_kafkas_lines(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("perf", 2, 2)])
+    out = rafka_cli(cluster, "producer-perf-test", "--topic", "perf", "--num-records", "3000",
+                    "--record-size", "100", "--throughput", "-1", "--producer-props",
+                    "acks=all", "linger.ms=5", "--reporting-interval", "200")
+    assert out.returncode == 0, out.stderr
+    final = out.stdout.strip().splitlines()[-1]
+    assert re.match(r"3000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg "
+                    r"latency, [\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, "
+                    r"\d+ ms 99\.9th\.", final), final
+    out = rafka_cli(cluster, "consumer-perf-test", "--topic", "perf", "--messages", "3000")
+    assert out.returncode == 0, out.stderr
+    header, values = out.stdout.strip().splitlines()[-2:]
+    assert header.startswith("start.time, end.time, data.consumed.in.MB, MB.sec")
+    assert values.split(", ")[4] == "3000"
+
+
+def test_server_start_runs_until_interrupted(ray_session, tmp_path):
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.Popen([sys.executable, "-m", "rafka", "server", "start", "--data-dir",
+                             str(tmp_path / "d"), "--num-brokers", "1", "--name", "srv",
+                             "--address", address, "--override", "log.retention.hours=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        cluster = None
+        while cluster is None and time.monotonic() < deadline:
+            try:
+                cluster = rafka.Cluster.connect("srv")
+                cluster.wait_for_brokers([0], 60)
+            except Exception:
+                cluster = None
+                time.sleep(0.5)
+        assert cluster is not None, "server did not come up"
+        assert cluster.admin().describe_cluster().brokers == [0]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "started: 1 brokers" in out and out.strip().endswith("stopped")
+    assert (tmp_path / "d" / "broker-0" / ".kafka_cleanshutdown").exists()
