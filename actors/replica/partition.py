@@ -269,16 +269,27 @@ class PartitionReplica:
                 or (leader_epoch is not None and leader_epoch != self.leader_epoch)):
             return None
         leo = self.log.log_end_offset
+        done = True
         if end_offset < 0:
             # The leader knows nothing of our epoch (or we have none): fall back to the HW.
             target = self.log.high_watermark
         else:
             own_epoch, own_end = self.log.leader_epoch_cache.end_offset_for(epoch, leo)
-            target = min(end_offset, leo)
-            if own_epoch == epoch and own_end >= 0:
-                target = min(target, own_end)
+            if own_end < 0:
+                target = min(end_offset, leo)
+            elif own_epoch != epoch:
+                # The leader answered for an epoch we never had (its largest <= ours). Our
+                # history diverges after the end of our own largest epoch below it: cut
+                # there and ask again about that epoch (Kafka's intermediate truncation).
+                target = min(own_end, leo)
+                done = False
+            else:
+                target = min(end_offset, own_end, leo)
         self.log.truncate_to(target)
-        self.needs_truncation = False
+        # Also when nothing was cut: an epoch that starts at our log end (we led it and
+        # wrote nothing) must go, or the next question would be the same one.
+        self.log.leader_epoch_cache.truncate_from_end(target)
+        self.needs_truncation = not done
         return self.log.log_end_offset
 
     def fetch_request(self) -> FetchRequest | None:

@@ -327,3 +327,35 @@ def test_a_late_offsets_for_leader_epoch_answer_is_dropped(tmp_path):
         *leader.offsets_for_leader_epoch(0), leader_epoch=1) == 2
     assert not follower.needs_truncation
 
+
+
+def test_kip279_intermediate_truncation_when_the_leader_answers_an_epoch_we_never_had(
+        tmp_path):
+    """Found by the simulator (seed 5675): leader 2's epochs are 0, 2, 4; follower 1's are
+    0, 3, each with a different record at offset 9. Asked about epoch 3 the leader answers
+    (2, 10); the follower never had epoch 2, so it cuts to the end of its own epoch 0 (9)
+    and asks again, instead of keeping its diverging record."""
+    c = Cluster(tmp_path)
+    b1, b2 = c.start(1), c.start(2)
+    b2.become_leader(0, 0, isr=[1, 2], replicas=[1, 2])
+    b1.become_follower(2, 0, 0, replicas=[1, 2])
+    truncate_via(b1, b2)
+    for i in range(1, 10):
+        b2.produce(msg(f"r{i}"), acks=1, timeout_ms=1000)
+    fetch_once(b1, b2)
+    assert b1.log_end_offset == 9
+    b2.become_leader(2, 1, isr=[2], replicas=[1, 2])            # alone in epoch 2
+    b2.produce(msg("r11"), acks=1, timeout_ms=1000)
+    b1.become_leader(3, 2, isr=[1], replicas=[1, 2])            # alone in epoch 3
+    b1.produce(msg("r12"), acks=1, timeout_ms=1000)
+    b2.become_leader(4, 3, isr=[2, 1], replicas=[1, 2])
+    b1.become_follower(2, 4, 3, replicas=[1, 2])
+    assert b1.truncation_request() == 3
+    assert b2.offsets_for_leader_epoch(3) == (2, 10)
+    assert b1.on_leader_epoch_end_offset(2, 10) == 9            # intermediate
+    assert b1.needs_truncation and b1.truncation_request() == 0
+    assert b2.offsets_for_leader_epoch(0) == (0, 9)
+    assert b1.on_leader_epoch_end_offset(0, 9) == 9
+    assert not b1.needs_truncation
+    fetch_once(b1, b2)
+    assert c.values(1) == c.values(2) == [f"r{i}" for i in range(1, 10)] + ["r11"]
