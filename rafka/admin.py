@@ -173,9 +173,16 @@ class Admin:
         for tp, spec in specs.items():
             tp = TopicPartition(*tp)
             ts = {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)
-            _, handle = self.cluster.leader(tp.topic, tp.partition)
-            offset, timestamp = _raise_if_error(decode(ray.get(
-                handle.list_offsets.remote(int(ts)), timeout=self.timeout_s)))
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                _, handle = self.cluster.leader(tp.topic, tp.partition)
+                answer = decode(ray.get(handle.list_offsets.remote(int(ts)),
+                                        timeout=self.timeout_s))
+                if not (isinstance(answer, KafkaError) and answer.retriable
+                        and time.monotonic() < deadline):
+                    break
+                time.sleep(0.05)  # a new leader still learning its high watermark
+            offset, timestamp = _raise_if_error(answer)
             out[tp] = ListOffsetsResult(offset, timestamp)
         return out
 

@@ -27,6 +27,7 @@ class ClientMetadata:
         self._image: dict = {}
         self._fetched_at = 0.0
         self._handles: dict[tuple[str, int, int], Any] = {}
+        self._partitions: dict[str, tuple[dict, list[int]]] = {}
 
     def refresh(self) -> dict:
         image = self.cluster.metadata()
@@ -42,8 +43,11 @@ class ClientMetadata:
 
     def partitions_for(self, topic: str, max_block_ms: int = 60_000) -> list[int]:
         """The topic's partitions, waiting up to max.block.ms for it to appear."""
-        deadline = time.monotonic() + max_block_ms / 1000
         image = self._current()
+        cached = self._partitions.get(topic)
+        if cached is not None and cached[0] is image:
+            return cached[1]
+        deadline = time.monotonic() + max_block_ms / 1000
         while topic not in image["topics"]:
             if time.monotonic() > deadline:
                 if max_block_ms == 0:
@@ -52,7 +56,9 @@ class ClientMetadata:
                                         f"{max_block_ms} ms.")
             time.sleep(0.1)
             image = self.refresh()
-        return sorted(image["topics"][topic])
+        partitions = sorted(image["topics"][topic])
+        self._partitions[topic] = (image, partitions)
+        return partitions
 
     def leader(self, tp: TopicPartition) -> LeaderInfo | None:
         """The partition's leader as last known, or None (no leader or unknown)."""

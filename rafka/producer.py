@@ -155,10 +155,11 @@ class Producer:
                         f"time {self.config['max.block.ms']} ms (buffer.memory)")
                 self._cond.wait(left)
             new_batch = self.accumulator.append(tp, record, future, _now_ms())
-            if sticky and new_batch and len(self.accumulator.batches[tp]) > 1:
-                # The sticky partition's batch filled up: the next records go elsewhere.
-                self.sticky.next_partition(topic, partitions, len(partitions), partition)
-            self._cond.notify_all()
+            if new_batch:
+                if sticky and len(self.accumulator.batches[tp]) > 1:
+                    # The sticky partition's batch filled up: the next records go elsewhere.
+                    self.sticky.next_partition(topic, partitions, len(partitions), partition)
+                self._cond.notify_all()   # the sender has a new linger deadline to honour
         future._rafka_sizes = (len(key_bytes or b""), len(value_bytes or b""))
         return future
 
@@ -264,7 +265,13 @@ class Producer:
             ref = leader.handle.produce.remote(data, self.acks,
                                                self.config["request.timeout.ms"])
         except Exception as e:  # the handle is dead: retry through fresh metadata
+            self._in_flight_per_broker[leader.broker_id] -= 1
             self._retry_or_fail(batch, leader.broker_id, NetworkError(repr(e)))
+            return
+        if self.acks == 0:
+            # Fire and forget, as Kafka's acks=0: no answer is awaited, offsets are unknown.
+            self._in_flight_per_broker[leader.broker_id] -= 1
+            self._succeed(batch, None)
             return
         self._in_flight.append((ref, batch, leader.broker_id, time.monotonic()))
 
@@ -307,11 +314,16 @@ class Producer:
             self.accumulator.release(batch)
             self._cond.notify_all()
         for i, (record, future) in enumerate(zip(batch.records, batch.futures)):
-            ts = result.log_append_time if result.log_append_time >= 0 else record.timestamp
+            if result is None:      # acks=0
+                offset, ts = -1, record.timestamp
+            else:
+                offset = result.base_offset + i
+                ts = result.log_append_time if result.log_append_time >= 0 \
+                    else record.timestamp
             ksize, vsize = getattr(future, "_rafka_sizes", (-1, -1))
             if not future.done():
-                future.set_result(RecordMetadata(batch.tp.topic, batch.tp.partition,
-                                                 result.base_offset + i, ts, ksize, vsize))
+                future.set_result(RecordMetadata(batch.tp.topic, batch.tp.partition, offset,
+                                                 ts, ksize, vsize))
 
     def _retry_or_fail(self, batch: ProducerBatch, broker_id: int,
                        error: BaseException) -> None:

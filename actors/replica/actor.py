@@ -21,7 +21,8 @@ import ray
 
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
 from actors.timer.system_timer import AsyncioTimer
-from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError)
+from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError,
+                              OffsetOutOfRangeError)
 from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
                                 ProduceResult)
 from protocols.wire import decode, encode
@@ -231,6 +232,14 @@ class PartitionReplicaActor:
             r._check_fetch_epoch(current_leader_epoch)
             if timestamp == EARLIEST_TIMESTAMP:
                 return encode((r.log.log_start_offset, -1))
+            epoch_start = next((e.start_offset for e in r.log.leader_epoch_cache.epoch_entries()
+                                if e.epoch == r.leader_epoch), 0)
+            if r.high_watermark < epoch_start:
+                # KIP-207: a new leader does not know the committed end until its followers
+                # have fetched in its epoch; "latest" now could go backwards.
+                raise OffsetNotAvailableError(
+                    f"The high watermark of {r.name} is not yet known in leader epoch "
+                    f"{r.leader_epoch}; retry")
             if timestamp == LATEST_TIMESTAMP:
                 return encode((r.high_watermark, -1))
             found = r.log.fetch_offset_by_timestamp(timestamp)

@@ -11,9 +11,11 @@ import pytest
 import ray
 
 import rafka
-from protocols.errors import InvalidConfigError, RecordTooLargeError
+from protocols.errors import InvalidConfigError, KafkaTimeoutError, RecordTooLargeError
 from protocols.partitioner import partition_for_key
+from protocols.records import Record, encode_batch
 from protocols.topics import TopicPartition
+from protocols.wire import decode
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -123,3 +125,69 @@ def test_idempotent_producer_through_a_leader_kill_writes_each_record_once_in_or
     assert [r.offset for r in records] == [m.offset for m in results]
     wait_until(lambda: sorted(cluster.metadata()["topics"]["t"][0]["isr"]) == [0, 1, 2], 60,
                "the killed broker to rejoin")
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_every_acks_level_delivers(cluster, acks):
+    cluster.admin().create_topics([rafka.NewTopic("acks", 1, 3)])
+    with rafka.Producer(cluster, {"acks": acks}) as producer:
+        metas = [producer.send("acks", f"{i}".encode()).result(30) for i in range(50)]
+    if acks == "0":
+        assert {m.offset for m in metas} == {-1}          # no answer awaited: no offsets
+    else:
+        assert [m.offset for m in metas] == list(range(50))
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("acks", 0)])
+    assert [r.value for r in consume_all(consumer, 50, 30)] == [f"{i}".encode()
+                                                                for i in range(50)]
+
+
+def test_compression_codecs_round_trip(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("z", 1, 2)])
+    for codec in ("gzip", "snappy", "lz4", "zstd"):
+        with rafka.Producer(cluster, {"compression.type": codec, "linger.ms": 20}) as p:
+            for i in range(100):
+                p.send("z", f"{codec}-{i}".encode() * 10, key=codec.encode())
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("z", 0)])
+    values = [r.value for r in consume_all(consumer, 400)]
+    assert values == [f"{c}-{i}".encode() * 10 for c in ("gzip", "snappy", "lz4", "zstd")
+                      for i in range(100)]
+
+
+def test_max_block_ms_bounds_waiting_for_metadata_and_for_buffer_space(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("b", 1, 1)])
+    with rafka.Producer(cluster, {"max.block.ms": 200}) as producer:
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="not present in metadata after 200 ms"):
+            producer.send("no-such-topic", b"x")
+        assert time.monotonic() - started < 10
+    # A batch that lingers holds its bytes: a second record does not fit buffer.memory.
+    with rafka.Producer(cluster, {"buffer.memory": 1000, "batch.size": 100_000,
+                                  "linger.ms": 60_000, "max.block.ms": 100}) as producer:
+        producer.send("b", b"x" * 600)
+        with pytest.raises(KafkaTimeoutError, match="buffer.memory"):
+            producer.send("b", b"y" * 600)
+
+
+def test_retries_of_the_same_batch_are_written_once(cluster):
+    """Injected retries: the same idempotent batch sent twice to the leader gets its first
+    offsets back; a producer whose requests all time out (request.timeout.ms=5) resends
+    every batch and still writes each record once, in order."""
+    cluster.admin().create_topics([rafka.NewTopic("dup", 1, 3, config={"min.insync.replicas": 2})])
+    _, leader = cluster.leader("dup", 0)
+    data = encode_batch([Record(None, b"once")], producer_id=999, producer_epoch=0,
+                        base_sequence=0)
+    first = decode(ray.get(leader.produce.remote(data, -1, 5000)))
+    second = decode(ray.get(leader.produce.remote(data, -1, 5000)))
+    assert first.error is None and second.error is None
+    assert first.base_offset == second.base_offset == 0
+    with rafka.Producer(cluster, {"request.timeout.ms": 5, "linger.ms": 0,
+                                  "retry.backoff.ms": 1}) as producer:
+        futures = [producer.send("dup", f"{i}".encode()) for i in range(200)]
+        results = [f.result(60) for f in futures]
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("dup", 0)])
+    values = [r.value for r in consume_all(consumer, 201)]
+    assert values == [b"once"] + [f"{i}".encode() for i in range(200)]
+    assert [m.offset for m in results] == list(range(1, 201))

@@ -1,0 +1,200 @@
+"""Producer and consumer throughput and end-to-end latency, in the style of the 2014 Kafka
+benchmark, with Redis Streams measured in the same run as the peer a Python user would
+otherwise pick.
+
+    .venv/bin/pip install -e '.[bench]'      # redis-py; redis-server from Debian
+    .venv/bin/python benchmarks/clients.py --records 200000
+
+Scenarios (100-byte values, one producer thread, a 6-partition topic, 3 brokers):
+(a) RF=1 acks=1, (b) RF=3 acks=1, (c) RF=3 acks=all; one consumer reading what (a) wrote;
+end-to-end latency at a fixed moderate rate (a producer at --rate records/s, a consumer
+polling; latency = consume time - produce timestamp). Redis Streams: XADD pipelined 1000 at a
+time, XREAD 5000 at a time, same values, redis-server on loopback.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import describe  # noqa: E402
+
+VALUE = b"x" * 100
+
+
+def line(name: str, records: int, seconds: float, peer: float | None = None) -> float:
+    rate = records / seconds
+    ratio = f", {rate / peer:.2f}x Redis Streams" if peer else ""
+    print(f"{name}: {records} records in {seconds:.2f} s, {rate:,.0f} records/sec "
+          f"({rate * len(VALUE) / 2**20:.2f} MB/sec){ratio}", flush=True)
+    return rate
+
+
+# ---- the peer -------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_streams(records: int) -> tuple[float | None, float | None]:
+    server = shutil.which("redis-server")
+    try:
+        import redis
+    except ImportError:
+        redis = None
+    if server is None or redis is None:
+        print("peer: Redis Streams skipped (needs redis-server on PATH and redis-py: "
+              "apt-get install redis-server; pip install -e '.[bench]')")
+        return None, None
+    port = free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        started = time.perf_counter()
+        for start in range(0, records, 1000):
+            pipe = client.pipeline(transaction=False)
+            for _ in range(min(1000, records - start)):
+                pipe.xadd("bench", {"v": VALUE})
+            pipe.execute()
+        produce = line("peer Redis Streams XADD (pipelined 1000)", records,
+                       time.perf_counter() - started)
+        started = time.perf_counter()
+        last, seen = "0-0", 0
+        while seen < records:
+            out = client.xread({"bench": last}, count=5000)
+            entries = out[0][1] if out else []
+            if not entries:
+                break
+            seen += len(entries)
+            last = entries[-1][0]
+        consume = line("peer Redis Streams XREAD (5000 at a time)", seen,
+                       time.perf_counter() - started)
+        return produce, consume
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# ---- rafka ----------------------------------------------------------------------------------
+
+def produce(cluster, topic: str, records: int, acks: str) -> float:
+    import rafka
+    with rafka.Producer(cluster, {"acks": acks, "linger.ms": 5,
+                                  "batch.size": 64 * 1024}) as producer:
+        started = time.perf_counter()
+        send = producer.send
+        for _ in range(records):
+            send(topic, VALUE)
+        producer.flush()
+        return time.perf_counter() - started
+
+
+def consume(cluster, topic: str, records: int) -> tuple[int, float]:
+    import rafka
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
+                                        "max.poll.records": 5000})
+    consumer.assign([(topic, p) for p in range(6)])
+    started = time.perf_counter()
+    seen = 0
+    while seen < records:
+        got = consumer.poll(2000)
+        if not got:
+            break
+        seen += len(got)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen, elapsed
+
+
+def end_to_end(cluster, topic: str, rate: int, seconds: float) -> list[float]:
+    import rafka
+    latencies: list[float] = []
+    stop = threading.Event()
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "latest", "fetch.max.wait.ms": 100})
+    consumer.assign([(topic, p) for p in range(6)])
+    for p in range(6):
+        consumer.position((topic, p))
+
+    def read():
+        while not stop.is_set():
+            for r in consumer.poll(50):
+                latencies.append(time.time() * 1000 - r.timestamp)
+    reader = threading.Thread(target=read)
+    reader.start()
+    with rafka.Producer(cluster, {"acks": "all", "linger.ms": 0}) as producer:
+        started = time.perf_counter()
+        n = int(rate * seconds)
+        for i in range(n):
+            ahead = started + i / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+            producer.send(topic, VALUE)
+        producer.flush()
+    time.sleep(1)
+    stop.set()
+    reader.join()
+    return sorted(latencies)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rate", type=int, default=10_000, help="end-to-end records/s")
+    parser.add_argument("--latency-seconds", type=float, default=10)
+    parser.add_argument("--skip-peer", action="store_true")
+    args = parser.parse_args(argv)
+
+    import rafka
+    from rafka.ray_support import ensure_ray
+
+    root = Path(tempfile.mkdtemp(prefix="rafka-clients-"))
+    print(describe(root))
+    print(f"parameters: {args.records} records of {len(VALUE)} bytes, one producer thread, "
+          f"6 partitions, 3 brokers, linger.ms=5, batch.size=65536; latency at "
+          f"{args.rate} records/s for {args.latency_seconds} s")
+    peer_p, peer_c = (None, None) if args.skip_peer else redis_streams(args.records)
+    ensure_ray()
+    cluster = rafka.Cluster.start(3, root / "data", name="bench-clients")
+    try:
+        admin = cluster.admin()
+        admin.create_topics([rafka.NewTopic("rf1", 6, 1), rafka.NewTopic("rf3", 6, 3),
+                             rafka.NewTopic("rf3all", 6, 3), rafka.NewTopic("e2e", 6, 3)])
+        line("(a) produce RF=1 acks=1", args.records,
+             produce(cluster, "rf1", args.records, "1"), peer_p)
+        line("(b) produce RF=3 acks=1", args.records,
+             produce(cluster, "rf3", args.records, "1"), peer_p)
+        line("(c) produce RF=3 acks=all", args.records,
+             produce(cluster, "rf3all", args.records, "all"), peer_p)
+        seen, elapsed = consume(cluster, "rf1", args.records)
+        line("consume (one consumer, 6 partitions)", seen, elapsed, peer_c)
+        lat = end_to_end(cluster, "e2e", args.rate, args.latency_seconds)
+        if lat:
+            p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+            print(f"end-to-end latency at {args.rate} records/s (acks=all, RF=3): "
+                  f"{len(lat)} records, p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms, "
+                  f"max {lat[-1]:.1f} ms")
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
