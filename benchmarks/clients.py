@@ -138,7 +138,7 @@ def end_to_end(cluster, topic: str, rate: int, seconds: float) -> list[float]:
                 latencies.append(time.time() * 1000 - r.timestamp)
     reader = threading.Thread(target=read)
     reader.start()
-    with rafka.Producer(cluster, {"acks": "all", "linger.ms": 0}) as producer:
+    with rafka.Producer(cluster, {"acks": "all"}) as producer:   # linger.ms=5, Kafka 4's
         started = time.perf_counter()
         n = int(rate * seconds)
         for i in range(n):

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
-
 from protocols.records import Record
 from protocols.topics import TopicPartition
+from rafka.futures import ProduceRequestResult
 
 RECORD_OVERHEAD = 21  # a v2 record's framing, roughly: length, attributes, deltas, counts
 
@@ -31,7 +30,7 @@ class ProducerBatch:
     tp: TopicPartition
     created_ms: int
     records: list[Record] = field(default_factory=list)
-    futures: list[Any] = field(default_factory=list)
+    result: ProduceRequestResult = field(default_factory=ProduceRequestResult)
     size: int = 61  # the batch header
     attempts: int = 0
     retry_at_ms: int = 0
@@ -59,9 +58,10 @@ class RecordAccumulator:
     def has_room_for(self, size: int) -> bool:
         return self.used_bytes == 0 or self.used_bytes + size <= self.buffer_memory
 
-    def append(self, tp: TopicPartition, record: Record, future: Any, now_ms: int) -> bool:
-        """Add the record; True if it started a new batch (the sticky partitioner then
-        moves on for null keys, as Kafka's onNewBatch)."""
+    def append(self, tp: TopicPartition, record: Record,
+               now_ms: int) -> tuple[bool, ProducerBatch, int]:
+        """Add the record: (whether it started a new batch, the batch, the record's index in
+        it). A new batch lets the sticky partitioner move on, as Kafka's onNewBatch."""
         size = estimate_size(record)
         queue = self.batches.setdefault(tp, deque())
         new = not queue or not queue[-1].has_room(size, self.batch_size) \
@@ -70,12 +70,11 @@ class RecordAccumulator:
             queue.append(ProducerBatch(tp, now_ms))
         batch = queue[-1]
         batch.records.append(record)
-        batch.futures.append(future)
         batch.size += size
         self.used_bytes += size
         if batch.size >= self.batch_size:
             batch.closed = True
-        return new
+        return new, batch, len(batch.records) - 1
 
     def ready(self, now_ms: int) -> tuple[list[TopicPartition], int | None]:
         """Partitions with a batch to send now, and when the next one will be (ms)."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -31,6 +30,7 @@ from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.accumulator import ProducerBatch, RecordAccumulator, estimate_size
 from rafka.client_metadata import ClientMetadata
+from rafka.futures import FutureRecordMetadata, failed_future
 from rafka.serde import serializer
 
 log = logging.getLogger(__name__)
@@ -117,22 +117,23 @@ class Producer:
 
     # ---- the application's side ------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
-             timestamp: int | None = None, headers: Any = None) -> Future:
+             timestamp: int | None = None, headers: Any = None) -> FutureRecordMetadata:
         """Queue one record; the future resolves to its RecordMetadata (or the error)."""
         if self._closed:
             raise KafkaError("Cannot send after the producer is closed.")
-        future: Future = Future()
         key_bytes, value_bytes = self._key_ser(key), self._value_ser(value)
-        header_list = tuple((k, self._value_ser(v)) for k, v in (
-            headers.items() if isinstance(headers, Mapping) else headers or ()))
+        if not headers:
+            header_list: tuple = ()
+        else:
+            pairs = headers.items() if hasattr(headers, "items") else headers
+            header_list = tuple((k, self._value_ser(v)) for k, v in pairs)
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
         record = Record(key_bytes, value_bytes, ts, header_list)
         size = estimate_size(record)
         if size > self.config["max.request.size"]:
-            future.set_exception(RecordTooLargeError(
+            return failed_future(RecordTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than "
-                f"{self.config['max.request.size']}, the value of max.request.size."))
-            return future
+                f"{self.config['max.request.size']}, the value of max.request.size."), topic)
         partitions = self.metadata.partitions_for(topic, self.config["max.block.ms"])
         sticky = partition is None and (key_bytes is None or
                                         self.config["partitioner.ignore.keys"])
@@ -154,14 +155,14 @@ class Producer:
                         f"Failed to allocate {size} bytes within the configured max blocking "
                         f"time {self.config['max.block.ms']} ms (buffer.memory)")
                 self._cond.wait(left)
-            new_batch = self.accumulator.append(tp, record, future, _now_ms())
+            new_batch, batch, index = self.accumulator.append(tp, record, _now_ms())
             if new_batch:
                 if sticky and len(self.accumulator.batches[tp]) > 1:
                     # The sticky partition's batch filled up: the next records go elsewhere.
                     self.sticky.next_partition(topic, partitions, len(partitions), partition)
                 self._cond.notify_all()   # the sender has a new linger deadline to honour
-        future._rafka_sizes = (len(key_bytes or b""), len(value_bytes or b""))
-        return future
+        return FutureRecordMetadata(batch.result, index, topic, partition, ts,
+                                    (len(key_bytes or b""), len(value_bytes or b"")))
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait for every answer."""
@@ -313,17 +314,10 @@ class Producer:
         with self._cond:
             self.accumulator.release(batch)
             self._cond.notify_all()
-        for i, (record, future) in enumerate(zip(batch.records, batch.futures)):
-            if result is None:      # acks=0
-                offset, ts = -1, record.timestamp
-            else:
-                offset = result.base_offset + i
-                ts = result.log_append_time if result.log_append_time >= 0 \
-                    else record.timestamp
-            ksize, vsize = getattr(future, "_rafka_sizes", (-1, -1))
-            if not future.done():
-                future.set_result(RecordMetadata(batch.tp.topic, batch.tp.partition, offset,
-                                                 ts, ksize, vsize))
+        if result is None:      # acks=0: no answer, no offsets
+            batch.result.complete(-1, -1, None)
+        else:
+            batch.result.complete(result.base_offset, result.log_append_time, None)
 
     def _retry_or_fail(self, batch: ProducerBatch, broker_id: int,
                        error: BaseException) -> None:
@@ -348,9 +342,7 @@ class Producer:
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         self.accumulator.release(batch)
-        for future in batch.futures:
-            if not future.done():
-                future.set_exception(error)
+        batch.result.complete(-1, -1, error)
 
 
 def _now_ms() -> int:

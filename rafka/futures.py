@@ -1,0 +1,93 @@
+"""The producer's futures, as Kafka's: one ProduceRequestResult per batch (one event, one
+lock), and a light FutureRecordMetadata per record pointing at it, so a send does not pay
+for a Condition of its own. The interface is ``concurrent.futures.Future``'s: ``result``,
+``exception``, ``done``, ``add_done_callback``."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from protocols.errors import KafkaTimeoutError
+
+
+class ProduceRequestResult:
+    __slots__ = ("event", "lock", "base_offset", "log_append_time", "error", "callbacks")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.lock = threading.Lock()
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.callbacks: list = []
+
+    def complete(self, base_offset: int, log_append_time: int,
+                 error: BaseException | None) -> None:
+        with self.lock:
+            if self.event.is_set():
+                return
+            self.base_offset, self.log_append_time, self.error = \
+                base_offset, log_append_time, error
+            self.event.set()
+            callbacks, self.callbacks = self.callbacks, []
+        for future, fn in callbacks:
+            try:
+                fn(future)
+            except Exception:  # a callback's failure is the callback's, as in Kafka
+                import logging
+                logging.getLogger(__name__).exception("error in a send callback")
+
+
+class FutureRecordMetadata:
+    __slots__ = ("_result", "_index", "_topic", "_partition", "_timestamp", "_sizes")
+
+    def __init__(self, result: ProduceRequestResult, index: int, topic: str, partition: int,
+                 timestamp: int, sizes: tuple[int, int]):
+        self._result = result
+        self._index = index
+        self._topic = topic
+        self._partition = partition
+        self._timestamp = timestamp
+        self._sizes = sizes
+
+    def done(self) -> bool:
+        return self._result.event.is_set()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def _wait(self, timeout: float | None) -> None:
+        if not self._result.event.wait(timeout):
+            raise KafkaTimeoutError(f"Timeout after waiting for {timeout} s for the record's "
+                                    "metadata")
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return self._result.error
+
+    def result(self, timeout: float | None = None):
+        from rafka.producer import RecordMetadata
+        self._wait(timeout)
+        r = self._result
+        if r.error is not None:
+            raise r.error
+        offset = -1 if r.base_offset < 0 else r.base_offset + self._index
+        timestamp = r.log_append_time if r.log_append_time >= 0 else self._timestamp
+        return RecordMetadata(self._topic, self._partition, offset, timestamp, *self._sizes)
+
+    get = result  # Kafka's name
+
+    def add_done_callback(self, fn: Callable[["FutureRecordMetadata"], Any]) -> None:
+        r = self._result
+        with r.lock:
+            if not r.event.is_set():
+                r.callbacks.append((self, fn))
+                return
+        fn(self)
+
+
+def failed_future(error: BaseException, topic: str, partition: int = -1
+                  ) -> FutureRecordMetadata:
+    result = ProduceRequestResult()
+    result.complete(-1, -1, error)
+    return FutureRecordMetadata(result, 0, topic, partition, -1, (-1, -1))
