@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=int, default=10_000, help="end-to-end records/s")
     parser.add_argument("--latency-seconds", type=float, default=10)
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--only-latency", action="store_true",
+                        help="skip the throughput runs")
     args = parser.parse_args(argv)
 
     import rafka
@@ -169,21 +171,23 @@ def main(argv=None) -> int:
     print(f"parameters: {args.records} records of {len(VALUE)} bytes, one producer thread, "
           f"6 partitions, 3 brokers, linger.ms=5, batch.size=65536; latency at "
           f"{args.rate} records/s for {args.latency_seconds} s")
-    peer_p, peer_c = (None, None) if args.skip_peer else redis_streams(args.records)
+    peer_p, peer_c = (None, None) if args.skip_peer or args.only_latency \
+        else redis_streams(args.records)
     ensure_ray()
     cluster = rafka.Cluster.start(3, root / "data", name="bench-clients")
     try:
         admin = cluster.admin()
         admin.create_topics([rafka.NewTopic("rf1", 6, 1), rafka.NewTopic("rf3", 6, 3),
                              rafka.NewTopic("rf3all", 6, 3), rafka.NewTopic("e2e", 6, 3)])
-        line("(a) produce RF=1 acks=1", args.records,
-             produce(cluster, "rf1", args.records, "1"), peer_p)
-        line("(b) produce RF=3 acks=1", args.records,
-             produce(cluster, "rf3", args.records, "1"), peer_p)
-        line("(c) produce RF=3 acks=all", args.records,
-             produce(cluster, "rf3all", args.records, "all"), peer_p)
-        seen, elapsed = consume(cluster, "rf1", args.records)
-        line("consume (one consumer, 6 partitions)", seen, elapsed, peer_c)
+        if not args.only_latency:
+            line("(a) produce RF=1 acks=1", args.records,
+                 produce(cluster, "rf1", args.records, "1"), peer_p)
+            line("(b) produce RF=3 acks=1", args.records,
+                 produce(cluster, "rf3", args.records, "1"), peer_p)
+            line("(c) produce RF=3 acks=all", args.records,
+                 produce(cluster, "rf3all", args.records, "all"), peer_p)
+            seen, elapsed = consume(cluster, "rf1", args.records)
+            line("consume (one consumer, 6 partitions)", seen, elapsed, peer_c)
         lat = end_to_end(cluster, "e2e", args.rate, args.latency_seconds)
         if lat:
             p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731

@@ -276,6 +276,7 @@ class PartitionReplicaActor:
     async def _fetch_loop(self) -> None:
         r = self.replica
         epoch, leader_id = r.leader_epoch, r.leader_id
+        failures = 0
         while not self._closed and r.role is Role.FOLLOWER and r.leader_epoch == epoch:
             try:
                 leader = self._handle(leader_id)
@@ -296,12 +297,16 @@ class PartitionReplicaActor:
                 if result.error is not None and not isinstance(result.error,
                                                                 OffsetOutOfRangeError):
                     raise result.error
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the leader is gone, not yet leader, or restarting
                 log.debug("%s: fetch from %s failed: %r", r.name, leader_id, e)
                 self._handles.pop(leader_id, None)
-                await asyncio.sleep(self.backoff_s)
+                # Exponential, from 50 ms up to replica.fetch.backoff.ms: right after a
+                # leader change the leader is usually just a moment behind us.
+                await asyncio.sleep(min(self.backoff_s, 0.05 * 2 ** failures))
+                failures += 1
 
     # ---- leader: ISR changes go to the controller ------------------------------------------
     def _maybe_alter_partition(self) -> None:
