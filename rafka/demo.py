@@ -2,11 +2,10 @@
 
 It starts a local Ray instance and a 3-broker rafka cluster whose data lives under
 ``--data-dir``, creates a replicated topic, writes records as Kafka v2 batches with acks=all,
-reads them back by offset and by timestamp, kills the process of one partition's leader
-broker (SIGKILL) and shows a new leader serving every acknowledged record, then shuts the
-cluster down cleanly and starts it again on the same directory to show that topics and
-records come back. (The producer and consumer clients, consumer groups and Spark arrive
-with the next stages; here the partition leaders' actors are called directly.)
+reads them back with a consumer and by timestamp, kills the process of one partition's
+leader broker (SIGKILL) and shows a new leader serving every acknowledged record, then shuts
+the cluster down cleanly and starts it again on the same directory to show that topics and
+records come back. (Consumer groups and Spark arrive with the next stages.)
 """
 from __future__ import annotations
 
@@ -15,10 +14,6 @@ import signal
 import time
 from pathlib import Path
 
-from protocols.errors import KafkaError
-from protocols.messages import FetchRequest
-from protocols.records import Record, encode_batch, iter_batches
-from protocols.wire import decode, encode
 
 TOPIC = "demo-events"
 PARTITIONS = 3
@@ -26,40 +21,20 @@ CONFIG = {"broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500
           "replica.lag.time.max.ms": 3000, "log.segment.bytes": 256 * 1024}
 
 
-def _produce(cluster, partition: int, records: list[Record], deadline_s: float = 60) -> int:
-    """acks=all, retried on retriable errors as a producer would; the base offset."""
-    import ray
-    data = encode_batch(records, compression="lz4")
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            _, leader = cluster.leader(TOPIC, partition)
-            result = decode(ray.get(leader.produce.remote(data, -1, 10_000)))
-            if result.error is None:
-                return result.base_offset
-            error: Exception = result.error
-        except (KafkaError, ray.exceptions.RayError) as e:
-            error = e
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"could not produce to {TOPIC}-{partition}: {error!r}")
-        time.sleep(0.1)
-
-
-def _read(cluster, partition: int, start: int = 0) -> dict[int, bytes]:
-    import ray
-    _, leader = cluster.leader(TOPIC, partition)
-    out, offset = {}, start
-    while True:
-        result = decode(ray.get(leader.fetch.remote(encode(FetchRequest(-1, offset)))))
-        if result.error is not None:
-            raise result.error
-        batches = list(iter_batches(result.records))
-        if not batches:
-            return out
-        for batch in batches:
-            for r in batch.records():
-                out[r.offset] = r.value
-            offset = batch.last_offset + 1
+def _read(cluster, partition: int) -> dict[int, bytes]:
+    """Everything committed in the partition, read with a consumer: offset -> value."""
+    import rafka
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
+                                        "max.poll.records": 5000})
+    tp = (TOPIC, partition)
+    consumer.assign([tp])
+    end = consumer.end_offsets([tp])[tp]
+    out: dict[int, bytes] = {}
+    while consumer.position(tp) < end:
+        for r in consumer.poll(1000):
+            out[r.offset] = r.value
+    consumer.close()
+    return out
 
 
 def run_demo(data_dir: Path, records_per_partition: int = 2_000, batch_records: int = 100,
@@ -88,15 +63,17 @@ def run_demo(data_dir: Path, records_per_partition: int = 2_000, batch_records: 
              for p in range(PARTITIONS)}
     t0 = int(time.time() * 1000)
     t = time.perf_counter()
-    for p in range(PARTITIONS):
-        for b in range(0, records_per_partition, batch_records):
-            _produce(cluster, p, [Record(f"key-{i % 97}".encode(),
-                                         f"event {start[p] + b + i}".encode(), t0 + b + i)
-                                  for i in range(batch_records)])
+    with rafka.Producer(cluster, {"acks": "all", "compression.type": "lz4",
+                                  "batch.size": batch_records * 40}) as producer:
+        for p in range(PARTITIONS):
+            for i in range(records_per_partition):
+                producer.send(TOPIC, f"event {start[p] + i}".encode(),
+                              key=f"key-{i % 97}".encode(), partition=p, timestamp=t0 + i)
+        producer.flush()
     n = PARTITIONS * records_per_partition
     elapsed = time.perf_counter() - t
-    out(f"produced {n} records with acks=all in {elapsed:.2f} s ({n / elapsed:,.0f} "
-        "records/sec, one batch in flight)")
+    out(f"produced {n} records with acks=all (idempotent producer, lz4) in {elapsed:.2f} s "
+        f"({n / elapsed:,.0f} records/sec)")
     by_time = admin.list_offsets({(TOPIC, 0): t0 + records_per_partition // 2})[(TOPIC, 0)]
     out(f"{TOPIC}-0: first offset at or after t0+{records_per_partition // 2} ms is "
         f"{by_time.offset}")

@@ -121,7 +121,13 @@ def test_idempotent_producer_through_a_leader_kill_writes_each_record_once_in_or
     consumer.assign([("t", 0)])
     records = consume_all(consumer, len(futures))
     values = [r.value for r in records]
-    assert values == [f"{i:06d}".encode() for i in range(len(futures))]   # once each, in order
+    expected = [f"{i:06d}".encode() for i in range(len(futures))]
+    if values != expected:   # say what went wrong: lost, doubled, or out of order
+        dups = sorted({v for v in values if values.count(v) > 1})[:5]
+        missing = sorted(set(expected) - set(values))[:5]
+        first = next((i for i, (a, b) in enumerate(zip(values, expected)) if a != b), None)
+        pytest.fail(f"{len(values)} read, {len(expected)} sent; duplicates {dups}; missing "
+                    f"{missing}; first difference at index {first}")
     assert [r.offset for r in records] == [m.offset for m in results]
     wait_until(lambda: sorted(cluster.metadata()["topics"]["t"][0]["isr"]) == [0, 1, 2], 60,
                "the killed broker to rejoin")
