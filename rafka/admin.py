@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from protocols.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
+from protocols.errors import (KafkaError, KafkaTimeoutError, NotControllerError,
+                              UnknownTopicOrPartitionError)
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 
@@ -69,8 +70,14 @@ class Admin:
     def _call(self, method: str, *args: Any) -> Any:
         import ray
         handle = self.cluster.controller()
-        return _raise_if_error(decode(ray.get(getattr(handle, method).remote(*args),
-                                              timeout=self.timeout_s)))
+        try:
+            answer = ray.get(getattr(handle, method).remote(*args), timeout=self.timeout_s)
+        except ray.exceptions.RayActorError as e:
+            # The controller died under the request (failover): whether a change was made
+            # is unknown, as with Kafka's NOT_CONTROLLER; the caller decides to retry.
+            raise NotControllerError(f"The controller changed while handling {method}; "
+                                     f"retry ({type(e).__name__})") from None
+        return _raise_if_error(decode(answer))
 
     # ---- topics ----------------------------------------------------------------------------
     def create_topics(self, new_topics: Iterable[NewTopic], wait: bool = True) -> None:

@@ -107,6 +107,7 @@ class Consumer:
         self._key_de = deserializer(self.config["key.deserializer"], "key.deserializer")
         self._value_de = deserializer(self.config["value.deserializer"], "value.deserializer")
         self._parts: dict[TopicPartition, _PartitionState] = {}
+        self._next_fetch = -1
         self._closed = False
 
     # ---- assignment and positions ----------------------------------------------------------
@@ -228,7 +229,19 @@ class Consumer:
 
     def _send_fetches(self) -> None:
         now = time.monotonic()
-        for tp, st in self._parts.items():
+        # fetch.max.bytes bounds what is on its way at once, over all partitions (Kafka
+        # bounds one multi-partition response; here each partition is its own request).
+        per_request = min(self.config["max.partition.fetch.bytes"],
+                          self.config["fetch.max.bytes"])
+        budget = max(1, self.config["fetch.max.bytes"] // max(1, per_request))
+        budget -= sum(1 for st in self._parts.values() if st.in_flight is not None)
+        items = list(self._parts.items())
+        if items:   # start where the last round stopped, so no partition starves
+            self._next_fetch = (self._next_fetch + 1) % len(items)
+            items = items[self._next_fetch:] + items[:self._next_fetch]
+        for tp, st in items:
+            if budget <= 0:
+                return
             if st.paused or st.in_flight is not None or st.buffered or now < st.retry_at:
                 continue
             if st.position is None:
@@ -241,11 +254,11 @@ class Consumer:
             try:
                 self._validate_position(tp, st, leader)
                 st.leader_epoch = leader.leader_epoch
-                request = FetchRequest(-1, st.position, leader.leader_epoch,
-                                       self.config["max.partition.fetch.bytes"],
+                request = FetchRequest(-1, st.position, leader.leader_epoch, per_request,
                                        self.config["fetch.min.bytes"],
                                        self.config["fetch.max.wait.ms"])
                 st.in_flight = (leader.handle.fetch.remote(encode(request)), st.position)
+                budget -= 1
             except OffsetOutOfRangeError:
                 raise
             except Exception as e:

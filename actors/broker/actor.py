@@ -41,6 +41,7 @@ from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOIN
 log = logging.getLogger(__name__)
 
 NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
+REPLICA_STARTS_AT_ONCE = 4
 
 
 def namespace_for(cluster_name: str) -> str:
@@ -93,6 +94,7 @@ class BrokerActor:
         self.image: dict = {}
         self._controller = None
         self._lock = asyncio.Lock()
+        self._starting = asyncio.Semaphore(REPLICA_STARTS_AT_ONCE)
         self._stopping = False
         self.ready = asyncio.Event()
         self.timer = None
@@ -222,9 +224,13 @@ class BrokerActor:
     async def _become(self, m: LeaderAndIsr):
         tp = TopicPartition(m.topic, m.partition)
         handle = self.replicas.get(tp)
-        if handle is None:
+        if handle is not None:
+            return decode(await handle.become.remote(encode(m)))
+        # A few replica processes start at a time: starting dozens at once on a small
+        # machine starves everything else (heartbeats included) for many seconds.
+        async with self._starting:
             handle = self.replicas[tp] = await self._create_replica(tp)
-        return decode(await handle.become.remote(encode(m)))
+            return decode(await handle.become.remote(encode(m)))
 
     async def _create_replica(self, tp: TopicPartition):
         config = dict(self.image.get("configs", {}).get(tp.topic, {}))

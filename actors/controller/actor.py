@@ -83,6 +83,8 @@ class ControllerActor:
         self._checkpoint()
         log.info("controller %s: epoch %d on broker %d", cluster_name,
                  self.state.controller_epoch, host_broker_id)
+        if snapshot is not None and not cold:
+            self._dispatch(self.state.full_state())
         asyncio.get_running_loop().create_task(self._schedule_background())
 
     # ---- checkpoints and fencing -----------------------------------------------------------

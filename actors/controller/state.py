@@ -133,6 +133,15 @@ class ControllerState:
         self.next_producer_id += 1
         return producer_id
 
+    def full_state(self) -> list:
+        """What a new controller sends every live broker on failover (Kafka's
+        onControllerFailover): LeaderAndIsr for every partition and the metadata. Whatever
+        its predecessor had queued for a broker when it died is covered by this."""
+        for tp in self.partitions:
+            self._sync_states(tp)
+        return [m for tp in self.partitions for m in self._leader_and_isr(tp)] \
+            + self._update_metadata()
+
     def cold_start(self) -> None:
         """The whole cluster starts again from its on-disk metadata: no broker is up yet,
         so no partition has a leader; each gets one from its ISR as brokers register, as

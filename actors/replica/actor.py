@@ -82,21 +82,9 @@ class PartitionReplicaActor:
         m: LeaderAndIsr = decode(leader_and_isr)
         r = self.replica
         try:
-            if m.leader == self.broker_id:
-                r.become_leader(m.leader_epoch, m.partition_epoch, list(m.isr),
-                                list(m.replicas))
-            elif m.leader >= 0:
-                if (r.role is Role.FOLLOWER and r.leader_id == m.leader
-                        and r.leader_epoch == m.leader_epoch):
-                    # Only the ISR or partition epoch moved: keep fetching as we are.
-                    r.partition_epoch, r.isr = m.partition_epoch, list(m.isr)
-                    r.replicas = list(m.replicas)
-                else:
-                    r.become_follower(m.leader, m.leader_epoch, m.partition_epoch,
-                                      list(m.replicas), list(m.isr))
-                    self._restart_fetcher()
-            else:
-                r.make_offline()
+            if r.apply_leader_and_isr(m.leader, m.leader_epoch, m.partition_epoch,
+                                      list(m.isr), list(m.replicas)):
+                self._restart_fetcher()
         except KafkaError as e:
             return encode(e)
         self._restart_fetcher(only_if_needed=True)

@@ -243,6 +243,41 @@ class PartitionReplica:
             self.log.truncate_to(self.log.high_watermark)
             self.needs_truncation = False
 
+    def apply_leader_and_isr(self, leader: int, leader_epoch: int, partition_epoch: int,
+                             isr: list[int], replicas: list[int]) -> bool:
+        """Apply a LeaderAndIsr (FENCED_LEADER_EPOCH if older than ours). Returns True when
+        this replica now follows a new leader or epoch (its fetcher must start over)."""
+        same = (self.leader_id == leader and self.leader_epoch == leader_epoch
+                and self.role is (Role.LEADER if leader == self.broker_id else Role.FOLLOWER))
+        if same:
+            self.update_assignment(partition_epoch, isr, replicas)
+            return False
+        if leader == self.broker_id:
+            self.become_leader(leader_epoch, partition_epoch, isr, replicas)
+            return False
+        if leader >= 0:
+            self.become_follower(leader, leader_epoch, partition_epoch, replicas, isr)
+            return True
+        self.make_offline()
+        return False
+
+    def update_assignment(self, partition_epoch: int, isr: list[int],
+                          replicas: list[int]) -> None:
+        """A LeaderAndIsr in our current leader epoch: only the ISR or the replica set moved
+        (a reassignment, or a new controller restating the state). Keep our role; a leader
+        keeps what it knows of its followers and starts tracking new replicas."""
+        if partition_epoch < self.partition_epoch:
+            return
+        self.partition_epoch = partition_epoch
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        if self.role is Role.LEADER:
+            now = self.clock()
+            self.followers = {r: self.followers.get(r) or FollowerState(r, last_caught_up_ms=now)
+                              for r in self.replicas if r != self.broker_id}
+            self.pending_alter = None
+            self.maybe_increment_high_watermark()
+
     def make_offline(self) -> None:
         self.role = Role.OFFLINE
         self._complete_all_delayed()

@@ -197,3 +197,19 @@ def test_retries_of_the_same_batch_are_written_once(cluster):
     values = [r.value for r in consume_all(consumer, 201)]
     assert values == [b"once"] + [f"{i}".encode() for i in range(200)]
     assert [m.offset for m in results] == list(range(1, 201))
+
+
+def test_fetch_max_bytes_bounds_fetches_but_every_partition_is_read(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("wide", 4, 1)])
+    with rafka.Producer(cluster) as producer:
+        for p in range(4):
+            for i in range(20):
+                producer.send("wide", f"{p}-{i}".encode() * 20, partition=p)
+    # Room for one 1 KiB fetch at a time: partitions take turns, none starves.
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
+                                        "fetch.max.bytes": 1024,
+                                        "max.partition.fetch.bytes": 1024})
+    consumer.assign([("wide", p) for p in range(4)])
+    records = consume_all(consumer, 80)
+    assert sorted((r.partition, r.offset) for r in records) == [
+        (p, i) for p in range(4) for i in range(20)]

@@ -191,18 +191,15 @@ class Simulation:
                 self._fail(f"partition {msg.partition}: leaders {seen} and {msg.leader} in "
                            f"epoch {msg.leader_epoch}")
         try:
-            if msg.leader == broker.id:
-                replica.become_leader(msg.leader_epoch, msg.partition_epoch, list(msg.isr),
-                                      list(msg.replicas))
-            elif msg.leader >= 0:
-                replica.become_follower(msg.leader, msg.leader_epoch, msg.partition_epoch,
-                                        list(msg.replicas), list(msg.isr))
-            else:
-                replica.make_offline()
+            restart = replica.apply_leader_and_isr(msg.leader, msg.leader_epoch,
+                                                   msg.partition_epoch, list(msg.isr),
+                                                   list(msg.replicas))
         except KafkaError:
             return  # FENCED_LEADER_EPOCH: an older LeaderAndIsr than what we hold
-        broker.alter_sent.pop(msg.partition, None)
-        self._answered(broker, msg.partition, error=False)
+        if replica.take_alter_partition() is None:
+            broker.alter_sent.pop(msg.partition, None)
+        if restart:
+            self._answered(broker, msg.partition, error=False)
 
     def _on_controller_request(self, m) -> None:
         c = self.controller
