@@ -59,11 +59,11 @@ def run_server(args: argparse.Namespace) -> int:
     print("(the same shell environment carries the Ray auth token; Ctrl-C stops the cluster)",
           flush=True)
     stop = threading.Event()
+    # Installed explicitly: a process started in the background inherits SIGINT ignored,
+    # and Ctrl-C / SIGTERM must stop the cluster cleanly either way.
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        while not stop.wait(1):
-            pass
-    except KeyboardInterrupt:
+    while not stop.wait(1):
         pass
     print("stopping...", flush=True)
     cluster.shutdown()

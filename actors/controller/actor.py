@@ -140,14 +140,22 @@ class ControllerActor:
         handle = None
         while True:
             batch = await queue.get()
-            try:
-                if handle is None:
-                    handle = ray.get_actor(f"broker-{broker_id}", namespace=self.namespace)
-                await handle.apply_controller_messages.remote(encode(batch))
-            except Exception as e:
-                # Dead or restarting: it registers again and then gets the whole state.
-                log.info("controller: broker %d unreachable (%r)", broker_id, e)
-                handle = None
+            for attempt in range(2):
+                try:
+                    if handle is None:
+                        handle = ray.get_actor(f"broker-{broker_id}",
+                                               namespace=self.namespace)
+                    await handle.apply_controller_messages.remote(encode(batch))
+                    break
+                except Exception as e:
+                    # The handle may be to the broker's previous actor (stopped, then started
+                    # again): look the name up afresh once. A broker really gone registers
+                    # again later and then gets the whole state.
+                    handle = None
+                    info = self.state.brokers.get(broker_id)
+                    if attempt or info is None or not info.alive:
+                        log.info("controller: broker %d unreachable (%r)", broker_id, e)
+                        break
 
     # ---- brokers ---------------------------------------------------------------------------
     async def register_broker(self, broker_id: int, incarnation: str,
