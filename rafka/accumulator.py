@@ -16,6 +16,7 @@ from protocols.topics import TopicPartition
 from rafka.futures import ProduceRequestResult
 
 RECORD_OVERHEAD = 21  # a v2 record's framing, roughly: length, attributes, deltas, counts
+BATCH_HEADER = 61     # a v2 batch header
 
 
 def estimate_size(record: Record) -> int:
@@ -31,7 +32,7 @@ class ProducerBatch:
     created_ms: int
     records: list[Record] = field(default_factory=list)
     result: ProduceRequestResult = field(default_factory=ProduceRequestResult)
-    size: int = 61  # the batch header
+    size: int = BATCH_HEADER
     attempts: int = 0
     retry_at_ms: int = 0
     base_sequence: int = -1
@@ -112,7 +113,7 @@ class RecordAccumulator:
 
     def release(self, batch: ProducerBatch) -> None:
         """The batch is answered (or failed for good): its bytes are free again."""
-        self.used_bytes -= batch.size - ProducerBatch.size
+        self.used_bytes -= batch.size - BATCH_HEADER
 
     def expired(self, now_ms: int) -> list[ProducerBatch]:
         """Batches still queued after delivery.timeout.ms (removed)."""

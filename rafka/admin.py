@@ -10,8 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from protocols.errors import (KafkaError, KafkaTimeoutError, NotControllerError,
-                              UnknownTopicOrPartitionError)
+from protocols.errors import KafkaError, NotControllerError, UnknownTopicOrPartitionError
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 
@@ -207,10 +206,3 @@ class Admin:
             out[tp] = result.low_watermark
         return out
 
-
-def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise KafkaTimeoutError(f"Timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)

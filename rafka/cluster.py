@@ -11,6 +11,7 @@ Ray's GCS key-value store under ``rafka/<name>/cluster``.
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, Kafk
                               KafkaTimeoutError, LeaderNotAvailableError,
                               UnknownTopicOrPartitionError)
 from protocols.wire import decode
+
+log = logging.getLogger(__name__)
 
 INFO_KEY = "rafka/{name}/cluster"
 _NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
@@ -282,11 +285,11 @@ class Cluster:
             except KafkaError:
                 continue
         refs = [h.shutdown.remote(False) for h in handles]
-        for ref in refs:
+        for b, ref in zip(sorted(self.broker_nodes), refs):
             try:
                 ray.get(ref, timeout=60)
-            except Exception:
-                pass
+            except Exception as e:  # it is killed below anyway; its next start recovers
+                log.warning("broker %d did not shut down cleanly: %r", b, e)
         for h in handles:
             ray.kill(h, no_restart=True)
         forget_snapshot(self.name)

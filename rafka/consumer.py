@@ -204,13 +204,13 @@ class Consumer:
         st.buffered, st.in_flight = deque(), None
 
     # ---- fetching --------------------------------------------------------------------------
-    def _validate_position(self, tp: TopicPartition, st: _PartitionState, leader) -> bool:
+    def _validate_position(self, tp: TopicPartition, st: _PartitionState, leader) -> None:
         """After a leader change, make sure our position is on the new leader's log: if the
         log was truncated below it (by leader epoch), go back to where they agree."""
         import ray
         if st.last_epoch < 0 or st.validated_epoch == leader.leader_epoch:
             st.validated_epoch = leader.leader_epoch
-            return True
+            return
         answer = decode(ray.get(leader.handle.offsets_for_leader_epoch.remote(
             st.last_epoch, leader.leader_epoch)))
         if isinstance(answer, KafkaError):
@@ -225,7 +225,6 @@ class Consumer:
             st.position = end_offset
             st.buffered = deque()
         st.validated_epoch = leader.leader_epoch
-        return True
 
     def _send_fetches(self) -> None:
         now = time.monotonic()

@@ -276,7 +276,3 @@ class ControllerActor:
 
     async def ping(self) -> tuple[int, int]:
         return self.state.controller_epoch, self.host_broker_id
-
-    async def stop_senders(self) -> None:
-        for task in self._senders.values():
-            task.cancel()

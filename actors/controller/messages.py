@@ -1,9 +1,9 @@
-"""What the controller sends to brokers. Every request carries the controller epoch, so a
-broker can reject one from a controller that has since been replaced."""
+"""The broker's guard on controller requests. The requests themselves (LeaderAndIsr,
+StopReplica, UpdateMetadata) are in ``protocols.messages``; each carries the controller
+epoch, so a broker can reject one from a controller that has since been replaced."""
 from __future__ import annotations
 
 from protocols.errors import StaleControllerEpochError
-from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata  # noqa: F401
 
 
 def check_controller_epoch(current: int, received: int) -> None:

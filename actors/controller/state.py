@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterable, Mapping
 from actors.controller.assignment import assign_replicas_to_brokers
 from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
                                         preferred_replica_leader, reassign_partition_leader)
-from actors.controller.messages import LeaderAndIsr, StopReplica, UpdateMetadata
 from actors.controller.state_machines import (PARTITION_PREVIOUS, REPLICA_PREVIOUS,
                                               PartitionStatus, ReplicaStatus, StateMachine)
 from protocols.config import ConfigDef, at_least, between
@@ -25,6 +24,7 @@ from protocols.errors import (FencedLeaderEpochError, InvalidPartitionsError,
                               InvalidRequestError, InvalidUpdateVersionError,
                               NoReassignmentInProgressError, TopicAlreadyExistsError,
                               TopicDeletionDisabledError, UnknownTopicOrPartitionError)
+from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
 from protocols.topics import validate_topic_name
 from storage.config import TOPIC_CONFIG
 

@@ -8,13 +8,13 @@ import pytest
 from actors.controller.assignment import assign_replicas_to_brokers, rack_alternated_brokers
 from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
                                         preferred_replica_leader)
-from actors.controller.messages import LeaderAndIsr, StopReplica, UpdateMetadata, \
-    check_controller_epoch
+from actors.controller.messages import check_controller_epoch
 from actors.controller.state import ControllerState
 from protocols.errors import (FencedLeaderEpochError, InvalidReplicationFactorError,
                               InvalidTopicError, InvalidUpdateVersionError,
                               StaleControllerEpochError, TopicAlreadyExistsError,
                               TopicDeletionDisabledError)
+from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
 from tests.clock import ManualClock
 
 

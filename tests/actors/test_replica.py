@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.replica.partition import (FetchRequest, PartitionReplica, ReplicaConfig, Role)
+from actors.replica.partition import FetchRequest, PartitionReplica, ReplicaConfig
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (FencedLeaderEpochError, NotEnoughReplicasError,
                               NotLeaderOrFollowerError, OffsetOutOfRangeError,

@@ -26,12 +26,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.controller.messages import LeaderAndIsr, check_controller_epoch
+from actors.controller.messages import check_controller_epoch
 from actors.controller.state import ControllerState
 from actors.replica.partition import (AlterPartition, FetchRequest, FetchResult,
                                       PartitionReplica, ReplicaConfig, Role)
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (InvalidRequestError, KafkaError, StaleControllerEpochError)
+from protocols.messages import LeaderAndIsr
 from protocols.records import Record, encode_batch, iter_batches
 from storage import Log
 from tests.sim.network import Network
