@@ -17,17 +17,17 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple
 
 import crc32c as _crc32c
 
 from protocols.compression import (CODEC_IDS, COMPRESSION_TYPES, CODEC_NAMES, compress,
                                    decompress)
 from protocols.errors import CorruptRecordError, UnsupportedVersionError
-from protocols.varint import decode_varint, encode_varint, size_of_varint
+from protocols.varint import decode_varint, encode_varint
 
 __all__ = ["BatchHeader", "MAGIC", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "NO_TIMESTAMP", "COMPRESSION_TYPES",
-           "Record", "RecordBatch", "encode_batch", "iter_batches", "read_batch_header",
+           "MemoryRecordsBuilder", "Record", "RecordBatch", "encode_batch", "iter_batches", "read_batch_header",
            "set_base_offset", "set_partition_leader_epoch", "set_log_append_time"]
 
 MAGIC = 2
@@ -83,43 +83,105 @@ class Record:
 
 
 # ---- encoding ---------------------------------------------------------------------------
-def _put_nullable(out: bytearray, data: bytes | None) -> None:
+# Varints of the small non-negative numbers every record carries (lengths, deltas), looked
+# up rather than computed: the producer encodes each record as it is sent.
+_SMALL_VARINTS = tuple(encode_varint(n) for n in range(16_384))
+
+
+def _varint(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if 0 <= n < 16_384 else encode_varint(n)
+
+
+def _nullable(data: bytes | None) -> bytes:
     """Length-prefixed bytes; a null is length -1 (varint 0x01)."""
-    if data is None:
-        out += b"\x01"
-    else:
-        out += encode_varint(len(data))
-        out += data
+    return b"\x01" if data is None else _varint(len(data)) + data
 
 
-def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int,
-                    now_ms: int, out: bytearray) -> tuple[int, int]:
-    """Append the encoded records to ``out``; returns (max timestamp, max offset delta)."""
-    max_ts = NO_TIMESTAMP
-    max_delta = -1
-    for i, r in enumerate(records):
-        ts = now_ms if r.timestamp is None else r.timestamp
-        if ts > max_ts:
-            max_ts = ts
-        delta = i if r.offset is None else r.offset - base_offset
-        if delta < 0:
-            raise ValueError(f"record offset {r.offset} is below the batch base offset "
-                             f"{base_offset}")
-        if delta > max_delta:
-            max_delta = delta
-        body = bytearray(b"\x00")  # attributes (unused)
-        body += encode_varint(ts - base_timestamp)
-        body += encode_varint(delta)
-        _put_nullable(body, r.key)
-        _put_nullable(body, r.value)
-        headers = r.headers
-        body += encode_varint(len(headers))
-        for hkey, hvalue in headers:
-            _put_nullable(body, hkey.encode() if isinstance(hkey, str) else bytes(hkey))
-            _put_nullable(body, hvalue)
-        out += encode_varint(len(body))
-        out += body
-    return max_ts, max_delta
+def _headers(headers) -> bytes:
+    if not headers:
+        return b"\x00"
+    parts = [_varint(len(headers))]
+    for hkey, hvalue in headers:
+        parts.append(_nullable(hkey.encode() if isinstance(hkey, str) else bytes(hkey)))
+        parts.append(_nullable(hvalue))
+    return b"".join(parts)
+
+
+class MemoryRecordsBuilder:
+    """Kafka's MemoryRecordsBuilder: records are encoded into the batch body as they are
+    appended, so the producer never holds them as objects; ``build`` adds the header (and
+    compresses) when the batch is sent, and may be called again for a retry."""
+
+    __slots__ = ("body", "count", "base_timestamp", "max_timestamp", "last_offset_delta")
+
+    def __init__(self):
+        self.body = bytearray()
+        self.count = 0
+        self.base_timestamp = NO_TIMESTAMP
+        self.max_timestamp = NO_TIMESTAMP
+        self.last_offset_delta = -1
+
+    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
+               headers=(), offset_delta: int | None = None) -> int:
+        """Encode one record; returns the bytes it added. ``offset_delta`` defaults to the
+        next one (a compacted batch passes its gaps)."""
+        if self.count == 0:
+            self.base_timestamp = timestamp
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        if offset_delta is None:
+            offset_delta = self.last_offset_delta + 1
+        elif offset_delta <= self.last_offset_delta:
+            raise ValueError(f"offset delta {offset_delta} is not above the previous "
+                             f"{self.last_offset_delta}")
+        self.last_offset_delta = offset_delta
+        self.count += 1
+        record = (b"\x00" + _varint(timestamp - self.base_timestamp) + _varint(offset_delta)
+                  + (b"\x01" if key is None else _varint(len(key)) + key)
+                  + (b"\x01" if value is None else _varint(len(value)) + value)
+                  + (_headers(headers) if headers else b"\x00"))
+        length = _varint(len(record))
+        body = self.body
+        body += length
+        body += record
+        return len(length) + len(record)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return RECORD_BATCH_OVERHEAD + len(self.body)
+
+    def build(self, *, base_offset: int = 0, compression: str = "none",
+              timestamp_type: str = "create_time", producer_id: int = -1,
+              producer_epoch: int = -1, base_sequence: int = -1,
+              partition_leader_epoch: int = -1, transactional: bool = False,
+              control: bool = False, last_offset_delta: int | None = None) -> bytes:
+        codec = CODEC_IDS.get(compression)
+        if codec is None:
+            raise ValueError(f"unknown compression type {compression!r}; "
+                             f"expected one of {', '.join(COMPRESSION_TYPES)}")
+        if timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"unknown timestamp type {timestamp_type!r}")
+        if last_offset_delta is None:
+            last_offset_delta = self.last_offset_delta
+        elif last_offset_delta < self.last_offset_delta:
+            raise ValueError(f"last_offset_delta {last_offset_delta} is below a record's "
+                             f"offset delta {self.last_offset_delta}")
+        body = compress(compression, bytes(self.body)) if codec else self.body
+        attributes = codec
+        if timestamp_type == "log_append_time":
+            attributes |= TIMESTAMP_TYPE_MASK
+        if transactional:
+            attributes |= TRANSACTIONAL_MASK
+        if control:
+            attributes |= CONTROL_MASK
+        batch = bytearray(RECORD_BATCH_OVERHEAD)
+        _HEADER.pack_into(batch, 0, base_offset, MIN_BATCH_LENGTH + len(body),
+                          partition_leader_epoch, MAGIC, 0, attributes, last_offset_delta,
+                          self.base_timestamp, self.max_timestamp, producer_id, producer_epoch,
+                          base_sequence, self.count)
+        batch += body
+        _U32.pack_into(batch, CRC_OFFSET, _crc(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+        return bytes(batch)
 
 
 def encode_batch(records: Iterable[Record], *, base_offset: int = 0,
@@ -133,41 +195,27 @@ def encode_batch(records: Iterable[Record], *, base_offset: int = 0,
     records = records if isinstance(records, (list, tuple)) else list(records)
     if not records and last_offset_delta is None:
         raise ValueError("a record batch needs at least one record (or last_offset_delta)")
-    codec = CODEC_IDS.get(compression)
-    if codec is None:
-        raise ValueError(f"unknown compression type {compression!r}; "
-                         f"expected one of {', '.join(COMPRESSION_TYPES)}")
-    if timestamp_type not in TIMESTAMP_TYPES:
-        raise ValueError(f"unknown timestamp type {timestamp_type!r}")
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
-    first = records[0] if records else None
-    base_ts = (now_ms if first.timestamp is None else first.timestamp) if first else now_ms
-    body = bytearray()
-    max_ts, max_delta = _encode_records(records, base_offset, base_ts, now_ms, body)
+    builder = MemoryRecordsBuilder()
+    for i, r in enumerate(records):
+        if r.offset is None:
+            delta = i
+        else:
+            delta = r.offset - base_offset
+            if delta < 0:
+                raise ValueError(f"record offset {r.offset} is below the batch base offset "
+                                 f"{base_offset}")
+        builder.append(now_ms if r.timestamp is None else r.timestamp, r.key, r.value,
+                       r.headers, delta)
     if not records:
-        max_ts = base_ts = NO_TIMESTAMP
-    if last_offset_delta is None:
-        last_offset_delta = max_delta
-    elif last_offset_delta < max_delta:
-        raise ValueError(f"last_offset_delta {last_offset_delta} is below a record's "
-                         f"offset delta {max_delta}")
-    if codec:
-        body = compress(compression, bytes(body))
-    attributes = codec
-    if timestamp_type == "log_append_time":
-        attributes |= TIMESTAMP_TYPE_MASK
-    if transactional:
-        attributes |= TRANSACTIONAL_MASK
-    if control:
-        attributes |= CONTROL_MASK
-    batch = bytearray(RECORD_BATCH_OVERHEAD)
-    _HEADER.pack_into(batch, 0, base_offset, MIN_BATCH_LENGTH + len(body),
-                      partition_leader_epoch, MAGIC, 0, attributes, last_offset_delta, base_ts,
-                      max_ts, producer_id, producer_epoch, base_sequence, len(records))
-    batch += body
-    _U32.pack_into(batch, CRC_OFFSET, _crc(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return bytes(batch)
+        builder.base_timestamp = builder.max_timestamp = NO_TIMESTAMP
+    return builder.build(base_offset=base_offset, compression=compression,
+                         timestamp_type=timestamp_type, producer_id=producer_id,
+                         producer_epoch=producer_epoch, base_sequence=base_sequence,
+                         partition_leader_epoch=partition_leader_epoch,
+                         transactional=transactional, control=control,
+                         last_offset_delta=last_offset_delta)
 
 
 # ---- reading ----------------------------------------------------------------------------
@@ -347,64 +395,117 @@ class RecordBatch:
 
     # deep iteration
     def records(self) -> Iterator[Record]:
+        for offset, ts, key, value, headers in self.record_tuples():
+            yield Record(key, value, ts, headers, offset)
+
+    def record_tuples(self) -> list[tuple]:
+        """Every record as ``(offset, timestamp, key, value, headers)``: the consumer's hot
+        path, decoded in one pass over a bytes copy of the body."""
         start = self._start
-        body = memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size]
+        body = bytes(memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size])
         codec = self.attributes & COMPRESSION_MASK
         if codec:
-            body = memoryview(decompress(CODEC_NAMES[codec], bytes(body)))
-        base_offset = self.base_offset
-        base_ts = self.base_timestamp
+            body = decompress(CODEC_NAMES[codec], body)
         append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
-        count = self.record_count
-        pos = 0
         try:
-            for _ in range(count):
-                length, pos = decode_varint(body, pos)
-                end = pos + length
-                if length < 0 or end > len(body):
-                    raise CorruptRecordError(f"Record in batch {base_offset} claims {length} "
-                                             "bytes beyond the batch")
-                pos += 1  # attributes
-                ts_delta, pos = decode_varint(body, pos)
-                off_delta, pos = decode_varint(body, pos)
-                klen, pos = decode_varint(body, pos)
-                if klen < 0:
-                    key = None
-                else:
-                    key = bytes(body[pos:pos + klen])
-                    pos += klen
-                vlen, pos = decode_varint(body, pos)
-                if vlen < 0:
-                    value = None
-                else:
-                    value = bytes(body[pos:pos + vlen])
-                    pos += vlen
-                nheaders, pos = decode_varint(body, pos)
-                headers = []
-                for _h in range(nheaders):
-                    hklen, pos = decode_varint(body, pos)
-                    hkey = bytes(body[pos:pos + hklen]).decode()
-                    pos += hklen
-                    hvlen, pos = decode_varint(body, pos)
-                    if hvlen < 0:
-                        hvalue = None
-                    else:
-                        hvalue = bytes(body[pos:pos + hvlen])
-                        pos += hvlen
-                    headers.append((hkey, hvalue))
-                if pos != end:
-                    raise CorruptRecordError(f"Record in batch {base_offset} has {end - pos} "
-                                             "bytes unaccounted for")
-                ts = append_time if append_time is not None else base_ts + ts_delta
-                yield Record(key, value, ts, tuple(headers), base_offset + off_delta)
+            return _decode_records(body, self.record_count, self.base_offset,
+                                   self.base_timestamp, append_time)
         except (IndexError, struct.error, UnicodeDecodeError) as e:
-            raise CorruptRecordError(f"Record batch at offset {base_offset} does not decode: "
-                                     f"{e}") from None
+            raise CorruptRecordError(f"Record batch at offset {self.base_offset} does not "
+                                     f"decode: {e}") from None
 
     def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
                 f"count={self.record_count}, size={self._size}, "
                 f"compression={self.compression})")
+
+
+def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
+                    append_time: int | None) -> list[tuple]:
+    # Most varints in a record are one byte; those are read inline, the rest by
+    # decode_varint. Zig-zag of a one-byte value b is (b >> 1) ^ -(b & 1).
+    out = []
+    append = out.append
+    pos = 0
+    size = len(body)
+    for _ in range(count):
+        b = body[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            length, pos = decode_varint(body, pos)
+        end = pos + length
+        if length < 0 or end > size:
+            raise CorruptRecordError(f"Record in batch {base_offset} claims {length} bytes "
+                                     "beyond the batch")
+        b = body[pos + 1]               # after the attributes byte
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            ts_delta, pos = decode_varint(body, pos + 1)
+        b = body[pos]
+        if b < 0x80:
+            off_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            off_delta, pos = decode_varint(body, pos)
+        b = body[pos]
+        if b == 1:
+            key = None
+            pos += 1
+        else:
+            if b < 0x80 and not b & 1:
+                klen = b >> 1
+                pos += 1
+            else:
+                klen, pos = decode_varint(body, pos)
+                if klen < 0:
+                    raise CorruptRecordError(f"Record in batch {base_offset} has a "
+                                             "negative length other than -1")
+            key = body[pos:pos + klen]
+            pos += klen
+        b = body[pos]
+        if b == 1:
+            value = None
+            pos += 1
+        else:
+            if b < 0x80 and not b & 1:
+                vlen = b >> 1
+                pos += 1
+            else:
+                vlen, pos = decode_varint(body, pos)
+                if vlen < 0:
+                    raise CorruptRecordError(f"Record in batch {base_offset} has a "
+                                             "negative length other than -1")
+            value = body[pos:pos + vlen]
+            pos += vlen
+        if body[pos] == 0:
+            headers = ()
+            pos += 1
+        else:
+            nheaders, pos = decode_varint(body, pos)
+            hs = []
+            for _h in range(nheaders):
+                hklen, pos = decode_varint(body, pos)
+                hkey = body[pos:pos + hklen].decode()
+                pos += hklen
+                hvlen, pos = decode_varint(body, pos)
+                if hvlen < 0:
+                    hvalue = None
+                else:
+                    hvalue = body[pos:pos + hvlen]
+                    pos += hvlen
+                hs.append((hkey, hvalue))
+            headers = tuple(hs)
+        if pos != end:
+            raise CorruptRecordError(f"Record in batch {base_offset} has {end - pos} bytes "
+                                     "unaccounted for")
+        append((base_offset + off_delta,
+                append_time if append_time is not None else base_ts + ts_delta,
+                key, value, headers))
+    return out
 
 
 def read_batch_header(buffer, position: int = 0) -> tuple[int, int] | None:

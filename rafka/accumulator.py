@@ -11,28 +11,30 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from protocols.records import Record
+from typing import Callable
+
+from protocols.records import RECORD_BATCH_OVERHEAD, MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.futures import ProduceRequestResult
 
-RECORD_OVERHEAD = 21  # a v2 record's framing, roughly: length, attributes, deltas, counts
-BATCH_HEADER = 61     # a v2 batch header
+RECORD_OVERHEAD = 21  # the most a v2 record's framing takes: length, attributes, deltas, counts
 
 
-def estimate_size(record: Record) -> int:
-    size = RECORD_OVERHEAD + len(record.key or b"") + len(record.value or b"")
-    for k, v in record.headers:
-        size += len(k) + len(v or b"") + 2
+def estimate_size(key: bytes | None, value: bytes | None, headers=()) -> int:
+    """An upper bound of the record's encoded size, known before it is encoded."""
+    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    for k, v in headers:
+        size += len(k) + len(v or b"") + 10
     return size
 
 
-@dataclass
+@dataclass(eq=False)
 class ProducerBatch:
     tp: TopicPartition
     created_ms: int
-    records: list[Record] = field(default_factory=list)
+    builder: MemoryRecordsBuilder = field(default_factory=MemoryRecordsBuilder)
     result: ProduceRequestResult = field(default_factory=ProduceRequestResult)
-    size: int = BATCH_HEADER
+    size: int = RECORD_BATCH_OVERHEAD
     attempts: int = 0
     retry_at_ms: int = 0
     base_sequence: int = -1
@@ -40,17 +42,19 @@ class ProducerBatch:
     producer_epoch: int = -1
     closed: bool = False
 
-    def has_room(self, size: int, batch_size: int) -> bool:
-        return not self.closed and (not self.records or self.size + size <= batch_size)
+    @property
+    def record_count(self) -> int:
+        return self.builder.count
 
 
 class RecordAccumulator:
     def __init__(self, batch_size: int, linger_ms: int, buffer_memory: int,
-                 delivery_timeout_ms: int):
+                 delivery_timeout_ms: int, clock: Callable[[], int]):
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.buffer_memory = buffer_memory
         self.delivery_timeout_ms = delivery_timeout_ms
+        self.clock = clock    # monotonic ms; read only when a batch is created
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.used_bytes = 0
         self.flushing = 0
@@ -59,23 +63,26 @@ class RecordAccumulator:
     def has_room_for(self, size: int) -> bool:
         return self.used_bytes == 0 or self.used_bytes + size <= self.buffer_memory
 
-    def append(self, tp: TopicPartition, record: Record,
-               now_ms: int) -> tuple[bool, ProducerBatch, int]:
-        """Add the record: (whether it started a new batch, the batch, the record's index in
-        it). A new batch lets the sticky partitioner move on, as Kafka's onNewBatch."""
-        size = estimate_size(record)
-        queue = self.batches.setdefault(tp, deque())
-        new = not queue or not queue[-1].has_room(size, self.batch_size) \
-            or queue[-1].attempts > 0
+    def append(self, tp: TopicPartition, timestamp: int, key: bytes | None,
+               value: bytes | None, headers, size: int) -> tuple[bool, ProducerBatch, int]:
+        """Encode the record into its partition's open batch (``size`` is its estimate):
+        (whether it started a new batch, the batch, the record's index in it). A new batch
+        lets the sticky partitioner move on, as Kafka's onNewBatch."""
+        queue = self.batches.get(tp)
+        if queue is None:
+            queue = self.batches[tp] = deque()
+        batch = queue[-1] if queue else None
+        new = batch is None or batch.closed or batch.attempts > 0 \
+            or (batch.builder.count and batch.size + size > self.batch_size)
         if new:
-            queue.append(ProducerBatch(tp, now_ms))
-        batch = queue[-1]
-        batch.records.append(record)
-        batch.size += size
-        self.used_bytes += size
+            batch = ProducerBatch(tp, self.clock())
+            queue.append(batch)
+        added = batch.builder.append(timestamp, key, value, headers)
+        batch.size += added
+        self.used_bytes += added
         if batch.size >= self.batch_size:
             batch.closed = True
-        return new, batch, len(batch.records) - 1
+        return new, batch, batch.builder.count - 1
 
     def ready(self, now_ms: int) -> tuple[list[TopicPartition], int | None]:
         """Partitions with a batch to send now, and when the next one will be (ms)."""
@@ -113,7 +120,7 @@ class RecordAccumulator:
 
     def release(self, batch: ProducerBatch) -> None:
         """The batch is answered (or failed for good): its bytes are free again."""
-        self.used_bytes -= batch.size - BATCH_HEADER
+        self.used_bytes -= batch.size - RECORD_BATCH_OVERHEAD
 
     def expired(self, now_ms: int) -> list[ProducerBatch]:
         """Batches still queued after delivery.timeout.ms (removed)."""

@@ -60,6 +60,14 @@ class ClientMetadata:
         self._partitions[topic] = (image, partitions)
         return partitions
 
+    def cached_partitions(self, topic: str) -> list[int] | None:
+        """The topic's partitions from the current image without reading the clock (a
+        producer's send asks this for every record; age is checked on the sender's side)."""
+        cached = self._partitions.get(topic)
+        if cached is not None and cached[0] is self._image:
+            return cached[1]
+        return None
+
     def leader(self, tp: TopicPartition) -> LeaderInfo | None:
         """The partition's leader as last known, or None (no leader or unknown)."""
         image = self._current()

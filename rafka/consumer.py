@@ -19,13 +19,13 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (InvalidOffsetError, KafkaError, NetworkError,
                               OffsetOutOfRangeError)
 from protocols.messages import FetchRequest
-from protocols.records import iter_batches
+from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 from rafka.client_metadata import ClientMetadata
@@ -61,15 +61,12 @@ CONSUMER_CONFIG = (
     .define("group.instance.id", "string", "")
 )
 
-TIMESTAMP_TYPE_CODES = {"create_time": 0, "log_append_time": 1}
-
-
 class NoOffsetForPartitionError(InvalidOffsetError):
     """auto.offset.reset=none and the position is unknown or out of range."""
 
 
-@dataclass(frozen=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
+    """A named tuple, as kafka-python's: built a million times a second, so no dataclass."""
     topic: str
     partition: int
     offset: int
@@ -79,6 +76,9 @@ class ConsumerRecord:
     value: Any
     headers: tuple = ()
     leader_epoch: int = -1
+
+
+_new_record = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,8 @@ class _PartitionState:
     last_epoch: int = -1          # leader epoch of the last batch consumed
     leader_epoch: int = -1        # the leader epoch our fetches are sent in
     validated_epoch: int = -1     # position checked against this leader epoch
-    in_flight: Any = None         # (ref, fetch_offset, leader broker id)
+    in_flight: Any = None         # (ref, fetch_offset)
+    # Fetched, not yet polled: [leader epoch, records, index of the next one] per batch.
     buffered: deque = field(default_factory=deque)
     retry_at: float = 0.0
 
@@ -104,8 +105,11 @@ class Consumer:
         self.config = CONSUMER_CONFIG.parse(config, **kwargs)
         self.cluster = cluster
         self.metadata = ClientMetadata(cluster, self.config["metadata.max.age.ms"])
-        self._key_de = deserializer(self.config["key.deserializer"], "key.deserializer")
-        self._value_de = deserializer(self.config["value.deserializer"], "value.deserializer")
+        # None: the bytes are handed out as they are (no call per record).
+        self._key_de = None if self.config["key.deserializer"] is None else \
+            deserializer(self.config["key.deserializer"], "key.deserializer")
+        self._value_de = None if self.config["value.deserializer"] is None else \
+            deserializer(self.config["value.deserializer"], "value.deserializer")
         self._parts: dict[TopicPartition, _PartitionState] = {}
         self._next_fetch = -1
         self._closed = False
@@ -297,17 +301,33 @@ class Consumer:
             if result.error is not None:
                 self._backoff(tp, st, result.error)
                 continue
-            for batch in iter_batches(result.records):
-                if self.config["check.crcs"]:
-                    batch.ensure_valid()
-                ts_type = TIMESTAMP_TYPE_CODES.get(batch.timestamp_type, 0)
-                epoch = batch.partition_leader_epoch
-                for r in batch.records():
-                    if r.offset >= fetch_offset:
-                        st.buffered.append((epoch, ConsumerRecord(
-                            tp.topic, tp.partition, r.offset, r.timestamp, ts_type,
-                            self._key_de(r.key), self._value_de(r.value),
-                            tuple((k, v) for k, v in r.headers), epoch)))
+            self._buffer(tp, st, result.records, fetch_offset)
+
+    def _buffer(self, tp: TopicPartition, st: _PartitionState, records: bytes,
+                fetch_offset: int) -> None:
+        topic, partition = tp
+        key_de, value_de = self._key_de, self._value_de
+        check_crcs = self.config["check.crcs"]
+        for batch in iter_batches(records):
+            if check_crcs:
+                batch.ensure_valid()
+            header = batch.header()
+            ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
+            epoch = header.partition_leader_epoch
+            tuples = batch.record_tuples()
+            if tuples and tuples[0][0] < fetch_offset:  # the fetch began inside this batch
+                tuples = [t for t in tuples if t[0] >= fetch_offset]
+            if key_de is None and value_de is None:
+                chunk = [_new_record(ConsumerRecord, (topic, partition, off, ts, ts_type, k, v,
+                                                      h, epoch))
+                         for off, ts, k, v, h in tuples]
+            else:
+                chunk = [_new_record(ConsumerRecord, (
+                    topic, partition, off, ts, ts_type, k if key_de is None else key_de(k),
+                    v if value_de is None else value_de(v), h, epoch))
+                    for off, ts, k, v, h in tuples]
+            if chunk:
+                st.buffered.append([epoch, chunk, 0])
 
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned, unpaused partitions (at most max.poll.records),
@@ -329,14 +349,20 @@ class Consumer:
     def _drain_buffered(self) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
         limit = self.config["max.poll.records"]
-        for tp, st in self._parts.items():
-            while st.buffered and len(out) < limit and not st.paused:
-                epoch, record = st.buffered.popleft()
-                if record.offset < st.position:
-                    continue
-                out.append(record)
-                st.position = record.offset + 1
-                st.last_epoch = max(st.last_epoch, epoch)
+        for st in self._parts.values():
+            buffered = st.buffered
+            while buffered and len(out) < limit and not st.paused:
+                chunk = buffered[0]
+                epoch, records, start = chunk
+                taken = records[start:start + limit - len(out)]
+                out += taken
+                if start + len(taken) >= len(records):
+                    buffered.popleft()
+                else:
+                    chunk[2] = start + len(taken)
+                st.position = taken[-1].offset + 1
+                if epoch > st.last_epoch:
+                    st.last_epoch = epoch
         return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:

@@ -38,17 +38,18 @@ class ProduceRequestResult:
                 logging.getLogger(__name__).exception("error in a send callback")
 
 
-class FutureRecordMetadata:
-    __slots__ = ("_result", "_index", "_topic", "_partition", "_timestamp", "_sizes")
+class FutureRecordMetadata(tuple):
+    """(batch result, index in the batch, topic, partition, timestamp, key size, value
+    size): a tuple so that making one per record costs no Python-level __init__."""
 
-    def __init__(self, result: ProduceRequestResult, index: int, topic: str, partition: int,
-                 timestamp: int, sizes: tuple[int, int]):
-        self._result = result
-        self._index = index
-        self._topic = topic
-        self._partition = partition
-        self._timestamp = timestamp
-        self._sizes = sizes
+    __slots__ = ()
+
+    def __new__(cls, result: ProduceRequestResult, index: int, topic: str, partition: int,
+                timestamp: int, key_size: int, value_size: int):
+        return tuple.__new__(cls, (result, index, topic, partition, timestamp, key_size,
+                                   value_size))
+
+    _result = property(lambda self: self[0])
 
     def done(self) -> bool:
         return self._result.event.is_set()
@@ -68,12 +69,12 @@ class FutureRecordMetadata:
     def result(self, timeout: float | None = None):
         from rafka.producer import RecordMetadata
         self._wait(timeout)
-        r = self._result
+        r, index, topic, partition, create_time, key_size, value_size = self
         if r.error is not None:
             raise r.error
-        offset = -1 if r.base_offset < 0 else r.base_offset + self._index
-        timestamp = r.log_append_time if r.log_append_time >= 0 else self._timestamp
-        return RecordMetadata(self._topic, self._partition, offset, timestamp, *self._sizes)
+        offset = -1 if r.base_offset < 0 else r.base_offset + index
+        timestamp = r.log_append_time if r.log_append_time >= 0 else create_time
+        return RecordMetadata(topic, partition, offset, timestamp, key_size, value_size)
 
     get = result  # Kafka's name
 
@@ -90,4 +91,4 @@ def failed_future(error: BaseException, topic: str, partition: int = -1
                   ) -> FutureRecordMetadata:
     result = ProduceRequestResult()
     result.complete(-1, -1, error)
-    return FutureRecordMetadata(result, 0, topic, partition, -1, (-1, -1))
+    return FutureRecordMetadata(result, 0, topic, partition, -1, -1, -1)

@@ -25,7 +25,6 @@ from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
                               OutOfOrderSequenceNumberError, RecordTooLargeError)
 from protocols.partitioner import StickyPartitionCache, partition_for_key
-from protocols.records import Record, encode_batch
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.accumulator import ProducerBatch, RecordAccumulator, estimate_size
@@ -94,15 +93,25 @@ class Producer:
         self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"])
         self._key_ser = serializer(c["key.serializer"], "key.serializer")
         self._value_ser = serializer(c["value.serializer"], "value.serializer")
-        self.accumulator = RecordAccumulator(c["batch.size"], c["linger.ms"],
-                                             c["buffer.memory"], c["delivery.timeout.ms"])
+        self._value_ser_default = c["value.serializer"] is None
+        self._max_request_size = c["max.request.size"]
+        self._max_block_ms = c["max.block.ms"]
+        self._ignore_keys = c["partitioner.ignore.keys"]
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
+        # A batch never outgrows one request (Kafka splits a batch the broker finds too
+        # large; capping it here means there is nothing to split).
+        self.accumulator = RecordAccumulator(min(c["batch.size"], c["max.request.size"]),
+                                             c["linger.ms"], c["buffer.memory"],
+                                             c["delivery.timeout.ms"], _now_ms)
         self.sticky = StickyPartitionCache()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._producer_id, self._producer_epoch = -1, -1
         self._next_sequence: dict[TopicPartition, int] = {}
         self._in_flight: list[tuple[Any, ProducerBatch, int, float]] = []
         self._in_flight_per_broker: dict[int, int] = {}
+        self._sending = 0   # drained from the accumulator, not yet in flight
         if self.idempotent:
             self._init_producer_id()
         self._sender = threading.Thread(target=self._run, name="rafka-producer-sender",
@@ -121,48 +130,62 @@ class Producer:
         """Queue one record; the future resolves to its RecordMetadata (or the error)."""
         if self._closed:
             raise KafkaError("Cannot send after the producer is closed.")
-        key_bytes, value_bytes = self._key_ser(key), self._value_ser(value)
+        # bytes pass through the default serializers untouched: the common case, made cheap.
+        value_bytes = value if type(value) is bytes and self._value_ser_default \
+            else self._value_ser(value)
+        key_bytes = None if key is None else self._key_ser(key)
         if not headers:
             header_list: tuple = ()
         else:
             pairs = headers.items() if hasattr(headers, "items") else headers
             header_list = tuple((k, self._value_ser(v)) for k, v in pairs)
-        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        record = Record(key_bytes, value_bytes, ts, header_list)
-        size = estimate_size(record)
-        if size > self.config["max.request.size"]:
+        ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        size = estimate_size(key_bytes, value_bytes, header_list)
+        if size > self._max_request_size:
             return failed_future(RecordTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than "
-                f"{self.config['max.request.size']}, the value of max.request.size."), topic)
-        partitions = self.metadata.partitions_for(topic, self.config["max.block.ms"])
-        sticky = partition is None and (key_bytes is None or
-                                        self.config["partitioner.ignore.keys"])
+                f"{self._max_request_size}, the value of max.request.size."), topic)
+        partitions = self.metadata.cached_partitions(topic) or \
+            self.metadata.partitions_for(topic, self._max_block_ms)
+        sticky = False
         if partition is not None:
             if partition not in partitions:
                 raise KafkaError(f"Invalid partition given with record: {partition} is not in "
                                  f"the range [0...{len(partitions)}].")
-        elif key_bytes is not None and not self.config["partitioner.ignore.keys"]:
+        elif key_bytes is not None and not self._ignore_keys:
             partition = partition_for_key(key_bytes, len(partitions))
         else:
+            sticky = True
             partition = self.sticky.partition(topic, partitions, len(partitions))
-        tp = TopicPartition(topic, partition)
-        deadline = time.monotonic() + self.config["max.block.ms"] / 1000
-        with self._cond:
-            while not self.accumulator.has_room_for(size):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise KafkaTimeoutError(
-                        f"Failed to allocate {size} bytes within the configured max blocking "
-                        f"time {self.config['max.block.ms']} ms (buffer.memory)")
-                self._cond.wait(left)
-            new_batch, batch, index = self.accumulator.append(tp, record, _now_ms())
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
+        accumulator = self.accumulator
+        with self._lock:
+            if not accumulator.has_room_for(size):
+                self._wait_for_room(size)
+            new_batch, batch, index = accumulator.append(tp, ts, key_bytes, value_bytes,
+                                                         header_list, size)
             if new_batch:
-                if sticky and len(self.accumulator.batches[tp]) > 1:
+                if sticky and len(accumulator.batches[tp]) > 1:
                     # The sticky partition's batch filled up: the next records go elsewhere.
                     self.sticky.next_partition(topic, partitions, len(partitions), partition)
                 self._cond.notify_all()   # the sender has a new linger deadline to honour
-        return FutureRecordMetadata(batch.result, index, topic, partition, ts,
-                                    (len(key_bytes or b""), len(value_bytes or b"")))
+        return _new_future(FutureRecordMetadata, (
+            batch.result, index, topic, partition, ts,
+            len(key_bytes) if key_bytes is not None else -1,
+            len(value_bytes) if value_bytes is not None else -1))
+
+    def _wait_for_room(self, size: int) -> None:
+        """buffer.memory is full: block (holding the condition) up to max.block.ms."""
+        deadline = time.monotonic() + self._max_block_ms / 1000
+        while not self.accumulator.has_room_for(size):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KafkaTimeoutError(
+                    f"Failed to allocate {size} bytes within the configured max blocking "
+                    f"time {self._max_block_ms} ms (buffer.memory)")
+            self._cond.wait(left)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait for every answer."""
@@ -171,7 +194,7 @@ class Producer:
             self.accumulator.flushing += 1
             self._cond.notify_all()
             try:
-                while self.accumulator.queued() or self._in_flight:
+                while self.accumulator.queued() or self._sending or self._in_flight:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise KafkaTimeoutError(f"Flush did not finish within {timeout} s")
@@ -217,13 +240,16 @@ class Producer:
                 now = _now_ms()
                 for batch in self.accumulator.expired(now):
                     self._fail(batch, KafkaTimeoutError(
-                        f"Expiring {len(batch.records)} record(s) for {batch.tp}: "
+                        f"Expiring {batch.record_count} record(s) for {batch.tp}: "
                         f"{now - batch.created_ms} ms has passed since batch creation "
                         "(delivery.timeout.ms)"))
                 ready, next_ms = self.accumulator.ready(now)
                 to_send = self._drain(ready) if not self._closed else []
+                self._sending += len(to_send)
             for batch, leader in to_send:
                 self._send_batch(batch, leader)
+                with self._lock:
+                    self._sending -= 1
             refs = [r for r, *_ in self._in_flight]
             if refs:
                 wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
@@ -251,16 +277,17 @@ class Producer:
             if self.idempotent and batch.base_sequence < 0:
                 batch.producer_id, batch.producer_epoch = self._producer_id, self._producer_epoch
                 batch.base_sequence = self._next_sequence.get(tp, 0)
-                self._next_sequence[tp] = (batch.base_sequence + len(batch.records)) % 2**31
+                self._next_sequence[tp] = (batch.base_sequence + batch.record_count) % 2**31
             self._in_flight_per_broker[leader.broker_id] = \
                 self._in_flight_per_broker.get(leader.broker_id, 0) + 1
             out.append((batch, leader))
         return out
 
     def _send_batch(self, batch: ProducerBatch, leader) -> None:
-        data = encode_batch(batch.records, compression=self.config["compression.type"],
-                            producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-                            base_sequence=batch.base_sequence)
+        data = batch.builder.build(compression=self.config["compression.type"],
+                                   producer_id=batch.producer_id,
+                                   producer_epoch=batch.producer_epoch,
+                                   base_sequence=batch.base_sequence)
         batch.attempts += 1
         try:
             ref = leader.handle.produce.remote(data, self.acks,
@@ -306,7 +333,7 @@ class Producer:
             _, batch, broker_id, _ = entry
             self._in_flight_per_broker[broker_id] -= 1
             self._retry_or_fail(batch, broker_id, KafkaTimeoutError(
-                f"Expiring {len(batch.records)} record(s) for {batch.tp}: no answer within "
+                f"Expiring {batch.record_count} record(s) for {batch.tp}: no answer within "
                 "request.timeout.ms"))
             self._in_flight.remove(entry)
 
@@ -347,3 +374,6 @@ class Producer:
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+_new_future = tuple.__new__   # a FutureRecordMetadata without a Python-level __new__

@@ -2,8 +2,17 @@
 one a driver, task or actor is already connected to."""
 from __future__ import annotations
 
+import json
 import os
 import secrets
+
+# Ray passes a task argument or return value up to max_direct_call_object_size (100 KiB by
+# default) inline; anything bigger goes through the plasma object store, which for a
+# produce request or a fetch answer costs more than the work itself. Produce requests
+# (max.request.size, 1 MiB) and fetch answers (max.partition.fetch.bytes /
+# replica.fetch.max.bytes, 1 MiB) fit under this, so they go directly between processes.
+RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 4 * 1024 * 1024}
+RAY_SYSTEM_CONFIG_JSON = json.dumps(RAY_SYSTEM_CONFIG)
 
 
 def prepare_local_token_auth() -> None:
@@ -33,4 +42,5 @@ def ensure_ray(address: str | None = None, **init_kwargs) -> None:
     if address is None:
         prepare_local_token_auth()
         init_kwargs.setdefault("include_dashboard", False)
+        init_kwargs.setdefault("_system_config", RAY_SYSTEM_CONFIG)
     ray.init(address=address, ignore_reinit_error=True, **init_kwargs)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafka.ray_support import prepare_local_token_auth
+from rafka.ray_support import RAY_SYSTEM_CONFIG, prepare_local_token_auth
 
 
 # -- Ray: one local instance for the whole session ---------------------------------------------
@@ -18,7 +18,7 @@ def ray_session():
     if started_here:
         prepare_local_token_auth()
     ray.init(num_cpus=2, include_dashboard=False, namespace="rafka-tests",
-             ignore_reinit_error=True, log_to_driver=True)
+             ignore_reinit_error=True, log_to_driver=True, _system_config=RAY_SYSTEM_CONFIG)
     yield ray
     if started_here:
         ray.shutdown()

@@ -16,3 +16,7 @@ def test_cluster_yaml_passes_rays_schema():
     validate_config(prepared)
     assert prepared["cluster_name"] == "rafka"
     assert any("pip install" in c for c in prepared["setup_commands"])
+    # The head starts Ray with rafka's system config (produce and fetch payloads inline).
+    from rafka.ray_support import RAY_SYSTEM_CONFIG_JSON
+    head = " ".join(prepared["head_start_ray_commands"])
+    assert f"--system-config='{RAY_SYSTEM_CONFIG_JSON}'" in head

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from protocols.compression import COMPRESSION_TYPES, compress, decompress
 from protocols.errors import CorruptRecordError, UnsupportedVersionError
-from protocols.records import (RECORD_BATCH_OVERHEAD, Record, encode_batch, iter_batches,
-                               read_batch_header, set_base_offset, set_log_append_time,
-                               set_partition_leader_epoch)
+from protocols.records import (RECORD_BATCH_OVERHEAD, MemoryRecordsBuilder, Record,
+                               encode_batch, iter_batches, read_batch_header, set_base_offset,
+                               set_log_append_time, set_partition_leader_epoch)
 from protocols.varint import decode_varint, encode_varint
 
 
@@ -197,3 +197,33 @@ def test_round_trip_property(records, codec, base):
         [(r.key, r.value, r.timestamp, r.headers) for r in records]
     assert [r.offset for r in got] == list(range(base, base + len(records)))
     assert b.max_timestamp == max(r.timestamp for r in records)
+
+
+def test_builder_encodes_as_records_are_appended_and_builds_again_for_a_retry():
+    # Kafka's MemoryRecordsBuilder: the producer appends one record at a time; the batch
+    # equals the one encoded from the whole list, and a retry builds the same bytes.
+    records = [Record(None, b"v" * 100, 1_000_000), Record(b"k", b"x" * 20_000, 999_000),
+               Record(b"k2", None, 1_000_500, (("h", b"1"), ("h2", None))),
+               Record(b"", b"", 2_000_000_000_000)]
+    builder = MemoryRecordsBuilder()
+    for r in records:
+        builder.append(r.timestamp, r.key, r.value, r.headers)
+    built = builder.build(producer_id=7, producer_epoch=1, base_sequence=40)
+    assert built == encode_batch(records, producer_id=7, producer_epoch=1, base_sequence=40)
+    assert builder.build(producer_id=7, producer_epoch=1, base_sequence=40) == built
+    assert builder.size_in_bytes == len(built)
+    batch = next(iter_batches(built))
+    assert batch.max_timestamp == 2_000_000_000_000 and batch.base_timestamp == 1_000_000
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in batch.records()] == \
+        [(r.key, r.value, r.timestamp, r.headers) for r in records]
+
+
+def test_a_negative_length_other_than_null_is_corrupt():
+    builder = MemoryRecordsBuilder()
+    builder.append(0, b"key", b"value")
+    data = bytearray(builder.build())
+    key_length_at = RECORD_BATCH_OVERHEAD + 4   # length, attributes, ts delta, offset delta
+    assert data[key_length_at] == 6             # zig-zag 3
+    data[key_length_at] = 5                     # zig-zag -3
+    with pytest.raises(CorruptRecordError):
+        next(iter_batches(bytes(data))).record_tuples()

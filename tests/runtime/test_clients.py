@@ -148,6 +148,15 @@ def test_every_acks_level_delivers(cluster, acks):
                                                                 for i in range(50)]
 
 
+def test_flush_returns_only_when_every_record_is_answered(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("flush", 3, 1)])
+    with rafka.Producer(cluster, {"acks": "1", "linger.ms": 1000, "batch.size": 2048}) as p:
+        futures = [p.send("flush", b"x" * 100) for _ in range(3000)]
+        p.flush(30)
+        assert all(f.done() for f in futures)
+        assert sum(1 for f in futures if f.result(0).offset >= 0) == 3000
+
+
 def test_compression_codecs_round_trip(cluster):
     cluster.admin().create_topics([rafka.NewTopic("z", 1, 2)])
     for codec in ("gzip", "snappy", "lz4", "zstd"):
