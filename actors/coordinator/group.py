@@ -379,6 +379,8 @@ class Group:
         if member.awaiting_join:
             answers[member_id] = JoinResponse(UnknownMemberIdError(f"{member_id} {why}"),
                                               member_id=member_id)
+        if member.awaiting_sync:
+            answers[member_id] = SyncResponse(UnknownMemberIdError(f"{member_id} {why}"))
         self._remove(member_id)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             answers.update(self._prepare_rebalance(now_ms, f"member {member_id} {why}"))

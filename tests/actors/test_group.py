@@ -155,6 +155,17 @@ def test_sync_waiters_are_told_to_rejoin_when_a_rebalance_starts_under_them():
     assert isinstance(answers[b].error, RebalanceInProgressError)
 
 
+def test_a_member_leaving_while_it_waits_in_sync_gets_its_answer():
+    group = new_group(delay_ms=0)
+    a, _ = join_new(group, "a", 0)
+    b, _ = join_new(group, "b", 0)
+    group.join(a, "consumer", RANGE, 1)
+    assert group.sync(b, group.generation_id, None, 2) == {}
+    _, answers = group.leave(b, 3)
+    assert isinstance(answers[b], SyncResponse)
+    assert isinstance(answers[b].error, UnknownMemberIdError)
+
+
 def test_a_restarted_static_member_takes_its_place_without_a_rebalance():
     group = new_group(delay_ms=0)
     old, _ = group.join("", "consumer", RANGE, 0, client_id="s", group_instance_id="i-1")
