@@ -25,9 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe  # noqa: E402
+from benchmarks.machine import cpu_profile, describe, process_cpu_seconds  # noqa: E402
 
 VALUE = b"x" * 100
+
+
+PROFILE = False   # --profile: CPU seconds per process for every rafka run
 
 
 def line(name: str, records: int, seconds: float, peer: float | None = None) -> float:
@@ -36,6 +39,15 @@ def line(name: str, records: int, seconds: float, peer: float | None = None) -> 
     print(f"{name}: {records} records in {seconds:.2f} s, {rate:,.0f} records/sec "
           f"({rate * len(VALUE) / 2**20:.2f} MB/sec){ratio}", flush=True)
     return rate
+
+
+def measured(run, *args):
+    """Call ``run``; with --profile, print where the CPU went meanwhile."""
+    before, started = (process_cpu_seconds() if PROFILE else None), time.perf_counter()
+    result = run(*args)
+    if PROFILE:
+        print(cpu_profile(before, time.perf_counter() - started), flush=True)
+    return result
 
 
 # ---- the peer -------------------------------------------------------------------------------
@@ -185,9 +197,13 @@ def main(argv=None) -> int:
                         help="the producer's batch.size (a Ray call costs ~1 ms of CPU, so "
                              "fewer, bigger batches pay)")
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="print CPU seconds per process (from /proc) after each run")
     parser.add_argument("--only-latency", action="store_true",
                         help="skip the throughput runs")
     args = parser.parse_args(argv)
+    global PROFILE
+    PROFILE = args.profile
 
     import rafka
     from rafka.ray_support import ensure_ray
@@ -206,18 +222,19 @@ def main(argv=None) -> int:
         if not args.only_latency:
             topic = fresh_topic(cluster, "rf1", 1)
             line("(a) produce RF=1 acks=1", args.records,
-                 produce(cluster, topic, args.records, "1", args.batch_size), peer_p)
-            seen, elapsed = consume(cluster, topic, args.records)
+                 measured(produce, cluster, topic, args.records, "1", args.batch_size), peer_p)
+            seen, elapsed = measured(consume, cluster, topic, args.records)
             line("consume (one consumer, 6 partitions)", seen, elapsed, peer_c)
             admin.delete_topics([topic])
             for name, acks in (("(b) produce RF=3 acks=1", "1"),
                                ("(c) produce RF=3 acks=all", "all")):
                 topic = fresh_topic(cluster, f"rf3-acks{acks}", 3)
                 line(name, args.records,
-                     produce(cluster, topic, args.records, acks, args.batch_size), peer_p)
+                     measured(produce, cluster, topic, args.records, acks, args.batch_size),
+                     peer_p)
                 admin.delete_topics([topic])
         fresh_topic(cluster, "e2e", 3)
-        lat = end_to_end(cluster, "e2e", args.rate, args.latency_seconds)
+        lat = measured(end_to_end, cluster, "e2e", args.rate, args.latency_seconds)
         if lat:
             p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
             print(f"end-to-end latency at {args.rate} records/s (acks=all, RF=3): "

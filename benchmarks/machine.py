@@ -29,3 +29,36 @@ def describe(directory: Path | None = None) -> str:
         usage = shutil.disk_usage(directory)
         parts.append(f"disk: {directory} ({usage.free / 2**30:.0f} GiB free)")
     return "machine: " + ", ".join(parts)
+
+
+def process_cpu_seconds() -> dict[int, tuple[str, float]]:
+    """pid -> (process name, user+system CPU seconds) for every process this user can read
+    (Linux /proc); Ray's workers are named ``ray::<Actor>`` by their process title."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        name = argv[0].decode(errors="replace") if argv and argv[0] else "?"
+        name = name.split()[0].split(".")[0] if name.startswith("ray::") else Path(name).name
+        out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_profile(before: dict[int, tuple[str, float]], wall_s: float) -> str:
+    """CPU seconds spent since ``before``, per process name, and the share of the machine."""
+    spent: dict[str, float] = {}
+    for pid, (name, cpu) in process_cpu_seconds().items():
+        used = cpu - before.get(pid, (name, 0.0))[1]
+        if used > 0.005:
+            spent[name] = spent.get(name, 0.0) + used
+    total = sum(spent.values())
+    top = ", ".join(f"{n} {s:.2f} s" for n, s in sorted(spent.items(), key=lambda kv: -kv[1])[:6])
+    return (f"  cpu: {total:.2f} CPU-s in {wall_s:.2f} s wall "
+            f"({100 * total / (wall_s * (os.cpu_count() or 1)):.0f}% of {os.cpu_count()} cores): "
+            f"{top}")

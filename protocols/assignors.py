@@ -55,6 +55,10 @@ def member_order(subscriptions: Mapping[str, Subscription]) -> list[str]:
     return sorted(subscriptions, key=key)
 
 
+def _subscribed_topics(subscriptions: Mapping[str, Subscription]) -> list[str]:
+    return sorted({t for s in subscriptions.values() for t in s.topics})
+
+
 def _partitions(partitions_per_topic: Mapping[str, int], topic: str) -> list[TopicPartition]:
     return [TopicPartition(topic, p) for p in range(partitions_per_topic.get(topic, 0))]
 
@@ -74,8 +78,7 @@ class RangeAssignor(PartitionAssignor):
     def assign(self, partitions_per_topic, subscriptions):
         out: Assignment = {m: [] for m in subscriptions}
         order = member_order(subscriptions)
-        topics = sorted({t for s in subscriptions.values() for t in s.topics})
-        for topic in topics:
+        for topic in _subscribed_topics(subscriptions):
             members = [m for m in order if topic in subscriptions[m].topics]
             partitions = _partitions(partitions_per_topic, topic)
             per_member, extra = divmod(len(partitions), len(members))
@@ -91,9 +94,8 @@ class RoundRobinAssignor(PartitionAssignor):
     def assign(self, partitions_per_topic, subscriptions):
         out: Assignment = {m: [] for m in subscriptions}
         order = member_order(subscriptions)
-        topics = sorted({t for s in subscriptions.values() for t in s.topics})
         turn = 0
-        for topic in topics:
+        for topic in _subscribed_topics(subscriptions):
             for tp in _partitions(partitions_per_topic, topic):
                 # The next member in the circle that subscribes to this topic.
                 while topic not in subscriptions[order[turn % len(order)]].topics:
@@ -109,8 +111,7 @@ class StickyAssignor(PartitionAssignor):
     def assign(self, partitions_per_topic, subscriptions):
         order = member_order(subscriptions)
         rank = {m: i for i, m in enumerate(order)}
-        all_partitions = [tp for t in sorted({t for s in subscriptions.values()
-                                              for t in s.topics})
+        all_partitions = [tp for t in _subscribed_topics(subscriptions)
                           for tp in _partitions(partitions_per_topic, t)]
         eligible = {tp: [m for m in order if tp.topic in subscriptions[m].topics]
                     for tp in all_partitions}

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from protocols.errors import (FencedInstanceIdError, GroupMaxSizeReachedError,
-                              IllegalGenerationError, InconsistentGroupProtocolError,
-                              InvalidSessionTimeoutError, KafkaError, MemberIdRequiredError,
-                              RebalanceInProgressError, UnknownMemberIdError)
+from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdError,
+                              GroupMaxSizeReachedError, IllegalGenerationError,
+                              InconsistentGroupProtocolError, InvalidSessionTimeoutError,
+                              KafkaError, MemberIdRequiredError, RebalanceInProgressError,
+                              UnknownMemberIdError)
 
 
 class GroupState(Enum):
@@ -109,7 +110,6 @@ class Group:
         is among them unless it waits for the others to rejoin."""
         protocols = tuple((name, meta) for name, meta in protocols)
         if self.state is GroupState.DEAD:
-            from protocols.errors import CoordinatorNotAvailableError
             return member_id, {member_id or "": JoinResponse(CoordinatorNotAvailableError(
                 f"Group {self.group_id} is being deleted"), member_id=member_id)}
         if not (self.config.min_session_timeout_ms <= session_timeout_ms
