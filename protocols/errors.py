@@ -135,6 +135,12 @@ class KafkaTimeoutError(KafkaError):
     retriable = True
 
 
+class IllegalStateError(KafkaError):
+    """A call that the client's current state does not allow (Kafka's
+    IllegalStateException), e.g. subscribe() after assign()."""
+    name = "ILLEGAL_STATE"
+
+
 class CorruptIndexError(KafkaError):
     """An index file failed its sanity check; the log rebuilds it (Kafka's CorruptIndexException)."""
     name = "CORRUPT_INDEX"

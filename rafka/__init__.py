@@ -4,12 +4,17 @@
     cluster = rafka.Cluster.start(num_brokers=3, data_dir="rafka-data")
     cluster.admin().create_topics([rafka.NewTopic("events", 6, 3)])
 """
-from rafka.admin import (Admin, ClusterDescription, ListOffsetsResult, NewTopic, PartitionInfo,
-                         TopicDescription)
+from actors.coordinator.offsets import OffsetAndMetadata
+from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
+                         ConsumerGroupListing, ListOffsetsResult, MemberDescription, NewTopic,
+                         PartitionInfo, TopicDescription)
 from rafka.cluster import Cluster
 from rafka.consumer import ConsumerRecord, Consumer, OffsetAndTimestamp
+from rafka.consumer_coordinator import CommitFailedError, ConsumerRebalanceListener
 from rafka.producer import Producer, RecordMetadata
 
-__all__ = ["Admin", "Cluster", "ClusterDescription", "Consumer", "ConsumerRecord",
-           "ListOffsetsResult", "NewTopic", "OffsetAndTimestamp", "PartitionInfo", "Producer",
+__all__ = ["Admin", "Cluster", "ClusterDescription", "CommitFailedError", "Consumer",
+           "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerRebalanceListener",
+           "ConsumerRecord", "ListOffsetsResult", "MemberDescription", "NewTopic",
+           "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionInfo", "Producer",
            "RecordMetadata", "TopicDescription"]

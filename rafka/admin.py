@@ -55,6 +55,31 @@ class ListOffsetsResult:
     timestamp: int
 
 
+@dataclass(frozen=True)
+class ConsumerGroupListing:
+    group_id: str
+    state: str
+    protocol_type: str = "consumer"
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    assignment: set[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    group_id: str
+    state: str
+    partition_assignor: str
+    coordinator: int
+    generation_id: int
+    members: list[MemberDescription]
+
+
 def _raise_if_error(value: Any) -> Any:
     if isinstance(value, KafkaError):
         raise value
@@ -191,6 +216,71 @@ class Admin:
             offset, timestamp = _raise_if_error(answer)
             out[tp] = ListOffsetsResult(offset, timestamp)
         return out
+
+    # ---- consumer groups -------------------------------------------------------------------
+    def _group_client(self, group_id: str):
+        from rafka.client_metadata import ClientMetadata
+        from rafka.coordinator_client import CoordinatorClient
+        return CoordinatorClient(self.cluster, ClientMetadata(self.cluster), group_id)
+
+    def _group_call(self, group_id: str, method: str, *args: Any) -> tuple[Any, int]:
+        """(answer, coordinator broker id), errors raised."""
+        client = self._group_client(group_id)
+        answer = client.call(method, group_id, *args,
+                             deadline=time.monotonic() + self.timeout_s)
+        return _raise_if_error(answer), client.coordinator_id
+
+    def list_consumer_groups(self) -> list[ConsumerGroupListing]:
+        """Every group any coordinator holds (with members or only committed offsets)."""
+        import ray
+        from actors.coordinator.actor import coordinator_actor_name
+        out: dict[str, ConsumerGroupListing] = {}
+        for b in sorted(self.cluster.metadata()["brokers"]):
+            try:
+                handle = ray.get_actor(coordinator_actor_name(b),
+                                       namespace=self.cluster.namespace)
+                groups = decode(ray.get(handle.list_groups.remote(), timeout=self.timeout_s))
+            except Exception:      # this broker runs no coordinator (yet)
+                continue
+            for group_id, protocol_type, state in groups:
+                out[group_id] = ConsumerGroupListing(group_id, state, protocol_type)
+        return [out[g] for g in sorted(out)]
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]
+                                 ) -> dict[str, ConsumerGroupDescription]:
+        out = {}
+        for group_id in group_ids:
+            d, coordinator = self._group_call(group_id, "describe_group")
+            members = [MemberDescription(
+                m["member_id"], m["group_instance_id"], m["client_id"],
+                {TopicPartition(t, p) for t, p in decode(m["assignment"])}
+                if m["assignment"] else set()) for m in d["members"]]
+            out[group_id] = ConsumerGroupDescription(group_id, d["state"], d["protocol"],
+                                                     coordinator, d["generation_id"], members)
+        return out
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[tuple[str, int]] | None = None
+                                    ) -> dict[TopicPartition, Any]:
+        """The group's committed ``OffsetAndMetadata`` per partition (all committed
+        partitions when ``partitions`` is None)."""
+        from actors.coordinator.offsets import OffsetAndMetadata
+        wanted = None if partitions is None else [list(tp) for tp in partitions]
+        rows, _ = self._group_call(group_id, "fetch_offsets", wanted)
+        return {TopicPartition(t, p): OffsetAndMetadata(o, e, m)
+                for t, p, o, e, m in rows if o >= 0}
+
+    def alter_consumer_group_offsets(self, group_id: str,
+                                     offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit offsets for a group with no active members (as kafka-consumer-groups.sh
+        --reset-offsets does); UNKNOWN_MEMBER_ID while it has members."""
+        rows = [(tp[0], tp[1], int(o), -1, "") for tp, o in offsets.items()]
+        self._group_call(group_id, "commit_offsets", "", -1, rows, None)
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete empty groups and their offsets (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+        for group_id in group_ids:
+            self._group_call(group_id, "delete_group")
 
     def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[TopicPartition, int]:
         """Move each partition's log start offset up to the offset (-1: the high watermark);

@@ -10,6 +10,7 @@ Spark.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -157,6 +158,21 @@ TOPICS = Subcommand(
     _configure_topics, _run_topics)
 
 
+def _configure_consumer_groups(parser: argparse.ArgumentParser) -> None:
+    from rafka import consumer_groups_cli
+    consumer_groups_cli.configure(parser)
+
+
+def _run_consumer_groups(args: argparse.Namespace) -> int:
+    from rafka import consumer_groups_cli
+    return consumer_groups_cli.run(args)
+
+
+CONSUMER_GROUPS = Subcommand(
+    "consumer-groups", "list, describe, reset offsets of and delete consumer groups "
+    "(kafka-consumer-groups.sh)", _configure_consumer_groups, _run_consumer_groups)
+
+
 def _tool(name: str, help_: str, configure: str, run: str) -> Subcommand:
     """A tool from rafka.tools, imported only when it runs (or its --help is asked for)."""
     def _configure(parser: argparse.ArgumentParser) -> None:
@@ -182,8 +198,9 @@ CONSUMER_PERF = _tool("consumer-perf-test", "consumer throughput "
                       "(kafka-consumer-perf-test.sh)", "configure_consumer_perf",
                       "run_consumer_perf")
 
-SUBCOMMANDS: list[Subcommand] = [SERVER, TOPICS, CONSOLE_PRODUCER, CONSOLE_CONSUMER,
-                                 PRODUCER_PERF, CONSUMER_PERF, DUMP_LOG, DEMO]
+SUBCOMMANDS: list[Subcommand] = [SERVER, TOPICS, CONSUMER_GROUPS, CONSOLE_PRODUCER,
+                                 CONSOLE_CONSUMER, PRODUCER_PERF, CONSUMER_PERF, DUMP_LOG,
+                                 DEMO]
 
 
 # ---- entry point --------------------------------------------------------------------------
@@ -201,12 +218,50 @@ def build_parser(subcommands: Sequence[Subcommand] | None = None) -> argparse.Ar
     return parser
 
 
+_RAY_PRINT = "ray.experimental.tqdm_ray"
+
+
+class _ToolStdout(io.TextIOBase):
+    """A tool's stdout carries its output alone (records, tables, perf lines): what Ray's
+    own code prints there (raylet notices and worker logs forwarded to the driver, from its
+    listener threads and at exit) goes to stderr instead."""
+
+    def __init__(self, out):
+        self._out = out
+
+    def write(self, text: str) -> int:
+        frame = sys._getframe(1)
+        # A connected Ray driver replaces print with tqdm_ray's safe_print: look past it.
+        while frame is not None and frame.f_globals.get("__name__") == _RAY_PRINT:
+            frame = frame.f_back
+        caller = frame.f_globals.get("__name__", "") if frame is not None else ""
+        if caller == "ray" or caller.startswith("ray."):
+            return sys.stderr.write(text)
+        return self._out.write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def fileno(self) -> int:
+        return self._out.fileno()
+
+    def isatty(self) -> bool:
+        return self._out.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return self._out.encoding
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # Left in place after main returns: Ray prints its last lines at interpreter exit.
+    if not isinstance(sys.stdout, _ToolStdout):
+        sys.stdout = _ToolStdout(sys.stdout)
     try:
         return args.run(args)
     except KeyboardInterrupt:

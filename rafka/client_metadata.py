@@ -60,6 +60,10 @@ class ClientMetadata:
         self._partitions[topic] = (image, partitions)
         return partitions
 
+    def brokers(self) -> list[int]:
+        """The live brokers' ids."""
+        return sorted(self._current()["brokers"])
+
     def cached_partitions(self, topic: str) -> list[int] | None:
         """The topic's partitions from the current image without reading the clock (a
         producer's send asks this for every record; age is checked on the sender's side)."""

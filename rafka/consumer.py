@@ -1,10 +1,14 @@
-"""``rafka.Consumer``: Kafka's consumer on Ray actor handles (manual assignment; consumer
-groups and ``subscribe`` come with the group coordinator).
+"""``rafka.Consumer``: Kafka's consumer on Ray actor handles.
 
-    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
-    consumer.assign([("events", 0), ("events", 1)])
+    consumer = rafka.Consumer(cluster, {"group.id": "billing", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["events"])               # or assign([("events", 0), ...])
     for record in consumer:                      # or consumer.poll(timeout_ms=1000)
         print(record.offset, record.value)
+
+With ``subscribe`` the partitions come from the group (``rafka.consumer_coordinator``):
+poll drives the rebalances, starts each new partition at the group's committed offset (else
+``auto.offset.reset``), and with ``enable.auto.commit`` commits the positions every
+``auto.commit.interval.ms``, before a rebalance takes partitions away and on close.
 
 The fetcher keeps one fetch in flight per assigned partition's leader replica (a long poll
 with ``fetch.min.bytes`` / ``fetch.max.wait.ms``), so the next records are on their way while
@@ -16,19 +20,22 @@ truncated log is detected rather than silently skipped.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from protocols.config import ConfigDef, at_least, one_of
-from protocols.errors import (InvalidOffsetError, KafkaError, NetworkError,
-                              OffsetOutOfRangeError)
+from actors.coordinator.offsets import OffsetAndMetadata
+from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
+                              KafkaError, NetworkError, OffsetOutOfRangeError)
 from protocols.messages import FetchRequest
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 from rafka.client_metadata import ClientMetadata
+from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
 from rafka.serde import deserializer
 
 log = logging.getLogger(__name__)
@@ -51,7 +58,7 @@ CONSUMER_CONFIG = (
             one_of("read_uncommitted", "read_committed"))
     .define("key.deserializer", "callable", None)
     .define("value.deserializer", "callable", None)
-    # Consumer groups (subscribe, commits) arrive with the coordinator; the names are known.
+    # Consumer groups (subscribe, commits).
     .define("enable.auto.commit", "boolean", True)
     .define("auto.commit.interval.ms", "int", 5000, at_least(0))
     .define("session.timeout.ms", "int", 45_000, at_least(1))
@@ -113,9 +120,164 @@ class Consumer:
         self._parts: dict[TopicPartition, _PartitionState] = {}
         self._next_fetch = -1
         self._closed = False
+        self._group: ConsumerCoordinator | None = None
+        if self.config["group.id"]:
+            self._group = ConsumerCoordinator(cluster, self.config, self.metadata,
+                                              self._revoked, self._assigned, self._lost)
+        self._subscribed = False
+        self._listener = ConsumerRebalanceListener()
+        self._next_auto_commit = time.monotonic() + self.config["auto.commit.interval.ms"] / 1000
+
+    # ---- consumer groups -------------------------------------------------------------------
+    def _require_group(self) -> ConsumerCoordinator:
+        if self._group is None:
+            raise InvalidGroupIdError("To use the group management or offset commit APIs, you "
+                                      "must provide a valid group.id in the consumer "
+                                      "configuration.")
+        return self._group
+
+    def subscribe(self, topics: Iterable[str] | re.Pattern | None = None, *,
+                  pattern: str | re.Pattern | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Join the consumer group ``group.id`` for these topics, or for every topic whose
+        whole name matches ``pattern`` (a ``re.Pattern`` may also be passed as ``topics``).
+        The partitions arrive with the next polls."""
+        group = self._require_group()
+        if isinstance(topics, re.Pattern):
+            topics, pattern = None, topics
+        if isinstance(topics, str):
+            topics = [topics]
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes a list of topics or a pattern")
+        if self._parts and not self._subscribed:
+            raise IllegalStateError("Subscription to topics, partitions and pattern are "
+                                    "mutually exclusive")
+        if listener is not None:
+            self._listener = listener
+        if pattern is not None:
+            group.subscribe(pattern=re.compile(pattern) if isinstance(pattern, str) else pattern)
+        else:
+            names = list(topics)
+            for t in names:
+                TopicPartition(t, 0)  # validates the name
+            group.subscribe(names)
+        self._subscribed = True
+
+    def subscription(self) -> set[str]:
+        return set(self._group.topics) if self._subscribed and self._group else set()
+
+    def unsubscribe(self) -> None:
+        """Leave the group; the partitions are revoked first (the listener hears it)."""
+        if not self._subscribed:
+            self._parts = {}
+            return
+        self._maybe_auto_commit_sync()
+        self._revoked(set(self._parts))
+        self._group.owned = set()
+        self._group.leave_group("the consumer unsubscribed")
+        self._group.topics, self._group.pattern = set(), None
+        self._group._lost = False
+        self._subscribed = False
+
+    def _revoked(self, partitions: set[TopicPartition]) -> None:
+        self._maybe_auto_commit_sync(partitions)
+        self._listener.on_partitions_revoked(set(partitions))
+        for tp in partitions:
+            self._parts.pop(tp, None)
+
+    def _lost(self, partitions: set[TopicPartition]) -> None:
+        self._listener.on_partitions_lost(set(partitions))
+        for tp in partitions:
+            self._parts.pop(tp, None)
+
+    def _assigned(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._parts.setdefault(tp, _PartitionState())
+        self._listener.on_partitions_assigned(set(partitions))
+        unset = [tp for tp in partitions if tp in self._parts
+                 and self._parts[tp].position is None]
+        if unset:
+            self._positions_from_committed(unset)
+
+    def _positions_from_committed(self, partitions: list[TopicPartition]) -> None:
+        committed = self._group.committed(partitions, self.config["request.timeout.ms"] / 1000)
+        for tp, om in committed.items():
+            st = self._parts.get(tp)
+            if om is not None and st is not None and st.position is None:
+                st.position = om.offset
+                st.last_epoch = om.leader_epoch
+
+    def _current_offsets(self, partitions: Iterable[TopicPartition] | None = None
+                         ) -> dict[TopicPartition, OffsetAndMetadata]:
+        wanted = self._parts if partitions is None else partitions
+        return {tp: OffsetAndMetadata(st.position, st.last_epoch)
+                for tp in wanted if (st := self._parts.get(tp)) is not None
+                and st.position is not None}
+
+    @staticmethod
+    def _offsets_arg(offsets: Mapping) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {TopicPartition(*tp): (om if isinstance(om, OffsetAndMetadata)
+                                      else OffsetAndMetadata(int(om)))
+                for tp, om in offsets.items()}
+
+    def commit(self, offsets: Mapping | None = None, timeout_ms: int | None = None) -> None:
+        """Commit ``offsets`` (``{tp: offset or OffsetAndMetadata}``; default: the positions
+        of every assigned partition) and wait. CommitFailedError when the group has
+        rebalanced meanwhile."""
+        group = self._require_group()
+        group._complete_async_commits()
+        chosen = self._current_offsets() if offsets is None else self._offsets_arg(offsets)
+        timeout = self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
+        group.commit_sync(chosen, timeout / 1000)
+
+    def commit_async(self, offsets: Mapping | None = None, callback=None) -> None:
+        """Commit without waiting; ``callback(offsets, error_or_None)`` runs in a later poll
+        (or commit / close)."""
+        group = self._require_group()
+        chosen = self._current_offsets() if offsets is None else self._offsets_arg(offsets)
+        group.commit_async(chosen, callback)
+
+    def committed(self, partitions, timeout_ms: int | None = None):
+        """The group's committed ``OffsetAndMetadata`` (None where nothing is committed) for
+        a partition or a collection of them."""
+        group = self._require_group()
+        single = isinstance(partitions, tuple) and len(partitions) == 2 and \
+            isinstance(partitions[0], str)
+        wanted = [TopicPartition(*partitions)] if single else \
+            [TopicPartition(*tp) for tp in partitions]
+        timeout = self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
+        answer = group.committed(wanted, timeout / 1000)
+        return answer[wanted[0]] if single else answer
+
+    def _auto_commit_enabled(self) -> bool:
+        return self._group is not None and self.config["enable.auto.commit"]
+
+    def _maybe_auto_commit_sync(self, partitions: Iterable[TopicPartition] | None = None
+                                ) -> None:
+        if not self._auto_commit_enabled():
+            return
+        try:
+            self._group.commit_sync(self._current_offsets(partitions),
+                                    self.config["request.timeout.ms"] / 1000)
+        except KafkaError as e:
+            log.warning("group %s: auto-commit failed: %r", self.config["group.id"], e)
+
+    def _maybe_auto_commit(self) -> None:
+        now = time.monotonic()
+        if not self._auto_commit_enabled() or now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.config["auto.commit.interval.ms"] / 1000
+        if self._subscribed and self._group.needs_rejoin():
+            return
+        offsets = self._current_offsets()
+        if offsets:
+            self._group.commit_async(offsets, None)
 
     # ---- assignment and positions ----------------------------------------------------------
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        if self._subscribed:
+            raise IllegalStateError("Subscription to topics, partitions and pattern are "
+                                    "mutually exclusive")
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
             self.metadata.partitions_for(tp.topic, 60_000)
@@ -200,6 +362,12 @@ class Consumer:
         return out
 
     def _reset(self, tp: TopicPartition, st: _PartitionState) -> None:
+        if self._group is not None and not self._subscribed and st.last_epoch < 0 \
+                and st.position is None and not st.buffered:
+            # assign() with a group.id starts from the group's committed offset too.
+            self._positions_from_committed([tp])
+            if st.position is not None:
+                return
         policy = self.config["auto.offset.reset"]
         if policy == "none":
             raise NoOffsetForPartitionError(f"Undefined offset with no reset policy for "
@@ -273,18 +441,24 @@ class Consumer:
         self.metadata.forget(tp)
         st.retry_at = time.monotonic() + self.config["retry.backoff.ms"] / 1000
 
-    def _collect(self, timeout_s: float) -> None:
+    def _collect(self, timeout_s: float, also: list = ()) -> None:
+        """Wait up to ``timeout_s`` for a fetch answer (or one of ``also``: the group's
+        JoinGroup / SyncGroup in flight) and buffer whatever fetches are answered."""
         import ray
         pending = {st.in_flight[0]: (tp, st) for tp, st in self._parts.items()
                    if st.in_flight is not None}
-        if not pending:
+        if not pending and not also:
             if timeout_s > 0:
                 time.sleep(min(timeout_s, self.config["retry.backoff.ms"] / 1000))
             return
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout_s)
+        done, _ = ray.wait(list(pending) + list(also), num_returns=1, timeout=timeout_s)
+        if done and not pending:
+            return
         if done:  # take everything that is ready, not just the first
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
         for ref in done:
+            if ref not in pending:
+                continue
             tp, st = pending[ref]
             _, fetch_offset = st.in_flight
             st.in_flight = None
@@ -336,6 +510,8 @@ class Consumer:
             raise KafkaError("This consumer has already been closed.")
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            group_refs = self._group.poll() if self._subscribed else []
+            self._maybe_auto_commit()
             self._send_fetches()
             records = self._drain_buffered()
             if records:
@@ -344,7 +520,7 @@ class Consumer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
-            self._collect(left)
+            self._collect(left, group_refs)
 
     def _drain_buffered(self) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
@@ -369,9 +545,21 @@ class Consumer:
         while not self._closed:
             yield from self.poll(1000)
 
-    def close(self) -> None:
-        self._closed = True
-        self._parts = {}
+    def close(self, autocommit: bool = True, timeout_ms: int = 30_000) -> None:
+        """Commit (with ``enable.auto.commit``), give the partitions up (the listener hears
+        it) and leave the group."""
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                if autocommit:
+                    self._maybe_auto_commit_sync()
+                if self._subscribed and self._parts:
+                    self._listener.on_partitions_revoked(set(self._parts))
+                self._group.close(timeout_ms / 1000)
+        finally:
+            self._closed = True
+            self._parts = {}
 
     def __enter__(self) -> "Consumer":
         return self

@@ -24,8 +24,8 @@ def _props(pairs: list[str], option: str) -> dict[str, str]:
 
 
 def _connect(args):
-    import rafka
-    return rafka.Cluster.connect(args.cluster, address=args.address)
+    from rafka.topics_cli import connect_cluster
+    return connect_cluster(args)
 
 
 # ---- server start ----------------------------------------------------------------------------
@@ -122,6 +122,8 @@ def configure_console_consumer(parser: argparse.ArgumentParser) -> None:
                              "(true/false), key.separator")
     parser.add_argument("--consumer-property", action="append", default=[],
                         metavar="KEY=VALUE")
+    parser.add_argument("--group", help="consume as a member of this consumer group "
+                                        "(subscribe; offsets are committed)")
 
 
 def run_console_consumer(args: argparse.Namespace) -> int:
@@ -133,10 +135,15 @@ def run_console_consumer(args: argparse.Namespace) -> int:
     cluster = _connect(args)
     config = _props(args.consumer_property, "--consumer-property")
     config.setdefault("auto.offset.reset", "earliest" if args.from_beginning else "latest")
+    if args.group:
+        config["group.id"] = args.group
     consumer = rafka.Consumer(cluster, config)
-    partitions = ([args.partition] if args.partition is not None
-                  else consumer.metadata.partitions_for(args.topic))
-    consumer.assign([(args.topic, p) for p in partitions])
+    if args.group and args.partition is None:
+        consumer.subscribe([args.topic])
+    else:
+        partitions = ([args.partition] if args.partition is not None
+                      else consumer.metadata.partitions_for(args.topic))
+        consumer.assign([(args.topic, p) for p in partitions])
     if args.offset is not None:
         if args.offset == "earliest":
             consumer.seek_to_beginning()

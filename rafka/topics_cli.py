@@ -13,6 +13,15 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                         help="Ray address (default: RAY_ADDRESS, else the running local one)")
 
 
+def connect_cluster(args: argparse.Namespace):
+    """The cluster named by --cluster / --address. A tool's stdout is its output (records,
+    tables), so the Ray workers' log lines are not forwarded to it."""
+    import rafka
+    from rafka.ray_support import ensure_ray
+    ensure_ray(args.address or "auto", log_to_driver=False)
+    return rafka.Cluster.connect(args.cluster, address=args.address)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser)
     action = parser.add_mutually_exclusive_group(required=True)
@@ -42,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from protocols.errors import KafkaError
 
     try:
-        cluster = rafka.Cluster.connect(args.cluster, address=args.address)
+        cluster = connect_cluster(args)
         admin = cluster.admin()
         if args.list:
             for name in admin.list_topics(internal=True):

@@ -28,9 +28,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.broker.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.messages import check_controller_epoch
+from actors.coordinator.actor import (OFFSETS_TOPIC, GroupCoordinatorActor,
+                                      coordinator_actor_name)
+from actors.coordinator.group import offsets_partition_for
 from actors.replica.actor import PartitionReplicaActor, replica_actor_name
 from actors.timer.actor import TimerActor
-from protocols.errors import KafkaError, StaleControllerEpochError
+from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
+                              StaleControllerEpochError, TopicAlreadyExistsError)
 from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
 from protocols.topics import TopicPartition, partition_dir_name
 from protocols.wire import decode, encode
@@ -98,6 +102,7 @@ class BrokerActor:
         self._stopping = False
         self.ready = asyncio.Event()
         self.timer = None
+        self._coordinator = None
         self._heartbeat_task: asyncio.Task | None = None
         asyncio.get_running_loop().create_task(self._boot())
 
@@ -224,13 +229,57 @@ class BrokerActor:
     async def _become(self, m: LeaderAndIsr):
         tp = TopicPartition(m.topic, m.partition)
         handle = self.replicas.get(tp)
-        if handle is not None:
-            return decode(await handle.become.remote(encode(m)))
-        # A few replica processes start at a time: starting dozens at once on a small
-        # machine starves everything else (heartbeats included) for many seconds.
-        async with self._starting:
-            handle = self.replicas[tp] = await self._create_replica(tp)
-            return decode(await handle.become.remote(encode(m)))
+        if handle is None:
+            # A few replica processes start at a time: starting dozens at once on a small
+            # machine starves everything else (heartbeats included) for many seconds.
+            async with self._starting:
+                handle = self.replicas[tp] = await self._create_replica(tp)
+                answer = decode(await handle.become.remote(encode(m)))
+        else:
+            answer = decode(await handle.become.remote(encode(m)))
+        if m.topic == OFFSETS_TOPIC and not isinstance(answer, KafkaError):
+            coordinator = await self._group_coordinator()
+            if m.leader == self.broker_id:
+                await coordinator.on_election.remote(m.partition, m.leader_epoch)
+            else:
+                await coordinator.on_resignation.remote(m.partition)
+        return answer
+
+    async def _group_coordinator(self):
+        """This broker's group coordinator, started the first time it is needed (a broker
+        that never leads a __consumer_offsets partition never runs one)."""
+        if self._coordinator is None:
+            self._coordinator = await create_named(
+                GroupCoordinatorActor, coordinator_actor_name(self.broker_id), self.namespace,
+                self.namespace, self.broker_id, self.cfg.broker, self.timer)
+        return self._coordinator
+
+    async def find_coordinator(self, group_id: str) -> bytes:
+        """FindCoordinator: the broker id hosting the group's coordinator, creating
+        ``__consumer_offsets`` on first use (COORDINATOR_NOT_AVAILABLE until it has a
+        leader, as in Kafka)."""
+        b = self.cfg.broker
+        partitions = self.image.get("topics", {}).get(OFFSETS_TOPIC)
+        if not partitions:
+            try:
+                controller = await self._ensure_controller()
+                answer = decode(await controller.create_topic.remote(
+                    OFFSETS_TOPIC, b["offsets.topic.num.partitions"],
+                    b["offsets.topic.replication.factor"],
+                    {"cleanup.policy": "compact",
+                     "segment.bytes": b["offsets.topic.segment.bytes"]}, None))
+            except Exception as e:
+                answer = e
+            if isinstance(answer, BaseException) and not isinstance(answer, TopicAlreadyExistsError):
+                return encode(CoordinatorNotAvailableError(
+                    f"Could not create {OFFSETS_TOPIC}: {answer}"))
+            return encode(CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created"))
+        partition = offsets_partition_for(group_id, len(partitions))
+        leader = partitions[partition]["leader"]
+        if leader < 0:
+            return encode(CoordinatorNotAvailableError(
+                f"{OFFSETS_TOPIC}-{partition} has no leader"))
+        return encode(leader)
 
     async def _create_replica(self, tp: TopicPartition):
         config = dict(self.image.get("configs", {}).get(tp.topic, {}))
@@ -245,6 +294,8 @@ class BrokerActor:
     async def _stop_replica(self, m: StopReplica) -> None:
         tp = TopicPartition(m.topic, m.partition)
         handle = self.replicas.pop(tp, None)
+        if tp.topic == OFFSETS_TOPIC and self._coordinator is not None:
+            await self._coordinator.on_resignation.remote(tp.partition)
         if handle is not None:
             try:
                 state = await handle.stop.remote(m.delete_partition)
@@ -344,3 +395,6 @@ class BrokerActor:
             for _, h in items:
                 ray.kill(h, no_restart=True)
             self.replicas.clear()
+            if self._coordinator is not None:
+                ray.kill(self._coordinator, no_restart=True)
+                self._coordinator = None

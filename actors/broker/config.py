@@ -30,6 +30,13 @@ BROKER_CONFIG = (
     .define("controlled.shutdown.retry.backoff.ms", "long", 5000, at_least(0))
     .define("offsets.topic.num.partitions", "int", 50, at_least(1))
     .define("offsets.topic.replication.factor", "int", 3, at_least(1))
+    .define("offsets.topic.segment.bytes", "int", 104_857_600, at_least(1))
+    .define("offsets.commit.timeout.ms", "int", 5000, at_least(1))
+    .define("offsets.load.buffer.size", "int", 5_242_880, at_least(1))
+    .define("group.initial.rebalance.delay.ms", "int", 3000, at_least(0))
+    .define("group.min.session.timeout.ms", "int", 6000, at_least(0))
+    .define("group.max.session.timeout.ms", "int", 1_800_000, at_least(0))
+    .define("group.max.size", "int", 2_147_483_647, at_least(1))
 )
 
 LOG_KEYS = frozenset(key for sources in BROKER_DEFAULTS.values() for key, _ in sources)

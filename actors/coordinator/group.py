@@ -23,6 +23,7 @@ from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdErro
                               InconsistentGroupProtocolError, InvalidSessionTimeoutError,
                               KafkaError, MemberIdRequiredError, RebalanceInProgressError,
                               UnknownMemberIdError)
+from protocols.wire import message
 
 
 class GroupState(Enum):
@@ -60,6 +61,7 @@ class MemberMetadata:
         return next(m for name, m in self.protocols if name == protocol)
 
 
+@message
 @dataclass(frozen=True)
 class JoinResponse:
     error: KafkaError | None
@@ -70,6 +72,7 @@ class JoinResponse:
     members: tuple[tuple[str, str | None, Any], ...] = ()   # the leader's: (id, instance, meta)
 
 
+@message
 @dataclass(frozen=True)
 class SyncResponse:
     error: KafkaError | None
@@ -419,12 +422,12 @@ class Group:
                 return UnknownMemberIdError(f"Group {self.group_id} has active members; a "
                                             "commit needs a member id and generation")
             return None
-        error = self._check_member(member_id, generation_id, group_instance_id)
-        if error is not None:
-            return error
-        if self.state is GroupState.PREPARING_REBALANCE:
-            return RebalanceInProgressError(f"Group {self.group_id} is rebalancing")
-        return None
+        if self.state is GroupState.COMPLETING_REBALANCE and member_id in self.members:
+            return RebalanceInProgressError(f"Group {self.group_id} is assigning its "
+                                            "partitions")
+        # PreparingRebalance still takes commits of the current generation: members commit
+        # before they rejoin (Kafka's onJoinPrepare).
+        return self._check_member(member_id, generation_id, group_instance_id)
 
     # ---- time -----------------------------------------------------------------------------
     def next_deadline(self) -> int | None:
@@ -473,6 +476,37 @@ class Group:
                 "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                              "client_id": m.client_id, "assignment": m.assignment}
                             for m in self.members.values()]}
+
+    def to_stored(self) -> dict:
+        """What the coordinator writes to ``__consumer_offsets`` once a generation is
+        stable or the group empties: enough for a new coordinator to carry on without a
+        rebalance (Kafka's GroupMetadataValue)."""
+        return {"protocol_type": self.protocol_type, "generation_id": self.generation_id,
+                "protocol": self.protocol_name, "leader": self.leader_id,
+                "members": [(m.member_id, m.group_instance_id, m.client_id,
+                             m.session_timeout_ms, m.rebalance_timeout_ms, m.protocols,
+                             m.assignment) for m in self.members.values()]}
+
+    @classmethod
+    def from_stored(cls, group_id: str, stored: dict, config: GroupConfig,
+                    now_ms: int) -> "Group":
+        """A group loaded by a new coordinator: Stable with its members, whose sessions
+        start now (they must heartbeat to this coordinator within their timeouts)."""
+        group = cls(group_id, config, generation_id=stored["generation_id"],
+                    protocol_type=stored["protocol_type"], protocol_name=stored["protocol"],
+                    leader_id=stored["leader"])
+        for mid, instance, client_id, session, rebalance, protocols, assignment in \
+                stored["members"]:
+            group.members[mid] = MemberMetadata(
+                mid, instance, client_id, session, rebalance, group.protocol_type or "",
+                tuple(tuple(p) for p in protocols), assignment,
+                session_deadline_ms=now_ms + session)
+            if instance is not None:
+                group.static_members[instance] = mid
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members), None)
+        return group
 
     def mark_dead(self) -> None:
         self.state = GroupState.DEAD

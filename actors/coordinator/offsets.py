@@ -49,8 +49,7 @@ def group_metadata_key(group_id: str) -> bytes:
 
 
 def group_metadata_value(metadata: dict) -> bytes:
-    """``metadata`` as ``Group.describe()`` gives it (members without their sessions: a
-    loaded group's members must heartbeat again, as after a coordinator move in Kafka)."""
+    """``metadata`` as ``Group.to_stored()`` gives it."""
     return encode(metadata)
 
 

@@ -188,7 +188,14 @@ def test_commits_are_checked_against_member_and_generation():
     assert isinstance(group.validate_commit("ghost", gen), UnknownMemberIdError)
     assert isinstance(group.validate_commit("", -1), UnknownMemberIdError)   # group active
     group.leave(b, 5)
-    assert isinstance(group.validate_commit(a, gen), RebalanceInProgressError)
+    # PreparingRebalance: members still commit (as they do before rejoining, in Kafka's
+    # onJoinPrepare); once the new generation is being assigned, they may not.
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert group.validate_commit(a, gen) is None
+    group.join(a, "consumer", RANGE, 6)
+    assert group.state is GroupState.COMPLETING_REBALANCE
+    assert isinstance(group.validate_commit(a, group.generation_id), RebalanceInProgressError)
+    assert isinstance(group.validate_commit(a, gen), RebalanceInProgressError)  # Kafka's order
     assert new_group().validate_commit("", -1) is None     # an empty group: admin commit
 
 

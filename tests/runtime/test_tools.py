@@ -83,3 +83,51 @@ def test_server_start_runs_until_interrupted(ray_session, tmp_path):
     assert proc.returncode == 0, err
     assert "started: 1 brokers" in out and out.strip().endswith("stopped")
     assert (tmp_path / "d" / "broker-0" / ".kafka_cleanshutdown").exists()
+
+
+def table(text: str) -> tuple[list[str], list[list[str]]]:
+    """A kafka-consumer-groups.sh table: (header, rows), split on whitespace."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line[0] == "GROUP")
+    return lines[start], lines[start + 1:]
+
+
+def test_consumer_groups_lists_describes_and_resets_offsets(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("cg", 2, 2)])
+    with rafka.Producer(cluster) as producer:
+        for i in range(10):
+            producer.send("cg", f"r{i}".encode(), partition=i % 2)
+    # A console consumer in group "readers" reads everything and commits its position.
+    out = rafka_cli(cluster, "console-consumer", "--topic", "cg", "--group", "readers",
+                    "--from-beginning", "--max-messages", "10")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.splitlines()) == 10
+    out = rafka_cli(cluster, "consumer-groups", "--list")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["readers"]
+    out = rafka_cli(cluster, "consumer-groups", "--describe", "--group", "readers")
+    assert out.returncode == 0, out.stderr
+    assert "Consumer group 'readers' has no active members." in out.stdout
+    header, rows = table(out.stdout)
+    assert header == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                      "CONSUMER-ID", "CLIENT-ID"]
+    assert [(r[1], r[2], r[3], r[4], r[5]) for r in rows] == [
+        ("cg", "0", "5", "5", "0"), ("cg", "1", "5", "5", "0")]
+    # Reset: a dry run by default, then --execute.
+    out = rafka_cli(cluster, "consumer-groups", "--reset-offsets", "--group", "readers",
+                    "--topic", "cg", "--to-offset", "2")
+    assert out.returncode == 0, out.stderr
+    assert "No action will be performed" in out.stderr
+    assert cluster.admin().list_consumer_group_offsets("readers")[("cg", 0)].offset == 5
+    out = rafka_cli(cluster, "consumer-groups", "--reset-offsets", "--group", "readers",
+                    "--topic", "cg:1", "--to-earliest", "--execute")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-4:] == ["readers", "cg", "1", "0"]
+    offsets = cluster.admin().list_consumer_group_offsets("readers")
+    assert (offsets[("cg", 0)].offset, offsets[("cg", 1)].offset) == (5, 0)
+    out = rafka_cli(cluster, "consumer-groups", "--describe", "--group", "readers")
+    assert [row[5] for row in table(out.stdout)[1]] == ["0", "5"]
+    out = rafka_cli(cluster, "consumer-groups", "--delete", "--group", "readers")
+    assert out.returncode == 0, out.stderr
+    out = rafka_cli(cluster, "consumer-groups", "--describe", "--group", "readers")
+    assert out.returncode == 1 and "does not exist" in out.stderr

@@ -1,0 +1,96 @@
+"""Requests to one group's coordinator actor: FindCoordinator (any broker answers it; the
+first one asked creates ``__consumer_offsets``), then the request itself, looking the
+coordinator up again on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE and retrying
+COORDINATOR_LOAD_IN_PROGRESS, as Kafka clients do. Used by the consumer and the admin."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from actors.coordinator.actor import coordinator_actor_name
+from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
+                              KafkaError, KafkaTimeoutError, NotCoordinatorError,
+                              RequestTimedOutError)
+from protocols.wire import decode
+
+log = logging.getLogger(__name__)
+
+# Errors after which the coordinator must be looked up again.
+COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError)
+# Errors worth retrying with the same coordinator after a backoff.
+RETRY_SAME = (CoordinatorLoadInProgressError, RequestTimedOutError)
+
+
+class CoordinatorClient:
+    def __init__(self, cluster, metadata, group_id: str, request_timeout_ms: int = 30_000,
+                 retry_backoff_ms: int = 100):
+        self.cluster = cluster
+        self.metadata = metadata
+        self.group_id = group_id
+        self.request_s = request_timeout_ms / 1000
+        self.retry_s = retry_backoff_ms / 1000
+        self._lock = threading.Lock()
+        self._handle = None
+        self.coordinator_id = -1
+
+    def handle(self, deadline: float):
+        """The coordinator's actor handle, asking the brokers until ``deadline``."""
+        import ray
+        while True:
+            with self._lock:
+                if self._handle is not None:
+                    return self._handle
+            error: Any = None
+            for broker_id in self.metadata.brokers():
+                try:
+                    answer = decode(ray.get(
+                        self.cluster.broker(broker_id).find_coordinator.remote(self.group_id),
+                        timeout=self.request_s))
+                except Exception as e:
+                    error = e
+                    continue
+                if isinstance(answer, KafkaError):
+                    error = answer
+                    break
+                try:
+                    handle = ray.get_actor(coordinator_actor_name(answer),
+                                           namespace=self.cluster.namespace)
+                except ValueError:
+                    error = CoordinatorNotAvailableError(f"coordinator {answer} is starting")
+                    break
+                with self._lock:
+                    self._handle, self.coordinator_id = handle, answer
+                return handle
+            self.metadata.refresh()
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"No coordinator for group {self.group_id} found in "
+                                        f"time: {error}")
+            time.sleep(self.retry_s)
+
+    def unknown(self, why: Any = "") -> None:
+        with self._lock:
+            if self._handle is not None:
+                log.info("group %s: coordinator %d unknown (%s)", self.group_id,
+                         self.coordinator_id, why)
+            self._handle, self.coordinator_id = None, -1
+
+    def call(self, method: str, *args: Any, deadline: float) -> Any:
+        """One request; retriable coordinator errors are retried until ``deadline``, other
+        errors come back as values."""
+        import ray
+        while True:
+            coordinator = self.handle(deadline)
+            try:
+                answer = decode(ray.get(getattr(coordinator, method).remote(*args),
+                                        timeout=self.request_s))
+            except Exception as e:   # the coordinator's broker went away
+                answer = CoordinatorNotAvailableError(repr(e))
+            if isinstance(answer, COORDINATOR_MOVED):
+                self.unknown(answer)
+            elif not isinstance(answer, RETRY_SAME):
+                return answer
+            if time.monotonic() > deadline:
+                return answer
+            time.sleep(self.retry_s)

@@ -1,0 +1,265 @@
+"""Consumer groups end to end on a real 3-broker cluster: the coordinator actor, offsets in
+``__consumer_offsets``, rebalances driven by real consumers (SPEC §6, issue 7)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import ray
+
+import rafka
+from actors.coordinator.actor import OFFSETS_TOPIC
+from actors.coordinator.group import offsets_partition_for
+from protocols.errors import GroupIdNotFoundError, NonEmptyGroupError
+from protocols.topics import TopicPartition
+from rafka.consumer_coordinator import CommitFailedError, ConsumerRebalanceListener
+from tests.runtime.helpers import wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+
+GROUP = {"auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+         "heartbeat.interval.ms": 500, "metadata.max.age.ms": 1000}
+
+
+def consumer(cluster, group: str, **extra) -> rafka.Consumer:
+    return rafka.Consumer(cluster, dict(GROUP, **{"group.id": group}), **extra)
+
+
+def fill(cluster, topic: str, partitions: int, records: int, prefix: str = "v") -> None:
+    cluster.admin().create_topics([rafka.NewTopic(topic, partitions, 2)])
+    with rafka.Producer(cluster, linger_ms=5) as producer:
+        for i in range(records):
+            producer.send(topic, f"{prefix}{i}".encode(), partition=i % partitions)
+
+
+def poll_all(consumers, until, timeout_s: float = 60, seen: dict | None = None):
+    """Poll every consumer in turn from this one thread (a rebalance in progress does not
+    block a poll) until ``until()``; records go to ``seen[(partition, offset)]`` as the
+    list of consumer indexes that got them."""
+    seen = {} if seen is None else seen
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, \
+            f"timed out; assignments {[sorted(c.assignment()) for c in consumers]}"
+        for i, c in enumerate(consumers):
+            for r in c.poll(50):
+                seen.setdefault((r.partition, r.offset), []).append(i)
+    return seen
+
+
+class Recorder(ConsumerRebalanceListener):
+    def __init__(self):
+        self.events: list[tuple[str, set]] = []
+
+    def on_partitions_revoked(self, partitions):
+        self.events.append(("revoked", set(partitions)))
+
+    def on_partitions_assigned(self, partitions):
+        self.events.append(("assigned", set(partitions)))
+
+    def on_partitions_lost(self, partitions):
+        self.events.append(("lost", set(partitions)))
+
+
+def test_three_consumers_share_six_partitions_and_a_leaver_hands_its_two_on(cluster):
+    fill(cluster, "ev", 6, 600)
+    members = [consumer(cluster, "g", client_id=f"c{i}", enable_auto_commit=False)
+               for i in range(3)]
+    for c in members:
+        c.subscribe(["ev"])
+    seen = poll_all(members, lambda: all(len(c.assignment()) == 2 for c in members))
+    parts = [c.assignment() for c in members]
+    assert set().union(*parts) == {TopicPartition("ev", p) for p in range(6)}
+    poll_all(members, lambda: len(seen) == 600, seen=seen)
+    assert all(len(who) == 1 for who in seen.values())
+    for c in members:
+        c.commit()                                   # sync: every position is committed
+    leaver_parts = members[2].assignment()
+    members[2].close()
+    rest = members[:2]
+    poll_all(rest, lambda: sum(len(c.assignment()) for c in rest) == 6, seen=seen)
+    assert leaver_parts <= rest[0].assignment() | rest[1].assignment()
+    with rafka.Producer(cluster) as producer:        # more records after the move
+        for i in range(60):
+            producer.send("ev", f"w{i}".encode(), partition=i % 6)
+    poll_all(rest, lambda: len(seen) == 660, seen=seen)
+    time.sleep(1)                                    # anything read twice would show up now
+    poll_all(rest, lambda: True, seen=seen)
+    for c in rest:
+        c.poll(300)
+    twice = {k: v for k, v in seen.items() if len(v) > 1}
+    assert not twice, f"read twice after a sync commit: {sorted(twice)[:5]}"
+    assert len(seen) == 660
+    for c in rest:
+        c.close()
+
+
+def test_a_consumer_killed_without_leaving_is_expelled_after_the_session_timeout(cluster):
+    fill(cluster, "ev", 4, 40)
+    survivor = consumer(cluster, "g", client_id="survivor")
+    survivor.subscribe(["ev"])
+    address = ray.get_runtime_context().gcs_address
+    script = textwrap.dedent(f"""
+        import sys, time, rafka
+        cluster = rafka.Cluster.connect({cluster.name!r}, address={address!r})
+        c = rafka.Consumer(cluster, {dict(GROUP, **{"group.id": "g"})!r}, client_id="victim")
+        c.subscribe(["ev"])
+        while len(c.assignment()) == 0:
+            c.poll(100)
+        print("assigned", len(c.assignment()), flush=True)
+        while True:
+            c.poll(100)
+    """)
+    victim = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True, cwd=os.getcwd())
+    try:
+        deadline = time.monotonic() + 90
+        while len(survivor.assignment()) != 2:
+            assert time.monotonic() < deadline, "the group never split the partitions"
+            survivor.poll(100)
+        assert victim.stdout.readline().startswith("assigned 2")
+        os.kill(victim.pid, signal.SIGKILL)          # no LeaveGroup: only the session ends
+        victim.wait(10)
+        killed = time.monotonic()
+        while len(survivor.assignment()) != 4:
+            assert time.monotonic() - killed < 60, "the dead member was never expelled"
+            survivor.poll(100)
+        took = time.monotonic() - killed
+        print(f"expelled and reassigned {took:.1f} s after the kill")
+        assert took >= 5.0                           # not before session.timeout.ms (6 s)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        survivor.close()
+
+
+def test_cooperative_sticky_keeps_unmoved_partitions_through_the_rebalance(cluster):
+    fill(cluster, "ev", 6, 60)
+    strategy = {"partition.assignment.strategy": ["cooperative-sticky"]}
+    listeners = [Recorder(), Recorder(), Recorder()]
+    first = [consumer(cluster, "coop", client_id=f"c{i}", **{k.replace(".", "_"): v
+                                                              for k, v in strategy.items()})
+             for i in range(2)]
+    for c, listener in zip(first, listeners):
+        c.subscribe(["ev"], listener=listener)
+    poll_all(first, lambda: all(len(c.assignment()) == 3 for c in first))
+    before = [set(c.assignment()) for c in first]
+    positions = [{tp: c.position(tp) for tp in c.assignment()} for c in first]
+    for listener in listeners[:2]:
+        listener.events.clear()
+
+    third = consumer(cluster, "coop", client_id="c2",
+                     partition_assignment_strategy=["cooperative-sticky"])
+    third.subscribe(["ev"], listener=listeners[2])
+    everyone = first + [third]
+    poll_all(everyone, lambda: [len(c.assignment()) for c in everyone] == [2, 2, 2])
+    for c, had, listener, pos in zip(first, before, listeners, positions):
+        revoked = set().union(*[p for kind, p in listener.events if kind == "revoked"])
+        kept = c.assignment()
+        assert kept <= had and len(revoked) == 1 and revoked == had - kept
+        assert not any(kind == "lost" for kind, _ in listener.events)
+        # The kept partitions were never revoked or reassigned: consumption went on from
+        # the same positions, with no reset to the committed offset.
+        assigned = set().union(*[p for kind, p in listener.events if kind == "assigned"])
+        assert not (assigned & kept)
+        assert all(c.position(tp) >= pos[tp] for tp in kept)
+    moved = set().union(*before) - first[0].assignment() - first[1].assignment()
+    assert third.assignment() == moved
+    for c in everyone:
+        c.close()
+
+
+def test_committed_offsets_survive_killing_the_coordinators_broker(cluster):
+    fill(cluster, "ev", 2, 20)
+    c = consumer(cluster, "durable", enable_auto_commit=False)
+    c.assign([("ev", 0), ("ev", 1)])
+    c.commit({("ev", 0): 7, ("ev", 1): rafka.OffsetAndMetadata(9, -1, "note")})
+    partition = offsets_partition_for("durable", 3)
+    before, _ = cluster.leader(OFFSETS_TOPIC, partition)
+    os.kill(cluster.broker_pid(before), signal.SIGKILL)
+    wait_until(lambda: cluster.metadata()["topics"][OFFSETS_TOPIC][partition]["leader"]
+               not in (-1, before), 60, "a new leader for the group's partition")
+    fresh = consumer(cluster, "durable")
+    committed = fresh.committed([("ev", 0), ("ev", 1)])
+    assert committed[TopicPartition("ev", 0)].offset == 7
+    assert committed[TopicPartition("ev", 1)].offset == 9
+    assert committed[TopicPartition("ev", 1)].metadata == "note"
+    fresh.assign([("ev", 0), ("ev", 1)])           # assign() with a group.id starts there
+    assert fresh.position(("ev", 0)) == 7 and fresh.position(("ev", 1)) == 9
+    c.close()
+    fresh.close()
+
+
+def test_two_groups_read_the_same_topic_independently(cluster):
+    fill(cluster, "ev", 3, 90)
+    a, b = consumer(cluster, "group-a"), consumer(cluster, "group-b", max_poll_records=10)
+    a.subscribe(["ev"])
+    b.subscribe(["ev"])
+    seen_a = poll_all([a], lambda: len(seen_a) == 90, seen=(seen_a := {}))
+    a.commit()
+    seen_b = poll_all([b], lambda: len(seen_b) >= 30, seen=(seen_b := {}))
+    # b stopped early; a's commits do not move b's offsets, nor b's a's
+    b.commit()
+    committed_a = a.committed([("ev", p) for p in range(3)])
+    committed_b = b.committed([("ev", p) for p in range(3)])
+    assert sum(om.offset for om in committed_a.values()) == 90
+    assert sum(om.offset for om in committed_b.values() if om) == \
+        sum(b.position(tp) for tp in b.assignment())
+    a.close()
+    b.close()
+    again = consumer(cluster, "group-b")
+    again.subscribe(["ev"])
+    rest = poll_all([again], lambda: len(rest) + len(seen_b) >= 90, seen=(rest := {}))
+    assert not set(rest) & set(seen_b) and len(rest) + len(seen_b) == 90
+    again.close()
+
+
+def test_admin_lists_describes_and_deletes_groups_and_commits_fail_after_a_rebalance(
+        cluster):
+    fill(cluster, "ev", 2, 10)
+    admin = cluster.admin()
+    c = consumer(cluster, "watched", client_id="only", enable_auto_commit=False)
+    c.subscribe(["ev"])
+    poll_all([c], lambda: len(c.assignment()) == 2)
+    listing = {g.group_id: g for g in admin.list_consumer_groups()}
+    assert listing["watched"].state == "Stable"
+    d = admin.describe_consumer_groups(["watched"])["watched"]
+    assert d.state == "Stable" and d.partition_assignor == "range"
+    # The coordinator is the leader of partition abs(hashCode("watched")) % 3, as in Kafka.
+    offsets_topic = cluster.metadata()["topics"][OFFSETS_TOPIC]
+    assert len(offsets_topic) == 3
+    assert d.coordinator == offsets_topic[offsets_partition_for("watched", 3)]["leader"]
+    assert admin.describe_configs([OFFSETS_TOPIC])[OFFSETS_TOPIC]["cleanup.policy"] == \
+        ("compact",)
+    assert [m.client_id for m in d.members] == ["only"]
+    assert d.members[0].assignment == {TopicPartition("ev", 0), TopicPartition("ev", 1)}
+    with pytest.raises(NonEmptyGroupError):
+        admin.delete_consumer_groups(["watched"])
+    # max.poll.interval.ms: a member that stops polling leaves the group; its commit then
+    # fails, and its next poll finds its partitions lost and joins again.
+    other = consumer(cluster, "watched", client_id="slow", max_poll_interval_ms=2000,
+                     enable_auto_commit=False)
+    recorder = Recorder()
+    other.subscribe(["ev"], listener=recorder)
+    poll_all([c, other], lambda: len(other.assignment()) == 1)
+
+    def slow_member_gone():
+        c.poll(50)                                   # only c keeps polling
+        members = admin.describe_consumer_groups(["watched"])["watched"].members
+        return [m.client_id for m in members] == ["only"]
+    wait_until(slow_member_gone, 30, "the slow member to leave")
+    with pytest.raises(CommitFailedError):
+        other.commit({tp: 1 for tp in other.assignment()})
+    poll_all([c, other], lambda: len(other.assignment()) == 1 and
+             any(kind == "lost" for kind, _ in recorder.events))
+    other.close()
+    c.close()
+    admin.delete_consumer_groups(["watched"])
+    assert "watched" not in {g.group_id for g in admin.list_consumer_groups()}
+    with pytest.raises(GroupIdNotFoundError):
+        admin.delete_consumer_groups(["watched"])
