@@ -49,20 +49,26 @@ def run_server(args: argparse.Namespace) -> int:
 
     import rafka
 
+    stop = threading.Event()
+
+    def on_signal(*_) -> None:
+        stop.set()
+    # Installed explicitly (a process started in the background inherits SIGINT ignored)
+    # and before the brokers start, so a Ctrl-C while they start stops them cleanly once
+    # they are up; again after, in case ray.init installed its own.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
     cluster = rafka.Cluster.start(args.num_brokers, args.data_dir,
                                   _props(args.override, "--override"), name=args.name,
                                   address=args.address)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
     address = ray.get_runtime_context().gcs_address
     print(f"rafka cluster '{args.name}' started: {args.num_brokers} brokers, data in "
           f"{Path(args.data_dir).resolve()}")
     print(f"connect with: rafka topics --cluster {args.name} --address {address} --list")
     print("(the same shell environment carries the Ray auth token; Ctrl-C stops the cluster)",
           flush=True)
-    stop = threading.Event()
-    # Installed explicitly: a process started in the background inherits SIGINT ignored,
-    # and Ctrl-C / SIGTERM must stop the cluster cleanly either way.
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     while not stop.wait(1):
         pass
     print("stopping...", flush=True)

@@ -74,7 +74,17 @@ class ProducerStateManager:
         one is a duplicate (a retry of a batch already written), else None."""
         entry = self.producers.get(producer_id)
         if entry is None:
-            return None  # a producer this log has no state for (new, or expired) starts here
+            # A producer's first batch here must be its sequence 0. Kafka accepts any
+            # sequence (its state may have been lost to retention), trusting TCP to keep a
+            # connection's requests in order; Ray calls to an async actor can overtake one
+            # another, and accepting a later batch first would leave the first one out of
+            # order forever. rafka never drops a producer's state, so 0 is always right.
+            if first_seq != 0:
+                raise OutOfOrderSequenceNumberError(
+                    f"Out of order sequence number for producer {producer_id} at offset "
+                    f"{self.map_end_offset}: {first_seq} (incoming seq. number), the "
+                    "producer's first batch here must start at 0")
+            return None
         if epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"Producer {producer_id}'s epoch {epoch} is older than {entry.epoch}")

@@ -33,6 +33,18 @@ def test_a_retried_batch_is_answered_with_its_original_offsets(tmp_path, clock):
     assert log.append_as_leader(encode_batch([Record(None, b"x")]), 0).first_offset == 8
 
 
+def test_a_producers_first_batch_must_be_its_sequence_zero(tmp_path, clock):
+    """Two requests of a new producer can overtake each other between actors: the second
+    batch, arriving first, is refused (retriable) so that the first is not left out of
+    order for good; it is accepted once the first is in."""
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(batch(2), 0)
+    assert log.log_end_offset == 0
+    assert log.append_as_leader(batch(0), 0).first_offset == 0
+    assert log.append_as_leader(batch(2), 0).first_offset == 2
+
+
 @pytest.mark.parametrize("clean", [True, False])
 def test_producer_state_survives_a_restart(tmp_path, clock, clean):
     log = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock)
