@@ -225,7 +225,7 @@ class Consumer:
         of every assigned partition) and wait. CommitFailedError when the group has
         rebalanced meanwhile."""
         group = self._require_group()
-        group._complete_async_commits()
+        group.complete_async_commits()
         chosen = self._current_offsets() if offsets is None else self._offsets_arg(offsets)
         timeout = self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
         group.commit_sync(chosen, timeout / 1000)
@@ -510,7 +510,11 @@ class Consumer:
             raise KafkaError("This consumer has already been closed.")
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            group_refs = self._group.poll() if self._subscribed else []
+            group_refs = []
+            if self._subscribed:
+                group_refs = self._group.poll()
+            elif self._group is not None:
+                self._group.complete_async_commits()
             self._maybe_auto_commit()
             self._send_fetches()
             records = self._drain_buffered()

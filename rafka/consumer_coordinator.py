@@ -135,7 +135,7 @@ class ConsumerCoordinator:
         """Advance the protocol without blocking; the refs returned are what poll may wait
         on. Raises the group's fatal errors (e.g. INCONSISTENT_GROUP_PROTOCOL)."""
         self.last_poll = time.monotonic()
-        self._complete_async_commits()
+        self.complete_async_commits()
         if self.stable and not self._rejoin:
             self._maybe_check_metadata()
         if not (self._rejoin or not self.stable) or not (self.topics or self.pattern):
@@ -383,7 +383,7 @@ class ConsumerCoordinator:
         ref = coordinator.commit_offsets.remote(*self._commit_args(offsets))
         self._async_commits.append((ref, offsets, callback, None))
 
-    def _complete_async_commits(self, wait_s: float = 0.0) -> None:
+    def complete_async_commits(self, wait_s: float = 0.0) -> None:
         """Callbacks of finished async commits run here, on the polling thread (Kafka
         runs them in poll and commitSync)."""
         import ray
@@ -423,7 +423,7 @@ class ConsumerCoordinator:
 
     # ---- close -----------------------------------------------------------------------------
     def close(self, timeout_s: float) -> None:
-        self._complete_async_commits(wait_s=timeout_s)
+        self.complete_async_commits(wait_s=timeout_s)
         self._closed.set()
         if self.stable or self.member_id:
             try:

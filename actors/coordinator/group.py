@@ -209,10 +209,12 @@ class Group:
         self.static_members[member.group_instance_id] = new_id
         if self.leader_id == old_id:
             self.leader_id = new_id
-        if self.state is GroupState.STABLE and member.protocols == protocols:
+        member.protocols = protocols
+        if self.state is GroupState.STABLE and self._select_protocol() == self.protocol_name:
+            # As Kafka: only a change of the group's protocol forces a rebalance; new
+            # metadata (owned partitions, say) is kept for the next one.
             answers[new_id] = self._join_response(new_id)
             return answers
-        member.protocols = protocols
         member.awaiting_join = True
         if self.state is GroupState.PREPARING_REBALANCE:
             answers.update(self._maybe_complete_join(now_ms))

@@ -263,3 +263,68 @@ def test_admin_lists_describes_and_deletes_groups_and_commits_fail_after_a_rebal
     assert "watched" not in {g.group_id for g in admin.list_consumer_groups()}
     with pytest.raises(GroupIdNotFoundError):
         admin.delete_consumer_groups(["watched"])
+
+
+def test_new_partitions_and_new_matching_topics_start_a_rebalance(cluster):
+    fill(cluster, "ev-a", 2, 20)
+    c = consumer(cluster, "pattern")
+    c.subscribe(pattern="ev-.*")
+    poll_all([c], lambda: len(c.assignment()) == 2)
+    cluster.admin().create_partitions({"ev-a": 4})
+    poll_all([c], lambda: len(c.assignment()) == 4)         # within metadata.max.age.ms
+    fill(cluster, "ev-b", 2, 10)
+    fill(cluster, "other", 1, 1)
+    poll_all([c], lambda: {tp.topic for tp in c.assignment()} == {"ev-a", "ev-b"})
+    assert c.subscription() == {"ev-a", "ev-b"}
+    c.close()
+
+
+def test_auto_commit_on_poll_and_close_and_async_commit_callbacks(cluster):
+    fill(cluster, "ev", 2, 40)
+    c = consumer(cluster, "auto", auto_commit_interval_ms=300)
+    c.subscribe(["ev"])
+    seen = poll_all([c], lambda: len(seen) == 40, seen=(seen := {}))
+
+    def auto_committed():
+        c.poll(50)
+        committed = c.committed(list(c.assignment()))
+        return all(om is not None and om.offset == c.position(tp)
+                   for tp, om in committed.items())
+    wait_until(auto_committed, 20, "the auto-commit of the positions")
+    c.close()                                   # commits (nothing new) and leaves
+    assert sum(om.offset for om in cluster.admin().list_consumer_group_offsets("auto")
+               .values()) == 40
+
+    manual = consumer(cluster, "async", enable_auto_commit=False)
+    manual.assign([("ev", 0)])
+    answers = []
+    manual.commit_async({("ev", 0): 5}, callback=lambda offsets, error:
+                        answers.append((dict(offsets), error)))
+    wait_until(lambda: (manual.poll(50), answers)[1], 20, "the async commit's callback")
+    assert answers == [({TopicPartition("ev", 0): rafka.OffsetAndMetadata(5)}, None)]
+    assert manual.committed(("ev", 0)).offset == 5
+    manual.close()
+
+
+def test_a_static_member_that_restarts_within_its_session_keeps_its_partitions(cluster):
+    fill(cluster, "ev", 4, 8)
+    admin = cluster.admin()
+    recorder = Recorder()
+    a = consumer(cluster, "static", group_instance_id="a")
+    b = consumer(cluster, "static", group_instance_id="b")
+    a.subscribe(["ev"], listener=recorder)
+    b.subscribe(["ev"])
+    poll_all([a, b], lambda: len(a.assignment()) == len(b.assignment()) == 2)
+    generation = admin.describe_consumer_groups(["static"])["static"].generation_id
+    mine = b.assignment()
+    recorder.events.clear()
+    b.close()                      # a static member sends no LeaveGroup (KIP-345)
+    again = consumer(cluster, "static", group_instance_id="b")
+    again.subscribe(["ev"])
+    poll_all([a, again], lambda: again.assignment() == mine)
+    after = admin.describe_consumer_groups(["static"])["static"]
+    assert after.generation_id == generation and after.state == "Stable"
+    assert sorted(m.group_instance_id for m in after.members) == ["a", "b"]
+    assert recorder.events == []   # a never noticed
+    a.close()
+    again.close()
