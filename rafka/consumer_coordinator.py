@@ -16,13 +16,13 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from actors.coordinator.actor import OFFSETS_TOPIC
 from actors.coordinator.group import JoinResponse, SyncResponse
 from actors.coordinator.offsets import OffsetAndMetadata
 from protocols.assignors import Subscription, assignor_for
 from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdError,
-                              IllegalGenerationError, KafkaError, MemberIdRequiredError,
-                              RebalanceInProgressError, UnknownMemberIdError)
+                              IllegalGenerationError, KafkaError, KafkaTimeoutError,
+                              MemberIdRequiredError, RebalanceInProgressError,
+                              UnknownMemberIdError)
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 from rafka.coordinator_client import COORDINATOR_MOVED, RETRY_SAME, CoordinatorClient
@@ -110,8 +110,9 @@ class ConsumerCoordinator:
                                                name=f"rafka-heartbeat-{self.group_id}")
             self._heartbeat.start()
 
-    def _matching_topics(self) -> set[str]:
-        image = self.metadata.refresh()
+    def _matching_topics(self, image: dict | None = None) -> set[str]:
+        """The topics the pattern subscribes to (whole names; internal topics never)."""
+        image = image or self.metadata.refresh()
         return {t for t in image["topics"] if not t.startswith("__")
                 and self.pattern.fullmatch(t)}
 
@@ -125,7 +126,9 @@ class ConsumerCoordinator:
         return self.client.call(method, *args, deadline=deadline)
 
     def _coordinator(self):
-        return self.client.handle(time.monotonic() + self._request_s())
+        """The coordinator's handle: one round of FindCoordinator at most, so that poll
+        does not block on it (KafkaTimeoutError when none answered)."""
+        return self.client.handle(time.monotonic())
 
     # ---- rebalancing (driven by poll) ------------------------------------------------------
     def needs_rejoin(self) -> bool:
@@ -138,17 +141,22 @@ class ConsumerCoordinator:
         self.complete_async_commits()
         if self.stable and not self._rejoin:
             self._maybe_check_metadata()
-        if not (self._rejoin or not self.stable) or not (self.topics or self.pattern):
+        if not self.needs_rejoin() or not (self.topics or self.pattern):
             return []
-        if self._join_ref is None and self._sync_ref is None:
-            if time.monotonic() < self._retry_at:
-                return []
-            self._prepare()
-            self._send_join()
-        if self._join_ref is not None:
-            self._maybe_join_done()
-        if self._sync_ref is not None:
-            self._maybe_sync_done()
+        try:
+            if self._join_ref is None and self._sync_ref is None:
+                if time.monotonic() < self._retry_at:
+                    return []
+                self._prepare()
+                self._send_join()
+            if self._join_ref is not None:
+                self._maybe_join_done()
+            if self._sync_ref is not None:
+                self._maybe_sync_done()
+        except KafkaTimeoutError as e:     # no coordinator found yet: a later poll retries
+            log.info("group %s: %s", self.group_id, e)
+            self._join_ref = self._sync_ref = None
+            self._retry_at = time.monotonic() + self._retry_s()
         return [r for r in (self._join_ref, self._sync_ref) if r is not None]
 
     def _prepare(self) -> None:
@@ -281,8 +289,7 @@ class ConsumerCoordinator:
         self._next_metadata_check = now + self.config["metadata.max.age.ms"] / 1000
         image = self.metadata.refresh()
         if self.pattern is not None:
-            topics = {t for t in image["topics"] if not t.startswith("__")
-                      and self.pattern.fullmatch(t)}
+            topics = self._matching_topics(image)
             if topics != self.topics:
                 log.info("group %s: subscribed topics changed to %s", self.group_id,
                          sorted(topics))
@@ -312,8 +319,12 @@ class ConsumerCoordinator:
                             self.config["max.poll.interval.ms"])
                 self.leave_group("consumer poll timeout has expired")
                 continue
-            error = self._call("heartbeat", self.group_id, member, generation,
-                               self.instance_id, deadline=time.monotonic() + interval)
+            try:
+                error = self._call("heartbeat", self.group_id, member, generation,
+                                   self.instance_id, deadline=time.monotonic() + interval)
+            except Exception as e:   # no coordinator found within the interval: next time
+                log.debug("group %s: heartbeat: %r", self.group_id, e)
+                continue
             with self._lock:
                 if error is None or generation != self.generation:
                     continue
@@ -330,13 +341,17 @@ class ConsumerCoordinator:
                     log.warning("group %s: heartbeat failed: %r", self.group_id, error)
 
     def leave_group(self, reason: str) -> None:
+        log.info("group %s: member %s leaving: %s", self.group_id, self.member_id, reason)
         with self._lock:
             member, self.stable, self._rejoin = self.member_id, False, True
             self.generation = -1
             self._lost = bool(self.owned)
         if member and self.instance_id is None:   # static members stay (KIP-345)
-            self._call("leave_group", self.group_id, member, None,
-                       deadline=time.monotonic() + self._request_s())
+            try:
+                self._call("leave_group", self.group_id, member, None,
+                           deadline=time.monotonic() + self._request_s())
+            except Exception as e:   # best effort: the session timeout expels us anyway
+                log.info("group %s: LeaveGroup failed: %r", self.group_id, e)
             self.member_id = ""
 
     # ---- offsets ---------------------------------------------------------------------------
@@ -426,13 +441,10 @@ class ConsumerCoordinator:
         self.complete_async_commits(wait_s=timeout_s)
         self._closed.set()
         if self.stable or self.member_id:
-            try:
-                self.leave_group("the consumer is being closed")
-            except KafkaError as e:
-                log.warning("group %s: LeaveGroup failed: %r", self.group_id, e)
+            self.leave_group("the consumer is being closed")
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
 
 
 __all__ = ["CommitFailedError", "ConsumerCoordinator", "ConsumerRebalanceListener",
-           "OFFSETS_TOPIC", "OffsetAndMetadata"]
+           "OffsetAndMetadata"]

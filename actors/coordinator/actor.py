@@ -29,10 +29,12 @@ from actors.coordinator.offsets import (OffsetAndMetadata, group_metadata_key,
                                         offset_commit_value, replay)
 from actors.replica.actor import replica_actor_name
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
-                              GroupIdNotFoundError, InvalidCommitOffsetSizeError,
+                              GroupIdNotFoundError, IllegalGenerationError,
+                              InvalidCommitOffsetSizeError,
                               InvalidGroupIdError, KafkaError, NonEmptyGroupError,
                               NotCoordinatorError, NotLeaderOrFollowerError,
-                              RecordTooLargeError, RebalanceInProgressError)
+                              RecordTooLargeError, RebalanceInProgressError,
+                              UnknownMemberIdError)
 from protocols.records import Record, encode_batch, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
@@ -198,6 +200,15 @@ class GroupCoordinatorActor:
             raise CoordinatorLoadInProgressError(
                 f"Broker {self.broker_id} is loading the groups of {OFFSETS_TOPIC}-{partition}")
 
+    def _member_group(self, group_id: str, member_id: str) -> Group:
+        """The group a member's request is about; a group this coordinator does not have
+        knows no members (Kafka answers UNKNOWN_MEMBER_ID, and the member joins afresh)."""
+        self._check(group_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"Group {group_id} has no member {member_id}")
+        return group
+
     def _group(self, group_id: str, create: bool = False) -> Group | None:
         group = self.groups.get(group_id)
         if group is None and create:
@@ -315,10 +326,7 @@ class GroupCoordinatorActor:
                          assignments: dict | None,
                          group_instance_id: str | None = None) -> bytes:
         try:
-            self._check(group_id)
-            group = self._group(group_id)
-            if group is None:
-                raise GroupIdNotFoundError(f"Unknown group {group_id}")
+            group = self._member_group(group_id, member_id)
         except KafkaError as e:
             return encode(SyncResponse(e))
         answers = group.sync(member_id, generation_id, assignments, wall_ms(),
@@ -328,10 +336,7 @@ class GroupCoordinatorActor:
     async def heartbeat(self, group_id: str, member_id: str, generation_id: int,
                         group_instance_id: str | None = None) -> bytes:
         try:
-            self._check(group_id)
-            group = self._group(group_id)
-            if group is None:
-                raise GroupIdNotFoundError(f"Unknown group {group_id}")
+            group = self._member_group(group_id, member_id)
         except KafkaError as e:
             return encode(e)
         error = group.heartbeat(member_id, generation_id, wall_ms(), group_instance_id)
@@ -341,10 +346,7 @@ class GroupCoordinatorActor:
     async def leave_group(self, group_id: str, member_id: str,
                           group_instance_id: str | None = None) -> bytes:
         try:
-            self._check(group_id)
-            group = self._group(group_id)
-            if group is None:
-                raise GroupIdNotFoundError(f"Unknown group {group_id}")
+            group = self._member_group(group_id, member_id)
         except KafkaError as e:
             return encode(e)
         error, answers = group.leave(member_id, wall_ms(), group_instance_id)
@@ -358,9 +360,13 @@ class GroupCoordinatorActor:
         metadata)]``; the answer one error (or None) for the whole request."""
         try:
             self._check(group_id)
-            group = self._group(group_id, create=not member_id and generation_id < 0)
+            # A group not managed here (assign() and admin tools: generation -1) is created
+            # to hold its offsets; any other commit to an unknown group is from a past
+            # generation (Kafka's rule).
+            group = self._group(group_id, create=generation_id < 0)
             if group is None:
-                raise GroupIdNotFoundError(f"Unknown group {group_id}")
+                raise IllegalGenerationError(f"Group {group_id} has no generation "
+                                             f"{generation_id}")
             error = group.validate_commit(member_id, generation_id, group_instance_id)
             if error is not None:
                 raise error

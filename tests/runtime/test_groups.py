@@ -177,21 +177,32 @@ def test_cooperative_sticky_keeps_unmoved_partitions_through_the_rebalance(clust
 def test_committed_offsets_survive_killing_the_coordinators_broker(cluster):
     fill(cluster, "ev", 2, 20)
     c = consumer(cluster, "durable", enable_auto_commit=False)
-    c.assign([("ev", 0), ("ev", 1)])
+    c.subscribe(["ev"])
+    seen = poll_all([c], lambda: len(seen) == 20, seen=(seen := {}))
     c.commit({("ev", 0): 7, ("ev", 1): rafka.OffsetAndMetadata(9, -1, "note")})
     partition = offsets_partition_for("durable", 3)
     before, _ = cluster.leader(OFFSETS_TOPIC, partition)
-    os.kill(cluster.broker_pid(before), signal.SIGKILL)
+    os.kill(cluster.broker_pid(before), signal.SIGKILL)    # the coordinator's process too
     wait_until(lambda: cluster.metadata()["topics"][OFFSETS_TOPIC][partition]["leader"]
                not in (-1, before), 60, "a new leader for the group's partition")
-    fresh = consumer(cluster, "durable")
-    committed = fresh.committed([("ev", 0), ("ev", 1)])
+    # Another process's view, from the new coordinator (loaded from the log).
+    committed = cluster.admin().list_consumer_group_offsets("durable")
     assert committed[TopicPartition("ev", 0)].offset == 7
     assert committed[TopicPartition("ev", 1)].offset == 9
     assert committed[TopicPartition("ev", 1)].metadata == "note"
-    fresh.assign([("ev", 0), ("ev", 1)])           # assign() with a group.id starts there
-    assert fresh.position(("ev", 0)) == 7 and fresh.position(("ev", 1)) == 9
+    # The member carries on with the new coordinator: new records arrive, none twice.
+    with rafka.Producer(cluster) as producer:
+        for i in range(10):
+            producer.send("ev", f"after{i}".encode(), partition=i % 2)
+    poll_all([c], lambda: len(seen) == 30, seen=seen)
+    assert all(len(who) == 1 for who in seen.values())
+    c.commit()
+    assert sum(om.offset for om in c.committed([("ev", 0), ("ev", 1)]).values()) == 30
     c.close()
+    # A consumer that assign()s with the group id starts at the committed offsets.
+    fresh = consumer(cluster, "durable")
+    fresh.assign([("ev", 0), ("ev", 1)])
+    assert fresh.position(("ev", 0)) + fresh.position(("ev", 1)) == 30
     fresh.close()
 
 
