@@ -22,3 +22,17 @@ def ray_session():
     yield ray
     if started_here:
         ray.shutdown()
+
+
+# -- Spark: one local session for the whole session --------------------------------------------
+
+@pytest.fixture(scope="session")
+def spark_session(ray_session):
+    """A local Spark session (``local[2]``) with the ``rafka`` format registered, created
+    after Ray so that its Python workers inherit the Ray address and auth token."""
+    import rafka.spark
+
+    spark = rafka.spark.local_session("rafka-tests")
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()

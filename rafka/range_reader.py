@@ -1,0 +1,55 @@
+"""Reading a topic by offset ranges, for the engines that split a read into tasks (Spark's
+data source, Ray Data): each task reads ``[from_offset, until_offset)`` of one partition
+with its own consumer."""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+from protocols.topics import TopicPartition
+from rafka.spark.offsets import OffsetRange
+
+
+def partition_counts(cluster) -> dict[str, int]:
+    return {t: len(ps) for t, ps in cluster.metadata()["topics"].items()}
+
+
+def earliest_and_latest(cluster, partitions: list[TopicPartition]) -> tuple[dict, dict]:
+    """(earliest, latest) offset of each partition; latest is the high watermark."""
+    admin = cluster.admin()
+    earliest = {tp: r.offset for tp, r in admin.list_offsets(
+        {tp: "earliest" for tp in partitions}).items()}
+    latest = {tp: r.offset for tp, r in admin.list_offsets(
+        {tp: "latest" for tp in partitions}).items()}
+    return earliest, latest
+
+
+def read_records(cluster, r: OffsetRange, timeout_s: float = 120.0) -> Iterator:
+    """The ConsumerRecords of one range, in offset order; KafkaTimeoutError when the
+    partition yields nothing for ``timeout_s``."""
+    import rafka
+    from protocols.errors import KafkaTimeoutError
+
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "none"})
+    tp = TopicPartition(r.topic, r.partition)
+    consumer.assign([tp])
+    consumer.seek(tp, r.from_offset)
+    deadline = time.monotonic() + timeout_s
+    position = r.from_offset
+    try:
+        while position < r.until_offset:
+            records = consumer.poll(500)
+            if not records:
+                if time.monotonic() > deadline:
+                    raise KafkaTimeoutError(f"Timed out reading {tp.topic}-{tp.partition} "
+                                            f"[{position}, {r.until_offset}) after "
+                                            f"{timeout_s} s")
+                continue
+            deadline = time.monotonic() + timeout_s
+            for rec in records:
+                if rec.offset >= r.until_offset:
+                    return
+                yield rec
+            position = consumer.position(tp)
+    finally:
+        consumer.close()

@@ -1,0 +1,203 @@
+"""What the ``rafka`` Spark source decides, as Spark's Kafka source decides it: which
+partitions an option set names, where reading starts and ends, how a batch is cut into
+Spark partitions, how ``maxOffsetsPerTrigger`` spreads over partitions, what counts as data
+lost to retention. Plain Python (no Spark, no Ray): offsets in, offsets out.
+
+Offsets cross Spark's checkpoints in Spark's Kafka JSON shape,
+``{"topic": {"0": 23, "1": 42}}``; in options ``-2`` means earliest and ``-1`` latest.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from protocols.topics import TopicPartition
+
+EARLIEST, LATEST = -2, -1
+
+
+class SparkSourceError(ValueError):
+    """A bad option or an impossible read, worded as Spark's Kafka source words it."""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Exactly one of: fixed topics, a pattern over topic names, fixed partitions."""
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    partitions: tuple[TopicPartition, ...] = ()
+
+    def select(self, partitions_per_topic: Mapping[str, int]) -> list[TopicPartition]:
+        """The partitions to read, given every topic's partition count."""
+        if self.partitions:
+            return sorted(self.partitions)
+        if self.pattern is not None:
+            regex = re.compile(self.pattern)
+            topics = [t for t in partitions_per_topic if not t.startswith("__")
+                      and regex.fullmatch(t)]
+        else:
+            topics = list(self.topics)
+        return sorted(TopicPartition(t, p) for t in topics
+                      for p in range(partitions_per_topic.get(t, 0)))
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """One Spark partition's work: ``[from_offset, until_offset)`` of one topic-partition."""
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.until_offset - self.from_offset
+
+
+def parse_subscription(options: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("assign", "subscribe", "subscribePattern") if options.get(k)]
+    if len(given) != 1:
+        raise SparkSourceError("One of the following options must be specified for Kafka "
+                               "source: subscribe, subscribePattern, assign. See the docs for "
+                               "more details." if not given else
+                               f"Only one of these options may be given: {given}")
+    kind = given[0]
+    value = options[kind]
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise SparkSourceError(f"No topics to subscribe to as specified value for option "
+                                   f"'subscribe' is '{value}'")
+        for t in topics:
+            TopicPartition(t, 0)          # validates the name
+        return Subscription(topics=topics)
+    if kind == "subscribePattern":
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise SparkSourceError(f"Pattern to subscribe is invalid: {value!r}: {e}") from None
+        return Subscription(pattern=value)
+    try:
+        spec = json.loads(value)
+        partitions = tuple(sorted(TopicPartition(t, int(p)) for t, ps in spec.items()
+                                  for p in ps))
+    except (ValueError, TypeError, AttributeError):
+        raise SparkSourceError(f"Expected e.g. {{\"topicA\":[0,1],\"topicB\":[0,1]}}, got "
+                               f"{value}") from None
+    if not partitions:
+        raise SparkSourceError(f"No topicpartitions to assign as specified value for option "
+                               f"'assign' is '{value}'")
+    return Subscription(partitions=partitions)
+
+
+def parse_offsets(value: str | None, default: str, *, option: str,
+                  allow_earliest: bool = True) -> str | dict[TopicPartition, int]:
+    """``earliest`` | ``latest`` | a JSON offset per partition (-2 earliest, -1 latest)."""
+    if value is None:
+        return default
+    text = value.strip()
+    if text.lower() in ("earliest", "latest"):
+        if text.lower() == "earliest" and not allow_earliest:
+            raise SparkSourceError(f"starting offset can't be earliest for {option}")
+        return text.lower()
+    try:
+        spec = json.loads(text)
+        offsets = {TopicPartition(t, int(p)): int(o) for t, ps in spec.items()
+                   for p, o in ps.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise SparkSourceError(f"Expected e.g. {{\"topicA\":{{\"0\":23,\"1\":-1}},"
+                               f"\"topicB\":{{\"0\":-2}}}}, got {value} for {option}") from None
+    if not allow_earliest and any(o == EARLIEST for o in offsets.values()):
+        raise SparkSourceError(f"{option}: -2 (earliest) is not allowed as an ending offset")
+    return offsets
+
+
+def resolve(spec: str | Mapping[TopicPartition, int], partitions: list[TopicPartition],
+            earliest: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
+            *, option: str) -> dict[TopicPartition, int]:
+    """Concrete offsets for ``partitions``: a JSON spec must name every one of them."""
+    if spec == "earliest":
+        return {tp: earliest[tp] for tp in partitions}
+    if spec == "latest":
+        return {tp: latest[tp] for tp in partitions}
+    missing = [tp for tp in partitions if tp not in spec]
+    if missing:
+        raise SparkSourceError(f"{option} for {sorted(missing)} is not specified")
+    out = {}
+    for tp in partitions:
+        o = spec[tp]
+        out[tp] = earliest[tp] if o == EARLIEST else latest[tp] if o == LATEST else o
+    return out
+
+
+def check_data_loss(start: Mapping[TopicPartition, int],
+                    earliest: Mapping[TopicPartition, int],
+                    fail_on_data_loss: bool) -> dict[TopicPartition, int]:
+    """Retention may have deleted records we were about to read: fail, as Spark does by
+    default, or skip to what is left (``failOnDataLoss=false``)."""
+    out = dict(start)
+    for tp, offset in start.items():
+        if tp in earliest and offset < earliest[tp]:
+            if fail_on_data_loss:
+                raise SparkSourceError(
+                    f"Partition {tp.topic}-{tp.partition}'s offset was changed from {offset} "
+                    f"to {earliest[tp]}, some data may have been missed. Some data may have "
+                    "been lost because they are not available in rafka any more; either the "
+                    "data was aged out by rafka or the topic may have been deleted before all "
+                    "the data in the topic was processed. If you don't want your streaming "
+                    "query to fail on such cases, set the source option \"failOnDataLoss\" to "
+                    "\"false\".")
+            out[tp] = earliest[tp]
+    return out
+
+
+def rate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
+               max_rows: int | None) -> dict[TopicPartition, int]:
+    """``maxOffsetsPerTrigger``: the limit shared over the partitions in proportion to how
+    far behind each is (Spark's KafkaMicroBatchStream.rateLimit)."""
+    if max_rows is None:
+        return dict(latest)
+    lags = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(lags.values())
+    if total <= max_rows:
+        return dict(latest)
+    out = {}
+    for tp, end in latest.items():
+        begin = start.get(tp, end)
+        share = max_rows * lags[tp] / total
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(end, begin + step)
+    return out
+
+
+def plan_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+                min_partitions: int | None = None) -> list[OffsetRange]:
+    """One range per topic-partition with records to read; with ``minPartitions`` above
+    that count, large ranges are cut further in proportion to their size."""
+    ranges = [OffsetRange(tp.topic, tp.partition, start[tp], end[tp])
+              for tp in sorted(end) if tp in start and end[tp] > start[tp]]
+    if not min_partitions or min_partitions <= len(ranges):
+        return ranges
+    total = sum(r.size for r in ranges)
+    out = []
+    for r in ranges:
+        parts = max(1, round(min_partitions * r.size / total))
+        step = math.ceil(r.size / parts)
+        for begin in range(r.from_offset, r.until_offset, step):
+            out.append(OffsetRange(r.topic, r.partition, begin,
+                                   min(r.until_offset, begin + step)))
+    return out
+
+
+def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tp, o in sorted(offsets.items()):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(o)
+    return out
+
+
+def from_json(data: Mapping[str, Mapping[str, int]]) -> dict[TopicPartition, int]:
+    return {TopicPartition(t, int(p)): int(o) for t, ps in data.items() for p, o in ps.items()}

@@ -1,0 +1,290 @@
+"""The ``rafka`` format for Spark: a Python data source (Spark 4) mirroring Spark's Kafka
+source and sink, so a job switches by changing ``format("kafka")`` to ``format("rafka")``.
+
+    rafka.spark.register(spark)
+    df = (spark.read.format("rafka").option("cluster", "default")
+          .option("subscribe", "events").option("startingOffsets", "earliest").load())
+    df.selectExpr("CAST(value AS STRING)").show()
+    df.write.format("rafka").option("topic", "copy").mode("append").save()
+
+Options are case-insensitive, as Spark's are (``self.options`` is Spark's
+CaseInsensitiveDict, kept as it is).
+
+Spark's Python workers (the planner and the executors) reach the cluster through Ray
+(``rafka.Cluster.connect``): options ``cluster`` (the rafka cluster's name, default
+``default``) and ``rayAddress`` (default ``RAY_ADDRESS``, else the local Ray instance). The
+decisions (offsets, ranges, limits) are ``rafka.spark.offsets``'; this module moves records.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    DataSourceStreamWriter, DataSourceWriter, InputPartition,
+                                    WriterCommitMessage)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from protocols.topics import TopicPartition
+from rafka.range_reader import earliest_and_latest, partition_counts, read_records
+from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss, from_json,
+                                 parse_offsets, parse_subscription, plan_ranges, rate_limit,
+                                 resolve, to_json)
+
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+          "timestamp timestamp, timestampType int")
+HEADERS = "headers array<struct<key: string, value: binary>>"
+_clusters: dict[tuple[str, str], Any] = {}
+
+
+def _flag(options, name: str, default: bool) -> bool:
+    value = options.get(name)
+    if value is None:
+        return default
+    if str(value).lower() not in ("true", "false"):
+        raise SparkSourceError(f"Option {name} must be true or false, got {value!r}")
+    return str(value).lower() == "true"
+
+
+def _int(options, name: str) -> int | None:
+    value = options.get(name)
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise SparkSourceError(f"Option {name} must be a positive integer, got {value!r}") \
+            from None
+    if n <= 0:
+        raise SparkSourceError(f"Option {name} must be a positive integer, got {value!r}")
+    return n
+
+
+def connect(options):
+    """This process's handle on the cluster the options name (one Ray connection per Spark
+    Python worker, reused by its tasks)."""
+    import rafka
+    from rafka.ray_support import ensure_ray
+    name = options.get("cluster", "default")
+    address = options.get("rayAddress") or os.environ.get("RAY_ADDRESS") or "auto"
+    key = (name, address)
+    if key not in _clusters:
+        ensure_ray(address, log_to_driver=False)
+        _clusters[key] = rafka.Cluster.connect(name)
+    return _clusters[key]
+
+
+def _starting(options, cluster, partitions, earliest, latest, default: str) -> dict:
+    timestamp = options.get("startingTimestamp")
+    if timestamp is not None:
+        consumer_offsets = cluster.admin().list_offsets({tp: int(timestamp)
+                                                         for tp in partitions})
+        # No record at or after the time: start at the end (Spark's default strategy).
+        return {tp: (r.offset if r.offset >= 0 else latest[tp])
+                for tp, r in consumer_offsets.items()}
+    spec = parse_offsets(options.get("startingOffsets"), default, option="startingOffsets")
+    return resolve(spec, partitions, earliest, latest, option="startingOffsets")
+
+
+class RangePartition(InputPartition):
+    def __init__(self, offset_range: OffsetRange):
+        super().__init__(offset_range)
+        self.range = offset_range
+
+
+def read_range(options, r: OffsetRange, include_headers: bool) -> Iterator[tuple]:
+    """The rows of one offset range, read with a consumer on this Spark worker."""
+    timeout_s = float(options.get("fetchTimeoutMs", 120_000)) / 1000
+    for rec in read_records(connect(options), r, timeout_s):
+        ts = datetime.fromtimestamp(rec.timestamp / 1000, tz=timezone.utc)
+        row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset, ts,
+               rec.timestamp_type)
+        if include_headers:
+            row += ([(k, v) for k, v in rec.headers],)
+        yield row
+
+
+# ---- batch read --------------------------------------------------------------------------
+class RafkaBatchReader(DataSourceReader):
+    def __init__(self, options):
+        self.options = options
+        self.include_headers = _flag(options, "includeHeaders", False)
+
+    def partitions(self):
+        options = self.options
+        cluster = connect(options)
+        partitions = parse_subscription(options).select(partition_counts(cluster))
+        earliest, latest = earliest_and_latest(cluster, partitions)
+        start = _starting(options, cluster, partitions, earliest, latest, "earliest")
+        end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
+                                 allow_earliest=False)
+        end = resolve(end_spec, partitions, earliest, latest, option="endingOffsets")
+        start = check_data_loss(start, earliest, _flag(options, "failOnDataLoss", True))
+        ranges = plan_ranges(start, end, _int(options, "minPartitions"))
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition):
+        return read_range(self.options, partition.range, self.include_headers)
+
+
+# ---- streaming read ----------------------------------------------------------------------
+class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"topic": {"partition": offset}}``: the next offset to read per
+    partition. A partition that appears later (new partitions, a new topic matching the
+    pattern) starts at its earliest offset."""
+
+    def __init__(self, options):
+        self.options = options
+        self.include_headers = _flag(options, "includeHeaders", False)
+        self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
+        self.max_rows = _int(options, "maxOffsetsPerTrigger")
+        self.subscription = parse_subscription(options)
+        parse_offsets(options.get("startingOffsets"), "latest", option="startingOffsets")
+        self.target: dict[TopicPartition, int] | None = None
+
+    def _now(self):
+        cluster = connect(self.options)
+        partitions = self.subscription.select(partition_counts(cluster))
+        return cluster, partitions, *earliest_and_latest(cluster, partitions)
+
+    def initialOffset(self) -> dict:
+        cluster, partitions, earliest, latest = self._now()
+        return to_json(_starting(self.options, cluster, partitions, earliest, latest,
+                                 "latest"))
+
+    def getDefaultReadLimit(self):
+        return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _, _, _, latest = self._now()
+        self.target = latest
+
+    def latestOffset(self, start: dict, limit=None) -> dict:
+        _, partitions, earliest, latest = self._now()
+        begin = from_json(start)
+        begin.update({tp: earliest[tp] for tp in partitions if tp not in begin})
+        if self.target is not None:
+            latest = {tp: min(o, self.target.get(tp, begin[tp])) for tp, o in latest.items()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = rate_limit(begin, latest, max_rows)
+        return to_json({tp: max(o, begin.get(tp, o)) for tp, o in end.items()})
+
+    def reportLatestOffset(self):
+        _, _, _, latest = self._now()
+        return to_json(latest)
+
+    def partitions(self, start: dict, end: dict):
+        cluster, partitions, earliest, _ = self._now()
+        begin, until = from_json(start), from_json(end)
+        begin.update({tp: earliest.get(tp, 0) for tp in until if tp not in begin})
+        begin = check_data_loss(begin, earliest, self.fail_on_data_loss)
+        ranges = plan_ranges(begin, until, _int(self.options, "minPartitions"))
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition):
+        return read_range(self.options, partition.range, self.include_headers)
+
+    def commit(self, end: dict) -> None:
+        pass   # offsets live in Spark's checkpoint, as with Spark's Kafka source
+
+
+# ---- write -------------------------------------------------------------------------------
+class _Committed(WriterCommitMessage):
+    def __init__(self, records: int):
+        self.records = records
+
+
+def _producer_config(options) -> dict:
+    """``kafka.``-prefixed options are producer configs (Spark's Kafka sink convention)."""
+    config = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    config.setdefault("acks", "all")
+    return config
+
+
+def write_rows(options, rows) -> _Committed:
+    import rafka
+    default_topic = options.get("topic")
+    producer = rafka.Producer(connect(options), _producer_config(options))
+    count = 0
+    futures = []
+    try:
+        for row in rows:
+            data = row.asDict() if hasattr(row, "asDict") else dict(row)
+            topic = data.get("topic") or default_topic
+            if not topic:
+                raise SparkSourceError("topic option required when no 'topic' attribute is "
+                                       "present. Use the topic option for setting a topic.")
+            if "value" not in data:
+                raise SparkSourceError("Required attribute 'value' not found")
+            value, key = data["value"], data.get("key")
+            headers = [(h["key"] if isinstance(h, dict) else h[0],
+                        h["value"] if isinstance(h, dict) else h[1])
+                       for h in data.get("headers") or ()]
+            futures.append(producer.send(
+                topic, value.encode() if isinstance(value, str) else value,
+                key=key.encode() if isinstance(key, str) else key,
+                partition=data.get("partition"), headers=headers or None))
+            count += 1
+        producer.flush()
+        for f in futures:
+            f.result(0)      # raise the first failed record's error: the task fails
+    finally:
+        producer.close()
+    return _Committed(count)
+
+
+class RafkaBatchWriter(DataSourceWriter):
+    def __init__(self, options):
+        self.options = options
+
+    def write(self, iterator):
+        return write_rows(self.options, iterator)
+
+
+class RafkaStreamWriter(DataSourceStreamWriter):
+    def __init__(self, options):
+        self.options = options
+
+    def write(self, iterator):
+        return write_rows(self.options, iterator)
+
+    def commit(self, messages, batchId) -> None:
+        pass   # every record was acknowledged before its task finished
+
+    def abort(self, messages, batchId) -> None:
+        pass   # at-least-once, as Spark's Kafka sink: what was sent stays
+
+
+def _append_only(overwrite: bool) -> None:
+    # A log is appended to; Spark's Kafka sink refuses Overwrite too.
+    if overwrite:
+        raise SparkSourceError("Save mode Overwrite not allowed for rafka. Allowed save mode "
+                               "is Append (Spark's Python data sources have no "
+                               "ErrorIfExists): df.write.format(\"rafka\").mode(\"append\")")
+
+
+class RafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rafka"
+
+    def schema(self):
+        if _flag(self.options, "includeHeaders", False):
+            return f"{SCHEMA}, {HEADERS}"
+        return SCHEMA
+
+    def reader(self, schema):
+        return RafkaBatchReader(self.options)
+
+    def streamReader(self, schema):
+        return RafkaStreamReader(self.options)
+
+    def writer(self, schema, overwrite):
+        _append_only(overwrite)
+        return RafkaBatchWriter(self.options)
+
+    def streamWriter(self, schema, overwrite):
+        _append_only(overwrite)
+        return RafkaStreamWriter(self.options)

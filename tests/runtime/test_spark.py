@@ -1,0 +1,157 @@
+"""The ``rafka`` Spark format on a real local Spark session and a real 3-broker cluster:
+batch and streaming reads and writes, as Spark's Kafka source behaves (issue 8)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import rafka
+from protocols.topics import TopicPartition
+from tests.runtime.helpers import wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def spark(spark_session, cluster):
+    """The session's Spark; each test reads its own cluster (the ``cluster`` option)."""
+    return spark_session
+
+
+def produce(cluster, topic: str, n: int, start: int = 0, partitions: int | None = None):
+    """n keyed records with a header; their RecordMetadata, acknowledged."""
+    with rafka.Producer(cluster, acks="all") as producer:
+        futures = [producer.send(topic, f"v{i}".encode(), key=f"k{i % 7}".encode(),
+                                 headers=[("n", str(i).encode())],
+                                 partition=None if partitions is None else i % partitions)
+                   for i in range(start, start + n)]
+        producer.flush()
+        return [f.result(10) for f in futures]
+
+
+def reader(spark, cluster, **options):
+    r = spark.read.format("rafka").option("cluster", cluster.name)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_batch_read_returns_every_acknowledged_record_with_kafkas_schema(spark, cluster):
+    cluster.admin().create_topics([rafka.NewTopic("clicks", 3, 2)])
+    acked = produce(cluster, "clicks", 60)
+    df = reader(spark, cluster, subscribe="clicks", includeHeaders="true")
+    assert [f.name for f in df.schema.fields] == ["key", "value", "topic", "partition",
+                                                  "offset", "timestamp", "timestampType",
+                                                  "headers"]
+    rows = df.collect()
+    assert sorted((r.partition, r.offset) for r in rows) == \
+        sorted((m.partition, m.offset) for m in acked)
+    by_offset = {(r.partition, r.offset): r for r in rows}
+    for i, m in enumerate(acked):
+        r = by_offset[(m.partition, m.offset)]
+        assert (r.key, r.value, r.topic, r.timestampType) == (f"k{i % 7}".encode(),
+                                                              f"v{i}".encode(), "clicks", 0)
+        assert [(h.key, h.value) for h in r.headers] == [("n", str(i).encode())]
+        assert abs(r.timestamp.timestamp() * 1000 - m.timestamp) < 1
+    # assign + offsets per partition (-2 earliest, -1 latest), and minPartitions
+    ends = {m.partition: m.offset + 1 for m in acked}
+    some = reader(spark, cluster, assign=json.dumps({"clicks": [0, 2]}),
+                  startingOffsets=json.dumps({"clicks": {"0": 3, "2": -2}}),
+                  endingOffsets=json.dumps({"clicks": {"0": -1, "2": 4}}))
+    got = sorted((r.partition, r.offset) for r in some.collect())
+    assert got == [(0, o) for o in range(3, ends[0])] + [(2, o) for o in range(4)]
+    split = reader(spark, cluster, subscribe="clicks", minPartitions="9")
+    assert split.rdd.getNumPartitions() >= 6 and split.count() == 60
+
+
+def test_write_then_read_back_with_keys_partitions_and_headers(spark, cluster):
+    cluster.admin().create_topics([rafka.NewTopic("out", 2, 2)])
+    rows = [(f"k{i}", f"value {i}", i % 2, [("source", b"spark")]) for i in range(20)]
+    df = spark.createDataFrame(rows, "key string, value string, partition int, "
+                                     "headers array<struct<key: string, value: binary>>")
+    df.write.format("rafka").option("cluster", cluster.name).option("topic", "out") \
+        .mode("append").save()
+    back = reader(spark, cluster, subscribe="out", includeHeaders="true").collect()
+    assert sorted((r.key.decode(), r.value.decode(), r.partition) for r in back) == \
+        sorted((k, v, p) for k, v, p, _ in rows)
+    assert all([(h.key, h.value) for h in r.headers] == [("source", b"spark")] for r in back)
+    with pytest.raises(Exception, match="Overwrite not allowed"):
+        df.write.format("rafka").option("cluster", cluster.name).option("topic", "out") \
+            .mode("overwrite").save()
+    with pytest.raises(Exception, match="topic option required"):
+        spark.createDataFrame([("x",)], "value string").write.format("rafka") \
+            .option("cluster", cluster.name).mode("append").save()
+
+
+def test_streaming_available_now_honours_max_offsets_per_trigger_and_resumes_from_its_checkpoint(
+        spark, cluster, tmp_path):
+    cluster.admin().create_topics([rafka.NewTopic("events", 3, 2)])
+    produce(cluster, "events", 40)
+
+    def run_once():
+        query = (spark.readStream.format("rafka").option("cluster", cluster.name)
+                 .option("subscribe", "events").option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", "15").load()
+                 .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(180)
+        return [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+    first = run_once()
+    assert len(first) >= 3 and all(p["numInputRows"] <= 15 for p in first)
+    produce(cluster, "events", 25, start=40)
+    second = run_once()                              # the same checkpoint: only the new 25
+    assert sum(p["numInputRows"] for p in second) == 25
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert len(rows) == 65 and len({(r.partition, r.offset) for r in rows}) == 65
+    assert {r.value for r in rows} == {f"v{i}" for i in range(65)}
+
+
+def test_a_processing_time_query_picks_up_records_produced_while_it_runs(spark, cluster,
+                                                                        tmp_path):
+    cluster.admin().create_topics([rafka.NewTopic("live", 2, 2)])
+    produce(cluster, "live", 5)
+    query = (spark.readStream.format("rafka").option("cluster", cluster.name)
+             .option("subscribe", "live").option("startingOffsets", "earliest").load()
+             .selectExpr("CAST(value AS STRING) AS value")
+             .writeStream.format("memory").queryName("live_values")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_until(lambda: spark.sql("SELECT count(*) AS n FROM live_values").first().n == 5,
+                   120, "the first records")
+        produce(cluster, "live", 10, start=5)      # while the query runs
+        wait_until(lambda: spark.sql("SELECT count(*) AS n FROM live_values").first().n == 15,
+                   120, "the records produced while it ran")
+        values = {r.value for r in spark.sql("SELECT value FROM live_values").collect()}
+        assert values == {f"v{i}" for i in range(15)}
+    finally:
+        query.stop()
+
+
+def test_streaming_write_copies_a_topic_and_data_loss_fails_unless_allowed(spark, cluster,
+                                                                           tmp_path):
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("src", 2, 2), rafka.NewTopic("dst", 2, 2)])
+    produce(cluster, "src", 30, partitions=2)
+    query = (spark.readStream.format("rafka").option("cluster", cluster.name)
+             .option("subscribe", "src").option("startingOffsets", "earliest").load()
+             .selectExpr("key", "value", "partition")
+             .writeStream.format("rafka").option("cluster", cluster.name)
+             .option("topic", "dst").option("checkpointLocation", str(tmp_path / "c1"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    copied = reader(spark, cluster, subscribe="dst").collect()
+    assert sorted(r.value for r in copied) == sorted(f"v{i}".encode() for i in range(30))
+    # Records deleted below where a read starts: Spark's failOnDataLoss semantics.
+    admin.delete_records({("src", 0): 10})
+    from_zero = json.dumps({"src": {"0": 0, "1": 0}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(spark, cluster, subscribe="src", startingOffsets=from_zero).collect()
+    rest = reader(spark, cluster, subscribe="src", startingOffsets=from_zero,
+                  failOnDataLoss="false").collect()
+    assert min(r.offset for r in rest if r.partition == 0) == 10 and len(rest) == 20

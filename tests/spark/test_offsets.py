@@ -1,0 +1,82 @@
+"""The Spark source's decisions, as Spark's Kafka source makes them (pure: no Spark)."""
+from __future__ import annotations
+
+import pytest
+
+from protocols.topics import TopicPartition as TP
+from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss, from_json,
+                                 parse_offsets, parse_subscription, plan_ranges, rate_limit,
+                                 resolve, to_json)
+
+COUNTS = {"clicks": 3, "clicks-eu": 2, "orders": 1, "__consumer_offsets": 3}
+
+
+def test_exactly_one_of_subscribe_pattern_assign():
+    assert parse_subscription({"subscribe": "clicks, orders"}).select(COUNTS) == [
+        TP("clicks", 0), TP("clicks", 1), TP("clicks", 2), TP("orders", 0)]
+    assert parse_subscription({"subscribePattern": "clicks.*"}).select(COUNTS) == [
+        TP("clicks", 0), TP("clicks", 1), TP("clicks", 2), TP("clicks-eu", 0),
+        TP("clicks-eu", 1)]
+    assert parse_subscription({"subscribePattern": ".*"}).select(COUNTS)[-1] == TP("orders", 0)
+    assert parse_subscription({"assign": '{"clicks": [2, 0]}'}).select(COUNTS) == [
+        TP("clicks", 0), TP("clicks", 2)]
+    with pytest.raises(SparkSourceError, match="must be specified"):
+        parse_subscription({})
+    with pytest.raises(SparkSourceError, match="Only one"):
+        parse_subscription({"subscribe": "a", "assign": '{"a": [0]}'})
+    with pytest.raises(SparkSourceError, match="Expected e.g."):
+        parse_subscription({"assign": "clicks-0"})
+
+
+def test_starting_and_ending_offsets_with_minus_two_and_minus_one():
+    parts = [TP("clicks", 0), TP("clicks", 1)]
+    earliest = {parts[0]: 5, parts[1]: 0}
+    latest = {parts[0]: 50, parts[1]: 40}
+    spec = parse_offsets('{"clicks": {"0": -2, "1": 17}}', "latest", option="startingOffsets")
+    assert resolve(spec, parts, earliest, latest, option="startingOffsets") == {
+        parts[0]: 5, parts[1]: 17}
+    end = parse_offsets('{"clicks": {"0": 30, "1": -1}}', "latest", option="endingOffsets",
+                        allow_earliest=False)
+    assert resolve(end, parts, earliest, latest, option="endingOffsets") == {
+        parts[0]: 30, parts[1]: 40}
+    assert resolve("earliest", parts, earliest, latest, option="s") == earliest
+    with pytest.raises(SparkSourceError, match="not allowed"):
+        parse_offsets('{"clicks": {"0": -2}}', "latest", option="endingOffsets",
+                      allow_earliest=False)
+    with pytest.raises(SparkSourceError, match="is not specified"):
+        resolve({parts[0]: 3}, parts, earliest, latest, option="startingOffsets")
+
+
+def test_min_partitions_cuts_ranges_in_proportion():
+    start = {TP("t", 0): 0, TP("t", 1): 10, TP("t", 2): 7}
+    end = {TP("t", 0): 100, TP("t", 1): 30, TP("t", 2): 7}          # t-2 has nothing new
+    assert plan_ranges(start, end) == [OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 10, 30)]
+    ranges = plan_ranges(start, end, min_partitions=6)
+    assert len(ranges) >= 6
+    for p, (lo, hi) in {0: (0, 100), 1: (10, 30)}.items():
+        mine = [r for r in ranges if r.partition == p]
+        assert mine[0].from_offset == lo and mine[-1].until_offset == hi
+        assert all(a.until_offset == b.from_offset for a, b in zip(mine, mine[1:]))
+
+
+def test_max_offsets_per_trigger_is_shared_by_lag():
+    start = {TP("t", 0): 0, TP("t", 1): 0, TP("t", 2): 0}
+    latest = {TP("t", 0): 900, TP("t", 1): 90, TP("t", 2): 10}
+    assert rate_limit(start, latest, None) == latest
+    assert rate_limit(start, latest, 10_000) == latest
+    limited = rate_limit(start, latest, 100)
+    assert limited == {TP("t", 0): 90, TP("t", 1): 9, TP("t", 2): 1}   # a share below 1 rounds up
+
+
+def test_data_lost_to_retention_fails_unless_told_otherwise():
+    start = {TP("t", 0): 3, TP("t", 1): 8}
+    earliest = {TP("t", 0): 5, TP("t", 1): 0}
+    with pytest.raises(SparkSourceError, match="failOnDataLoss"):
+        check_data_loss(start, earliest, True)
+    assert check_data_loss(start, earliest, False) == {TP("t", 0): 5, TP("t", 1): 8}
+
+
+def test_offsets_round_trip_through_sparks_json_shape():
+    offsets = {TP("a", 0): 3, TP("a", 10): 4, TP("b", 1): 0}
+    assert to_json(offsets) == {"a": {"0": 3, "10": 4}, "b": {"1": 0}}
+    assert from_json(to_json(offsets)) == offsets
