@@ -68,11 +68,12 @@ class Cluster:
     def start(cls, num_brokers: int = 3, data_dir: str | Path = "rafka-data",
               config: Mapping[str, Any] | None = None, name: str = "default", *,
               address: str | None = None, timeout_s: float = 120.0,
-              **config_kwargs: Any) -> "Cluster":
+              nodes: list[str] | None = None, **config_kwargs: Any) -> "Cluster":
         """Start ``num_brokers`` brokers on the current Ray instance (a local one is started
         when none is connected) and wait until each has registered with the controller.
         Brokers are spread over the alive Ray nodes, round robin. Starting on a data_dir
-        that holds an earlier run recovers its topics and records."""
+        that holds an earlier run recovers its topics and records. ``nodes`` (Ray node
+        ids) restricts the brokers to those nodes."""
         from actors.broker.config import ClusterConfig
         from rafka.ray_support import ensure_ray
 
@@ -98,7 +99,12 @@ class Cluster:
             if running._any_broker_alive():
                 raise InvalidRequestError(f"A rafka cluster named '{name}' is already running "
                                           f"on this Ray cluster; use Cluster.connect('{name}')")
-        nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        if nodes:
+            unknown = set(nodes) - set(alive)
+            if unknown:
+                raise InvalidRequestError(f"Ray nodes {sorted(unknown)} are not alive")
+        nodes = list(nodes or alive)
         info = {"data_dir": str(Path(data_dir).resolve()), "config": parsed.to_dict(),
                 "brokers": {b: nodes[b % len(nodes)] for b in range(num_brokers)}}
         Path(info["data_dir"]).mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,27 @@ def configure_server(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--address", default=None, help="an existing Ray cluster's address")
     start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker config (repeatable), e.g. log.retention.hours=24")
+    start.add_argument("--wait-for-nodes", type=int, default=1, metavar="N",
+                       help="wait (up to 10 minutes) until the Ray cluster has N alive nodes "
+                            "before placing brokers on them, round robin (default 1)")
+
+
+def _wait_for_nodes(wanted: int, address: str | None, stop: threading.Event) -> None:
+    """Brokers go to the nodes alive when the cluster starts: on a fresh Ray cluster
+    (``ray up``), wait for the workers to join first."""
+    import ray
+
+    from rafka.ray_support import ensure_ray
+    ensure_ray(address)
+    deadline = time.monotonic() + 600
+    while not stop.is_set():
+        alive = sum(1 for n in ray.nodes() if n["Alive"])
+        if alive >= wanted:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {alive} of {wanted} Ray nodes came up within 10 minutes")
+        print(f"waiting for Ray nodes: {alive}/{wanted} alive", flush=True)
+        stop.wait(5)
 
 
 def run_server(args: argparse.Namespace) -> int:
@@ -58,6 +79,8 @@ def run_server(args: argparse.Namespace) -> int:
     # they are up; again after, in case ray.init installed its own.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
+    if args.wait_for_nodes > 1:
+        _wait_for_nodes(args.wait_for_nodes, args.address, stop)
     cluster = rafka.Cluster.start(args.num_brokers, args.data_dir,
                                   _props(args.override, "--override"), name=args.name,
                                   address=args.address)

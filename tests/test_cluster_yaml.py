@@ -20,3 +20,11 @@ def test_cluster_yaml_passes_rays_schema():
     from rafka.ray_support import RAY_SYSTEM_CONFIG_JSON
     head = " ".join(prepared["head_start_ray_commands"])
     assert f"--system-config='{RAY_SYSTEM_CONFIG_JSON}'" in head
+    # ... and then starts the rafka cluster, in the background, on that Ray instance.
+    server = prepared["head_start_ray_commands"][-1]
+    assert "rafka server start" in server and "--address 127.0.0.1:6379" in server
+    assert server.rstrip().endswith("&")
+    from rafka.cli import build_parser
+    argv = server.split("rafka server start", 1)[1].split(">")[0].split()
+    args = build_parser().parse_args(["server", "start", *argv])
+    assert (args.data_dir, args.wait_for_nodes) == ("/var/lib/rafka", 1)
