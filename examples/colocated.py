@@ -1,11 +1,10 @@
 """Ray on Spark, rafka on that Ray: brokers on the Spark executors' Ray worker nodes, a
 topic written and read back through the rafka format, then everything torn down.
 
-    python examples/colocated.py                 # a local-cluster[2,1,1024] Spark
+    python examples/colocated.py       # a local-cluster[2,2,1024] Spark: 2 executors, 2 cores each
 """
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -13,15 +12,13 @@ import time
 from pyspark.sql import SparkSession
 
 import rafka
-from rafka.ray_support import prepare_local_token_auth
-from rafka.spark.colocated import start_colocated
+from rafka.spark.colocated import prepare_environment, start_colocated
 
 
-def run(master: str = "local-cluster[2,1,1024]", out=print) -> dict:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+def run(master: str = "local-cluster[2,2,1024]", out=print) -> dict:
     # Before Spark starts: its executors (the Ray worker nodes, the data source's readers)
-    # inherit the Ray auth token from this environment.
-    prepare_local_token_auth()
+    # inherit the Ray auth token, the interpreter and PATH from this environment.
+    prepare_environment()
     started = time.monotonic()
     spark = (SparkSession.builder.master(master).appName("rafka-colocated")
              .config("spark.ui.enabled", "false").config("spark.task.cpus", "1")

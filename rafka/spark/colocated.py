@@ -1,22 +1,38 @@
 """Ray on Spark, rafka on that Ray: a rafka cluster colocated with a Spark cluster's
 executors (``ray.util.spark.setup_ray_cluster``), torn down with it.
 
+    rafka.spark.colocated.prepare_environment()
     spark = SparkSession.builder.master("local-cluster[2,1,1024]").getOrCreate()
     with rafka.spark.start_colocated(spark, num_brokers=2) as colocated:
         colocated.cluster.admin().create_topics([rafka.NewTopic("t", 2, 2)])
         spark.read.format("rafka").option("cluster", colocated.cluster.name) ...
 
 Ray 2.60 turns token authentication on. rafka makes the token and puts it in the
-environment (``rafka.ray_support.prepare_local_token_auth``); call that before the
-SparkSession starts, so that the executors (the Ray worker nodes and the data source's
-readers and writers) inherit it with everything else. Reads and writes name the Ray
+environment with what else the executors need (``prepare_environment``); call that before
+the SparkSession starts, so that the executors (the Ray worker nodes and the data source's
+readers and writers) inherit it. Reads and writes name the Ray
 address with the ``rayAddress`` option (``Colocated.ray_address``).
 """
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
+
+
+def prepare_environment() -> None:
+    """What Spark's executors must inherit, set in this process's environment; call it
+    before the SparkSession starts. The Ray auth token (Ray 2.60 turns token auth on), this
+    interpreter for Spark's Python workers, and its bin directory on PATH (Ray on Spark runs
+    the ``ray`` script found there)."""
+    from rafka.ray_support import prepare_local_token_auth
+
+    prepare_local_token_auth()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    bin_dir = os.path.dirname(sys.executable)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
 @dataclass
@@ -52,10 +68,10 @@ def start_colocated(spark, num_brokers: int = 2, data_dir: str = "/tmp/rafka-col
     from ray.util.spark import setup_ray_cluster
 
     import rafka
-    from rafka.ray_support import RAY_SYSTEM_CONFIG, prepare_local_token_auth
+    from rafka.ray_support import RAY_SYSTEM_CONFIG
     from rafka.spark import register
 
-    prepare_local_token_auth()
+    prepare_environment()
     workers = max_worker_nodes or int(spark.sparkContext.defaultParallelism
                                        // max(1, num_cpus_worker_node))
     address, _ = setup_ray_cluster(
