@@ -64,6 +64,14 @@ def test_batch_read_returns_every_acknowledged_record_with_kafkas_schema(spark, 
     assert got == [(0, o) for o in range(3, ends[0])] + [(2, o) for o in range(4)]
     split = reader(spark, cluster, subscribe="clicks", minPartitions="9")
     assert split.rdd.getNumPartitions() >= 6 and split.count() == 60
+    # startingTimestamp: from the first record at or after the time, per partition (the
+    # time index); a time after every record reads nothing.
+    cut = sorted(m.timestamp for m in acked)[30]
+    later = reader(spark, cluster, subscribe="clicks", startingTimestamp=str(cut)).collect()
+    assert sorted((r.partition, r.offset) for r in later) == \
+        sorted((m.partition, m.offset) for m in acked if m.timestamp >= cut)
+    assert reader(spark, cluster, subscribe="clicks",
+                  startingTimestamp=str(max(m.timestamp for m in acked) + 1)).count() == 0
 
 
 def test_write_then_read_back_with_keys_partitions_and_headers(spark, cluster):
