@@ -94,6 +94,13 @@ class RangePartition(InputPartition):
         self.range = offset_range
 
 
+def read_partition(options, partition, include_headers: bool) -> Iterator[tuple]:
+    """A planned partition's rows. With nothing to read the planner returns no partitions,
+    and Spark then calls read once with a plain InputPartition: no rows."""
+    r = getattr(partition, "range", None)
+    return iter(()) if r is None else read_range(options, r, include_headers)
+
+
 def read_range(options, r: OffsetRange, include_headers: bool) -> Iterator[tuple]:
     """The rows of one offset range, read with a consumer on this Spark worker."""
     timeout_s = float(options.get("fetchTimeoutMs", 120_000)) / 1000
@@ -126,7 +133,7 @@ class RafkaBatchReader(DataSourceReader):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(self.options, partition.range, self.include_headers)
+        return read_partition(self.options, partition, self.include_headers)
 
 
 # ---- streaming read ----------------------------------------------------------------------
@@ -184,7 +191,7 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition):
-        return read_range(self.options, partition.range, self.include_headers)
+        return read_partition(self.options, partition, self.include_headers)
 
     def commit(self, end: dict) -> None:
         pass   # offsets live in Spark's checkpoint, as with Spark's Kafka source
