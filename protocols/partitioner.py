@@ -56,19 +56,20 @@ class StickyPartitionCache:
 
     def __init__(self, rng: random.Random | None = None):
         self._rng = rng or random.Random()
-        self._current: dict[str, int] = {}
+        # topic -> its sticky partition (public: the producer's send reads it inline)
+        self.current: dict[str, int] = {}
 
     def partition(self, topic: str, available: list[int], num_partitions: int) -> int:
-        if topic not in self._current:
+        if topic not in self.current:
             return self.next_partition(topic, available, num_partitions, -1)
-        return self._current[topic]
+        return self.current[topic]
 
     def next_partition(self, topic: str, available: list[int], num_partitions: int,
                        previous: int) -> int:
-        if self._current.get(topic, -1) != previous:
-            return self._current[topic]  # someone already moved on
+        if self.current.get(topic, -1) != previous:
+            return self.current[topic]  # someone already moved on
         choices = [p for p in (available or range(num_partitions)) if p != previous] or \
             list(available or range(num_partitions))
         chosen = self._rng.choice(choices)
-        self._current[topic] = chosen
+        self.current[topic] = chosen
         return chosen

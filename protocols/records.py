@@ -136,15 +136,22 @@ class MemoryRecordsBuilder:
                              f"{self.last_offset_delta}")
         self.last_offset_delta = offset_delta
         self.count += 1
-        record = (b"\x00" + _varint(timestamp - self.base_timestamp) + _varint(offset_delta)
-                  + (b"\x01" if key is None else _varint(len(key)) + key)
-                  + (b"\x01" if value is None else _varint(len(value)) + value)
-                  + (_headers(headers) if headers else b"\x00"))
-        length = _varint(len(record))
+        # One join (not five concatenations): this runs for every record a producer sends.
+        delta = timestamp - self.base_timestamp
+        record = b"".join((
+            b"\x00",
+            _SMALL_VARINTS[delta] if 0 <= delta < 16_384 else encode_varint(delta),
+            _SMALL_VARINTS[offset_delta] if offset_delta < 16_384 else encode_varint(offset_delta),
+            b"\x01" if key is None else _varint(len(key)) + key,
+            b"\x01" if value is None else _varint(len(value)),
+            b"" if value is None else value,
+            _headers(headers) if headers else b"\x00"))
+        n = len(record)
+        length = _SMALL_VARINTS[n] if n < 16_384 else encode_varint(n)
         body = self.body
         body += length
         body += record
-        return len(length) + len(record)
+        return len(length) + n
 
     @property
     def size_in_bytes(self) -> int:
@@ -398,9 +405,12 @@ class RecordBatch:
         for offset, ts, key, value, headers in self.record_tuples():
             yield Record(key, value, ts, headers, offset)
 
-    def record_tuples(self) -> list[tuple]:
+    def record_tuples(self, wrap: tuple | None = None) -> list[tuple]:
         """Every record as ``(offset, timestamp, key, value, headers)``: the consumer's hot
-        path, decoded in one pass over a bytes copy of the body."""
+        path, decoded in one pass over a bytes copy of the body. With ``wrap = (cls, topic,
+        partition, timestamp_type, leader_epoch)`` each record is instead built directly as
+        ``cls((topic, partition, offset, timestamp, timestamp_type, key, value, headers,
+        leader_epoch))`` (the consumer's ConsumerRecord), saving a second pass."""
         start = self._start
         body = bytes(memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size])
         codec = self.attributes & COMPRESSION_MASK
@@ -409,7 +419,7 @@ class RecordBatch:
         append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
         try:
             return _decode_records(body, self.record_count, self.base_offset,
-                                   self.base_timestamp, append_time)
+                                   self.base_timestamp, append_time, wrap)
         except (IndexError, struct.error, UnicodeDecodeError) as e:
             raise CorruptRecordError(f"Record batch at offset {self.base_offset} does not "
                                      f"decode: {e}") from None
@@ -421,49 +431,70 @@ class RecordBatch:
 
 
 def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
-                    append_time: int | None) -> list[tuple]:
-    # Most varints in a record are one byte; those are read inline, the rest by
-    # decode_varint. Zig-zag of a one-byte value b is (b >> 1) ^ -(b & 1).
+                    append_time: int | None, wrap: tuple | None = None) -> list[tuple]:
+    # Nearly every varint in a record is one or two bytes (a 100-byte value's length, offset
+    # deltas past 63, timestamp deltas past 63 ms are two): those are read inline, longer
+    # ones by decode_varint. Zig-zag of z is (z >> 1) ^ -(z & 1).
     out = []
     append = out.append
+    if wrap is not None:
+        cls, topic, partition, ts_type, epoch = wrap
+        new = tuple.__new__
     pos = 0
     size = len(body)
     for _ in range(count):
         b = body[pos]
         if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
+            z = b
             pos += 1
+        elif body[pos + 1] < 0x80:
+            z = (b & 0x7F) | (body[pos + 1] << 7)
+            pos += 2
         else:
-            length, pos = decode_varint(body, pos)
+            z, pos = _raw_varint(body, pos)
+        length = (z >> 1) ^ -(z & 1)
         end = pos + length
         if length < 0 or end > size:
             raise CorruptRecordError(f"Record in batch {base_offset} claims {length} bytes "
                                      "beyond the batch")
-        b = body[pos + 1]               # after the attributes byte
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            pos += 2
-        else:
-            ts_delta, pos = decode_varint(body, pos + 1)
+        pos += 1                        # the attributes byte
         b = body[pos]
         if b < 0x80:
-            off_delta = (b >> 1) ^ -(b & 1)
+            z = b
             pos += 1
+        elif body[pos + 1] < 0x80:
+            z = (b & 0x7F) | (body[pos + 1] << 7)
+            pos += 2
         else:
-            off_delta, pos = decode_varint(body, pos)
+            z, pos = _raw_varint(body, pos)
+        ts_delta = (z >> 1) ^ -(z & 1)
+        b = body[pos]
+        if b < 0x80:
+            z = b
+            pos += 1
+        elif body[pos + 1] < 0x80:
+            z = (b & 0x7F) | (body[pos + 1] << 7)
+            pos += 2
+        else:
+            z, pos = _raw_varint(body, pos)
+        off_delta = (z >> 1) ^ -(z & 1)
         b = body[pos]
         if b == 1:
             key = None
             pos += 1
         else:
-            if b < 0x80 and not b & 1:
-                klen = b >> 1
+            if b < 0x80:
+                z = b
                 pos += 1
+            elif body[pos + 1] < 0x80:
+                z = (b & 0x7F) | (body[pos + 1] << 7)
+                pos += 2
             else:
-                klen, pos = decode_varint(body, pos)
-                if klen < 0:
-                    raise CorruptRecordError(f"Record in batch {base_offset} has a "
-                                             "negative length other than -1")
+                z, pos = _raw_varint(body, pos)
+            if z & 1:
+                raise CorruptRecordError(f"Record in batch {base_offset} has a "
+                                         "negative length other than -1")
+            klen = z >> 1
             key = body[pos:pos + klen]
             pos += klen
         b = body[pos]
@@ -471,14 +502,18 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             value = None
             pos += 1
         else:
-            if b < 0x80 and not b & 1:
-                vlen = b >> 1
+            if b < 0x80:
+                z = b
                 pos += 1
+            elif body[pos + 1] < 0x80:
+                z = (b & 0x7F) | (body[pos + 1] << 7)
+                pos += 2
             else:
-                vlen, pos = decode_varint(body, pos)
-                if vlen < 0:
-                    raise CorruptRecordError(f"Record in batch {base_offset} has a "
-                                             "negative length other than -1")
+                z, pos = _raw_varint(body, pos)
+            if z & 1:
+                raise CorruptRecordError(f"Record in batch {base_offset} has a "
+                                         "negative length other than -1")
+            vlen = z >> 1
             value = body[pos:pos + vlen]
             pos += vlen
         if body[pos] == 0:
@@ -502,10 +537,19 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
         if pos != end:
             raise CorruptRecordError(f"Record in batch {base_offset} has {end - pos} bytes "
                                      "unaccounted for")
-        append((base_offset + off_delta,
-                append_time if append_time is not None else base_ts + ts_delta,
-                key, value, headers))
+        ts = append_time if append_time is not None else base_ts + ts_delta
+        if wrap is None:
+            append((base_offset + off_delta, ts, key, value, headers))
+        else:
+            append(new(cls, (topic, partition, base_offset + off_delta, ts, ts_type, key, value,
+                             headers, epoch)))
     return out
+
+
+def _raw_varint(buf, pos: int) -> tuple[int, int]:
+    """The zig-zag encoded value (not yet decoded) and the next position."""
+    value, pos = decode_varint(buf, pos)
+    return (value << 1) ^ (value >> 63), pos
 
 
 def read_batch_header(buffer, position: int = 0) -> tuple[int, int] | None:

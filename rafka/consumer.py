@@ -488,18 +488,15 @@ class Consumer:
             header = batch.header()
             ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
             epoch = header.partition_leader_epoch
-            tuples = batch.record_tuples()
-            if tuples and tuples[0][0] < fetch_offset:  # the fetch began inside this batch
-                tuples = [t for t in tuples if t[0] >= fetch_offset]
             if key_de is None and value_de is None:
-                chunk = [_new_record(ConsumerRecord, (topic, partition, off, ts, ts_type, k, v,
-                                                      h, epoch))
-                         for off, ts, k, v, h in tuples]
+                chunk = batch.record_tuples((ConsumerRecord, topic, partition, ts_type, epoch))
+                if chunk and chunk[0].offset < fetch_offset:  # the fetch began inside it
+                    chunk = [r for r in chunk if r.offset >= fetch_offset]
             else:
                 chunk = [_new_record(ConsumerRecord, (
                     topic, partition, off, ts, ts_type, k if key_de is None else key_de(k),
                     v if value_de is None else value_de(v), h, epoch))
-                    for off, ts, k, v, h in tuples]
+                    for off, ts, k, v, h in batch.record_tuples() if off >= fetch_offset]
             if chunk:
                 st.buffered.append([epoch, chunk, 0])
 

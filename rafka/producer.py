@@ -27,7 +27,8 @@ from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
 from protocols.partitioner import StickyPartitionCache, partition_for_key
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from rafka.accumulator import ProducerBatch, RecordAccumulator, estimate_size
+from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
+                               estimate_size)
 from rafka.client_metadata import ClientMetadata
 from rafka.futures import FutureRecordMetadata, failed_future
 from rafka.serde import serializer
@@ -140,7 +141,9 @@ class Producer:
             pairs = headers.items() if hasattr(headers, "items") else headers
             header_list = tuple((k, self._value_ser(v)) for k, v in pairs)
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
-        size = estimate_size(key_bytes, value_bytes, header_list)
+        size = estimate_size(key_bytes, value_bytes, header_list) if header_list else \
+            RECORD_OVERHEAD + (len(key_bytes) if key_bytes else 0) + \
+            (len(value_bytes) if value_bytes else 0)
         if size > self._max_request_size:
             return failed_future(RecordTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than "
@@ -156,13 +159,16 @@ class Producer:
             partition = partition_for_key(key_bytes, len(partitions))
         else:
             sticky = True
-            partition = self.sticky.partition(topic, partitions, len(partitions))
+            partition = self.sticky.current.get(topic)
+            if partition is None:
+                partition = self.sticky.partition(topic, partitions, len(partitions))
         tp = self._tps.get((topic, partition))
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         accumulator = self.accumulator
         with self._lock:
-            if not accumulator.has_room_for(size):
+            used = accumulator.used_bytes
+            if used and used + size > accumulator.buffer_memory:
                 self._wait_for_room(size)
             new_batch, batch, index = accumulator.append(tp, ts, key_bytes, value_bytes,
                                                          header_list, size)
