@@ -158,11 +158,15 @@ def consume(cluster, topic: str, records: int) -> tuple[int, float]:
     return seen, elapsed
 
 
-def end_to_end(cluster, topic: str, rate: int, seconds: float) -> list[float]:
+def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float) -> list[float]:
+    """Latencies (ms) of the records produced after ``warmup`` seconds at ``rate``: the
+    first second or so pays for connections and actor-handle lookups, which a long-running
+    producer pays once."""
     import rafka
-    latencies: list[float] = []
+    from rafka.throttle import ThroughputThrottler
+    seen: list[tuple[int, float]] = []
     stop = threading.Event()
-    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "latest", "fetch.max.wait.ms": 100})
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "latest"})
     consumer.assign([(topic, p) for p in range(6)])
     for p in range(6):
         consumer.position((topic, p))
@@ -170,22 +174,21 @@ def end_to_end(cluster, topic: str, rate: int, seconds: float) -> list[float]:
     def read():
         while not stop.is_set():
             for r in consumer.poll(50):
-                latencies.append(time.time() * 1000 - r.timestamp)
+                seen.append((r.timestamp, time.time() * 1000 - r.timestamp))
     reader = threading.Thread(target=read)
     reader.start()
     with rafka.Producer(cluster, {"acks": "all"}) as producer:   # linger.ms=5, Kafka 4's
-        started = time.perf_counter()
-        n = int(rate * seconds)
-        for i in range(n):
-            ahead = started + i / rate - time.perf_counter()
-            if ahead > 0:
-                time.sleep(ahead)
+        measured_from_ms = time.time() * 1000 + warmup * 1000
+        throttler = ThroughputThrottler(rate)
+        for i in range(int(rate * (warmup + seconds))):
             producer.send(topic, VALUE)
+            throttler.throttle(i + 1)
         producer.flush()
     time.sleep(1)
     stop.set()
     reader.join()
-    return sorted(latencies)
+    consumer.close()
+    return sorted(latency for ts, latency in seen if ts >= measured_from_ms)
 
 
 def main(argv=None) -> int:
@@ -193,6 +196,8 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=10_000, help="end-to-end records/s")
     parser.add_argument("--latency-seconds", type=float, default=10)
+    parser.add_argument("--warmup-seconds", type=float, default=2,
+                        help="end-to-end: produce at the rate this long before measuring")
     parser.add_argument("--batch-size", type=int, default=256 * 1024,
                         help="the producer's batch.size (a Ray call costs ~1 ms of CPU, so "
                              "fewer, bigger batches pay)")
@@ -212,7 +217,8 @@ def main(argv=None) -> int:
     print(describe(root))
     print(f"parameters: {args.records} records of {len(VALUE)} bytes, one producer thread, "
           f"6 partitions, 3 brokers, linger.ms=5, batch.size={args.batch_size}; latency at "
-          f"{args.rate} records/s for {args.latency_seconds} s")
+          f"{args.rate} records/s for {args.latency_seconds} s after {args.warmup_seconds} s of "
+          f"warm-up, Kafka's ThroughputThrottler")
     peer_p, peer_c = (None, None) if args.skip_peer or args.only_latency \
         else redis_streams(args.records)
     ensure_ray()
@@ -234,7 +240,8 @@ def main(argv=None) -> int:
                      peer_p)
                 admin.delete_topics([topic])
         fresh_topic(cluster, "e2e", 3)
-        lat = measured(end_to_end, cluster, "e2e", args.rate, args.latency_seconds)
+        lat = measured(end_to_end, cluster, "e2e", args.rate, args.latency_seconds,
+                       args.warmup_seconds)
         if lat:
             p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
             print(f"end-to-end latency at {args.rate} records/s (acks=all, RF=3): "

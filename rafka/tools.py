@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from rafka.topics_cli import add_cluster_options
+from rafka.throttle import ThroughputThrottler
 
 
 def _props(pairs: list[str], option: str) -> dict[str, str]:
@@ -280,17 +281,15 @@ def run_producer_perf(args: argparse.Namespace) -> int:
     payload = b"x" * args.record_size
     stats = _Stats(args.num_records, args.reporting_interval)
     with rafka.Producer(cluster, _props(args.producer_props, "--producer-props")) as producer:
-        started = time.monotonic()
+        throttler = ThroughputThrottler(args.throughput) if args.throughput > 0 else None
         for i in range(args.num_records):
             sent_at = time.monotonic()
             future = producer.send(args.topic, payload)
             future.add_done_callback(
                 lambda f, t=sent_at: f.exception() is None and
                 stats.record(int((time.monotonic() - t) * 1000), args.record_size))
-            if args.throughput > 0:
-                ahead = (i + 1) / args.throughput - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
+            if throttler is not None:
+                throttler.throttle(i + 1)
         producer.flush()
     print(stats.final(), flush=True)
     return 0
