@@ -11,7 +11,8 @@ import pytest
 import ray
 
 import rafka
-from protocols.errors import InvalidConfigError, KafkaTimeoutError, RecordTooLargeError
+from protocols.errors import (InvalidConfigError, KafkaTimeoutError, OffsetOutOfRangeError,
+                              RecordTooLargeError)
 from protocols.partitioner import partition_for_key
 from protocols.records import Record, encode_batch
 from protocols.topics import TopicPartition
@@ -222,3 +223,45 @@ def test_fetch_max_bytes_bounds_fetches_but_every_partition_is_read(cluster):
     records = consume_all(consumer, 80)
     assert sorted((r.partition, r.offset) for r in records) == [
         (p, i) for p in range(4) for i in range(20)]
+
+
+def test_consumer_detects_log_truncation_after_an_unclean_election(cluster):
+    """KIP-320: a consumer that read records the new leader never had (an unclean election)
+    goes back to where the logs agree (or, with auto.offset.reset=none, says so) instead of
+    waiting at an offset the new leader will give to different records."""
+    cluster.admin().create_topics([rafka.NewTopic(
+        "div", replica_assignment={0: [0, 1]},
+        config={"unclean.leader.election.enable": "true", "min.insync.replicas": 1})])
+    with rafka.Producer(cluster) as producer:
+        for i in range(10):                                   # on both replicas
+            producer.send("div", f"old-{i}".encode()).result(30)
+    cluster.stop_broker(1)                                    # the follower leaves the ISR
+    wait_until(lambda: list(cluster.metadata()["topics"]["div"][0]["isr"]) == [0], 30,
+               "the ISR to shrink to the leader")
+    with rafka.Producer(cluster) as producer:
+        for i in range(10, 20):                               # only on broker 0
+            producer.send("div", f"old-{i}".encode()).result(30)
+
+    resetting = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    strict = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    for consumer in (resetting, strict):
+        consumer.assign([("div", 0)])
+        assert [r.offset for r in consume_all(consumer, 20)] == list(range(20))
+        assert consumer.position(("div", 0)) == 20
+    strict.config["auto.offset.reset"] = "none"
+
+    cluster.stop_broker(0, controlled=False)                  # the only ISR member is gone
+    cluster.start_broker(1)                                   # ... and 1 is elected, unclean
+    wait_until(lambda: cluster.metadata()["topics"]["div"][0]["leader"] == 1, 60,
+               "broker 1 to lead through an unclean election")
+    with rafka.Producer(cluster, {"acks": "1"}) as producer:
+        for i in range(3):                                    # offsets 10-12 on the new leader
+            producer.send("div", f"new-{i}".encode()).result(30)
+
+    after = consume_all(resetting, 3)
+    assert [(r.offset, r.value) for r in after] == [(10 + i, f"new-{i}".encode())
+                                                    for i in range(3)]
+    with pytest.raises(OffsetOutOfRangeError, match="Truncation detected"):
+        consume_all(strict, 1, timeout_s=30)
+    resetting.close()
+    strict.close()
