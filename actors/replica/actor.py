@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from actors.process import freeze_startup_objects
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
 from actors.timer.system_timer import AsyncioTimer
 from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError,
@@ -75,6 +76,7 @@ class PartitionReplicaActor:
         self._fetcher: asyncio.Task | None = None
         self._alter_task: asyncio.Task | None = None
         self._closed = False
+        freeze_startup_objects()
 
     # ---- control (from the broker) ---------------------------------------------------------
     async def become(self, leader_and_isr: bytes) -> bytes:
