@@ -249,8 +249,8 @@ def main(argv=None) -> int:
         if lat:
             p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
             print(f"end-to-end latency at {args.rate} records/s (acks=all, RF=3): "
-                  f"{len(lat)} records, p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms, "
-                  f"max {lat[-1]:.1f} ms")
+                  f"{len(lat)} records, p50 {p(0.5):.1f} ms, p95 {p(0.95):.1f} ms, "
+                  f"p99 {p(0.99):.1f} ms, p99.9 {p(0.999):.1f} ms, max {lat[-1]:.1f} ms")
     finally:
         cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)

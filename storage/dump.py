@@ -24,6 +24,7 @@ from protocols.errors import CorruptIndexError, KafkaError
 from protocols.records import Record, RecordBatch
 from storage.file_records import FileRecords
 from storage.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file
+from storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
 
 NO_TIMESTAMP = -1
 NO_SEQUENCE = -1
@@ -386,15 +387,28 @@ def dump_log(path: str | Path, options: DumpOptions = DumpOptions(),
         records.close()
 
 
+def dump_producer_snapshot(path: str | Path, options: DumpOptions = DumpOptions(),
+                           problems: DumpProblems | None = None) -> Iterator[str]:
+    """Kafka's dumpProducerIdSnapshot line per entry; a corrupt snapshot is reported, as
+    Kafka's CorruptSnapshotException, on stderr by the caller."""
+    for pid, epoch, b in decode_snapshot(Path(path).read_bytes()):
+        yield (f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: -1 "
+               f"currentTxnFirstOffset: OptionalLong.empty lastTimestamp: {b.timestamp} "
+               f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} "
+               f"lastOffset: {b.last_offset} offsetDelta: {b.last_offset - b.first_offset} "
+               f"timestamp: {b.timestamp}")
+
+
 FileDumper = Callable[[str | Path, DumpOptions, DumpProblems], Iterator[str]]
 
 # Kafka picks the dumper by the text after the LAST dot, so ``.log.deleted`` or
 # ``.index.swap`` files are "unknown", as is ``leader-epoch-checkpoint`` (no dot at all).
-# rafka writes no producer-state ``.snapshot`` or ``.txnindex`` files yet.
+# rafka writes no ``.txnindex`` files (no transactions).
 DUMPERS: dict[str, FileDumper] = {
     LOG_SUFFIX: dump_log,
     INDEX_SUFFIX: dump_offset_index,
     TIME_INDEX_SUFFIX: dump_time_index,
+    SNAPSHOT_SUFFIX: dump_producer_snapshot,
 }
 
 

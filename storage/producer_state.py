@@ -7,22 +7,35 @@ the last five batches' sequence ranges and offsets. A new batch must continue th
 with its original offsets instead of being written twice.
 
 The state is rebuilt from the log's batch headers and saved in ``<offset>.snapshot`` files
-(the state as of that offset; msgpack, not Kafka's binary layout), taken when a segment rolls
-and when the log closes, so that a restart replays only what follows the newest snapshot.
+(the state as of that offset), taken when a segment rolls and when the log closes, so that a
+restart replays only what follows the newest snapshot. The files are Kafka's producer
+snapshot, version 1 (``version i16 | crc u32 | [producer entry]``, CRC-32C over the entries),
+which ``kafka-dump-log.sh`` and Kafka's own ProducerStateManager read. Kafka writes one entry
+per producer, its last batch; rafka writes one per retained batch, oldest first, so that all
+five survive a restart here while a Kafka reader (the last entry of a producer wins) still
+sees the newest.
 """
 from __future__ import annotations
 
 import os
+import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgpack
+import crc32c
 
-from protocols.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from protocols.errors import (CorruptRecordError, InvalidProducerEpochError,
+                              OutOfOrderSequenceNumberError)
 from storage.checkpoint import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEADER = struct.Struct(">hIi")     # version, crc, entry count
+# producer id, epoch, last sequence, last offset, offset delta, timestamp, coordinator
+# epoch, current transaction's first offset
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+_ENTRIES_AT = 6                              # the CRC covers from here (Kafka's offset)
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's: as many as max.in.flight.requests.per.connection
 INT_MAX = 2**31 - 1
 
@@ -130,13 +143,8 @@ class ProducerStateManager:
                       if p.name[:-len(SNAPSHOT_SUFFIX)].isdigit())
 
     def take_snapshot(self) -> None:
-        data = msgpack.packb({
-            "version": 1, "end_offset": self.map_end_offset,
-            "producers": [[e.producer_id, e.epoch,
-                           [[b.first_seq, b.last_seq, b.first_offset, b.last_offset,
-                             b.timestamp] for b in e.batches]]
-                          for e in self.producers.values()]})
-        write_atomically(snapshot_path(self.dir, self.map_end_offset), data)
+        write_atomically(snapshot_path(self.dir, self.map_end_offset),
+                         encode_snapshot(self.producers.values()))
 
     def load(self, log_end_offset: int) -> int:
         """Load the newest snapshot at or below ``log_end_offset`` (dropping any above) and
@@ -149,16 +157,17 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             try:
-                snap = msgpack.unpackb(path.read_bytes())
-            except (ValueError, msgpack.UnpackException, OSError):
+                entries = decode_snapshot(path.read_bytes())
+            except (CorruptRecordError, OSError):
                 path.unlink(missing_ok=True)  # torn by a crash: an older one will do
                 continue
-            for pid, epoch, batches in snap["producers"]:
-                entry = ProducerEntry(pid, epoch)
-                entry.batches.extend(BatchMetadata(*b) for b in batches)
-                self.producers[pid] = entry
-            self.map_end_offset = snap["end_offset"]
-            return self.map_end_offset
+            for pid, epoch, batch in entries:
+                entry = self.producers.get(pid)
+                if entry is None or entry.epoch != epoch:
+                    entry = self.producers[pid] = ProducerEntry(pid, epoch)
+                entry.batches.append(batch)
+            self.map_end_offset = offset
+            return offset
         return 0
 
     def delete_snapshots_below(self, offset: int) -> None:
@@ -171,3 +180,36 @@ class ProducerStateManager:
                     os.unlink(snapshot_path(self.dir, o))
                 except FileNotFoundError:
                     pass
+
+
+# ---- Kafka's producer snapshot file ------------------------------------------------------
+def encode_snapshot(producers) -> bytes:
+    entries = [_SNAPSHOT_ENTRY.pack(e.producer_id, e.epoch, b.last_seq, b.last_offset,
+                                    b.last_offset - b.first_offset, b.timestamp, -1, -1)
+               for e in producers for b in e.batches]
+    body = _SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, 0, len(entries)) + b"".join(entries)
+    crc = crc32c.crc32c(body[_ENTRIES_AT:])
+    return _SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, crc, len(entries)) + body[10:]
+
+
+def decode_snapshot(data: bytes) -> list[tuple[int, int, BatchMetadata]]:
+    """``(producer id, epoch, batch)`` per entry, in file order. CorruptRecordError for a
+    wrong version, a CRC mismatch or a torn file (Kafka's CorruptSnapshotException)."""
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise CorruptRecordError(f"Snapshot of {len(data)} bytes is shorter than its header")
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptRecordError(f"Snapshot contained an unknown file version {version}")
+    computed = crc32c.crc32c(data[_ENTRIES_AT:])
+    if crc != computed:
+        raise CorruptRecordError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: "
+                                 f"{crc}. Computed crc: {computed}")
+    if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
+        raise CorruptRecordError(f"Snapshot of {len(data)} bytes cannot hold {count} entries")
+    out = []
+    for pid, epoch, last_seq, last_offset, delta, timestamp, _coordinator_epoch, _txn in \
+            _SNAPSHOT_ENTRY.iter_unpack(data[_SNAPSHOT_HEADER.size:]):
+        first_seq = (last_seq - delta) % (INT_MAX + 1)
+        out.append((pid, epoch, BatchMetadata(first_seq, last_seq, last_offset - delta,
+                                              last_offset, timestamp)))
+    return out

@@ -428,3 +428,16 @@ def test_a_missing_file_fails_alone(tmp_path, written_log):
     assert err == [f"Error: {missing}: No such file or directory"]
     assert dumper.failed == [str(missing)]
     assert len(out) == 2 + 1 + 3
+
+
+def test_producer_snapshot_dumps_as_kafka_prints_it(tmp_path):
+    log = Log.open(tmp_path / "t-0")
+    log.append_as_leader(encode_batch([Record(None, b"a", T0), Record(None, b"b", T0 + 5)],
+                                      producer_id=3, producer_epoch=1, base_sequence=0), 0)
+    log.close()
+    out, err, _ = run([tmp_path / "t-0" / f"{2:020d}.snapshot"])
+    assert out == [f"Dumping {tmp_path / 't-0' / f'{2:020d}.snapshot'}",
+                   "producerId: 3 producerEpoch: 1 coordinatorEpoch: -1 currentTxnFirstOffset: "
+                   f"OptionalLong.empty lastTimestamp: {T0 + 5} firstSequence: 0 "
+                   f"lastSequence: 1 lastOffset: 1 offsetDelta: 1 timestamp: {T0 + 5}"]
+    assert err == []

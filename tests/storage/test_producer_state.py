@@ -2,11 +2,16 @@
 sequence gaps and stale epochs refused, state kept across restarts in .snapshot files."""
 from __future__ import annotations
 
+import struct
+
+import crc32c
 import pytest
 
-from protocols.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from protocols.errors import (CorruptRecordError, InvalidProducerEpochError,
+                              OutOfOrderSequenceNumberError)
 from protocols.records import Record, encode_batch
 from storage import Log
+from storage.producer_state import ProducerStateManager, decode_snapshot
 
 
 def batch(seq: int, n: int = 2, pid: int = 7, epoch: int = 0) -> bytes:
@@ -81,3 +86,50 @@ def test_follower_appends_build_the_same_state(tmp_path, clock):
     follower.append_as_follower(leader.read(0, 1 << 20))
     # After a leader change the follower, now leader, still recognises the retry.
     assert follower.append_as_leader(batch(4), 1).duplicate
+
+
+def test_snapshot_files_are_kafkas_producer_snapshot_layout(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    log.append_as_leader(batch(0, n=3, pid=7), 0)                # offsets 0-2, seq 0-2
+    log.append_as_leader(batch(0, n=2, pid=9, epoch=4), 0)       # offsets 3-4, seq 0-1
+    log.close()
+    data = (tmp_path / "t-0" / f"{5:020d}.snapshot").read_bytes()   # named by its end offset
+    version, crc, count = struct.unpack_from(">hIi", data)
+    assert (version, count) == (1, 2)
+    assert crc == crc32c.crc32c(data[6:])                        # over the entries, as Kafka
+    entries = list(struct.iter_unpack(">qhiqiqiq", data[10:]))
+    # producer id, epoch, last sequence, last offset, offset delta, timestamp, coordinator
+    # epoch, current txn first offset
+    assert entries == [(7, 0, 2, 2, 2, 1_000, -1, -1), (9, 4, 1, 4, 1, 1_000, -1, -1)]
+
+
+def test_a_snapshot_written_by_kafka_is_read(tmp_path):
+    # One entry per producer, its last batch: what Kafka's ProducerStateManager writes.
+    entries = struct.pack(">qhiqiqiq", 11, 12, 41, 140, 9, 123_456, 13, -1)
+    body = struct.pack(">i", 1) + entries
+    (tmp_path / f"{141:020d}.snapshot").write_bytes(
+        struct.pack(">hI", 1, crc32c.crc32c(body)) + body)
+    state = ProducerStateManager(tmp_path)
+    assert state.load(log_end_offset=200) == 141
+    assert state.check(11, 12, 32, 41) is not None               # the retry of 131-140
+    assert state.check(11, 12, 42, 45) is None                   # the next batch
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        state.check(11, 12, 50, 51)
+
+
+def test_a_corrupt_snapshot_is_dropped_and_the_state_rebuilt_from_the_log(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock)
+    for seq in range(0, 20, 2):
+        log.append_as_leader(batch(seq), 0)
+    log.close()
+    newest = max((tmp_path / "t-0").glob("*.snapshot"))
+    data = bytearray(newest.read_bytes())
+    data[-1] ^= 0xFF                                             # a flipped bit
+    newest.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match="CRC is no longer valid"):
+        decode_snapshot(bytes(data))
+    reopened = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock,
+                        clean_shutdown=True)
+    assert not newest.exists()
+    assert reopened.append_as_leader(batch(18), 0).duplicate    # state came back anyway
+    assert reopened.append_as_leader(batch(20), 0).first_offset == 20
