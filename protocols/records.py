@@ -157,6 +157,11 @@ class MemoryRecordsBuilder:
     def size_in_bytes(self) -> int:
         return RECORD_BATCH_OVERHEAD + len(self.body)
 
+    def records(self) -> list[tuple]:
+        """``(offset delta, timestamp, key, value, headers)`` of every record appended (a
+        producer splitting a batch the broker found too large)."""
+        return _decode_records(bytes(self.body), self.count, 0, self.base_timestamp, None)
+
     def build(self, *, base_offset: int = 0, compression: str = "none",
               timestamp_type: str = "create_time", producer_id: int = -1,
               producer_epoch: int = -1, base_sequence: int = -1,

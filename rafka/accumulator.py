@@ -118,6 +118,34 @@ class RecordAccumulator:
             i += 1
         queue.insert(i, batch)
 
+    def split_and_reenqueue(self, batch: ProducerBatch, now_ms: int
+                            ) -> list[tuple[int, ProducerBatch]]:
+        """The broker refused ``batch`` as too large (MESSAGE_TOO_LARGE, Kafka's
+        splitAndReenqueue): its records go back in front as two halves, sent at once. Each
+        record keeps its sequence number, so an idempotent producer's order holds. Returns
+        ``[(index of the part's first record in the batch, part)]``."""
+        records = batch.builder.records()
+        half = len(records) // 2
+        parts = []
+        for start, chunk in ((0, records[:half]), (half, records[half:])):
+            part = ProducerBatch(batch.tp, batch.created_ms)
+            for _delta, timestamp, key, value, headers in chunk:
+                part.size += part.builder.append(timestamp, key, value, headers)
+            part.closed = True
+            part.attempts = batch.attempts      # a retry: ordered by sequence, no linger
+            if batch.base_sequence >= 0:
+                part.producer_id, part.producer_epoch = batch.producer_id, batch.producer_epoch
+                part.base_sequence = (batch.base_sequence + start) % 2**31
+            self.used_bytes += part.size - RECORD_BATCH_OVERHEAD
+            parts.append((start, part))
+        self.release(batch)
+        first, second = parts[0][1], parts[1][1]
+        self.reenqueue(first, now_ms)            # where the batch itself would go back
+        queue = self.batches[batch.tp]
+        second.retry_at_ms = now_ms
+        queue.insert(queue.index(first) + 1, second)
+        return parts
+
     def release(self, batch: ProducerBatch) -> None:
         """The batch is answered (or failed for good): its bytes are free again."""
         self.used_bytes -= batch.size - RECORD_BATCH_OVERHEAD

@@ -11,7 +11,8 @@ from protocols.errors import KafkaTimeoutError
 
 
 class ProduceRequestResult:
-    __slots__ = ("event", "lock", "base_offset", "log_append_time", "error", "callbacks")
+    __slots__ = ("event", "lock", "base_offset", "log_append_time", "error", "callbacks",
+                 "parts")
 
     def __init__(self):
         self.event = threading.Event()
@@ -20,6 +21,39 @@ class ProduceRequestResult:
         self.log_append_time = -1
         self.error: BaseException | None = None
         self.callbacks: list = []
+        # After a split (MESSAGE_TOO_LARGE): [(index of the part's first record, its
+        # result)]; a record's metadata then comes from its part.
+        self.parts: list[tuple[int, ProduceRequestResult]] | None = None
+
+    def split_into(self, parts: list[tuple[int, "ProduceRequestResult"]]) -> None:
+        """The batch was split and its records go out in ``parts``: this result completes
+        once every part has (its callbacks run then), with the first error among them."""
+        self.parts = parts
+        pending = [len(parts)]
+        lock = threading.Lock()
+
+        def part_done(_future) -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            error = next((r.error for _, r in parts if r.error is not None), None)
+            self.complete(-1, -1, error)
+        for _, part in parts:
+            with part.lock:
+                if not part.event.is_set():
+                    part.callbacks.append((None, part_done))
+                    continue
+            part_done(None)
+
+    def leaf(self, index: int) -> tuple["ProduceRequestResult", int]:
+        """The result that answered record ``index`` and its index there (a split batch's
+        part, however often it was split)."""
+        result = self
+        while result.parts is not None:
+            start, part = next((s, p) for s, p in reversed(result.parts) if index >= s)
+            result, index = part, index - start
+        return result, index
 
     def complete(self, base_offset: int, log_append_time: int,
                  error: BaseException | None) -> None:
@@ -64,12 +98,13 @@ class FutureRecordMetadata(tuple):
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
-        return self._result.error
+        return self._result.leaf(self[1])[0].error
 
     def result(self, timeout: float | None = None):
         from rafka.producer import RecordMetadata
         self._wait(timeout)
         r, index, topic, partition, create_time, key_size, value_size = self
+        r, index = r.leaf(index)
         if r.error is not None:
             raise r.error
         offset = -1 if r.base_offset < 0 else r.base_offset + index

@@ -322,6 +322,8 @@ class Producer:
             self._in_flight_per_broker[broker_id] -= 1
             if error is None:
                 self._succeed(batch, result)
+            elif isinstance(error, RecordTooLargeError) and batch.record_count > 1:
+                self._split(batch)
             else:
                 self._retry_or_fail(batch, broker_id, error)
             # Only now: flush() returns once nothing is in flight, callbacks included.
@@ -342,6 +344,16 @@ class Producer:
                 f"Expiring {batch.record_count} record(s) for {batch.tp}: no answer within "
                 "request.timeout.ms"))
             self._in_flight.remove(entry)
+
+    def _split(self, batch: ProducerBatch) -> None:
+        """The topic's max.message.bytes is below this batch: send its records in halves
+        (again if need be); only a single record too large fails."""
+        log.info("%s: splitting a batch of %d records the broker found too large",
+                 batch.tp, batch.record_count)
+        with self._cond:
+            parts = self.accumulator.split_and_reenqueue(batch, _now_ms())
+            batch.result.split_into([(start, part.result) for start, part in parts])
+            self._cond.notify_all()
 
     def _succeed(self, batch: ProducerBatch, result) -> None:
         with self._cond:

@@ -265,3 +265,26 @@ def test_consumer_detects_log_truncation_after_an_unclean_election(cluster):
         consume_all(strict, 1, timeout_s=30)
     resetting.close()
     strict.close()
+
+
+def test_batches_too_large_for_the_topic_are_split_and_every_record_lands_once(cluster):
+    """The topic takes at most 1 KiB per batch, the producer builds 16 KiB ones: each
+    MESSAGE_TOO_LARGE batch goes out again in halves (Kafka's splitAndReenqueue), with its
+    sequence numbers, so nothing is lost, doubled or reordered; only a single record over
+    the limit fails."""
+    cluster.admin().create_topics([rafka.NewTopic("small", 1, 2,
+                                                  config={"max.message.bytes": 1024})])
+    with rafka.Producer(cluster, {"linger.ms": 50, "batch.size": 16_384}) as producer:
+        futures = [producer.send("small", f"{i:04d}".encode() * 25) for i in range(300)]
+        too_big = producer.send("small", b"x" * 2_000)
+        producer.flush(60)
+    offsets = [f.result(0).offset for f in futures]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 300
+    with pytest.raises(RecordTooLargeError):
+        too_big.result(0)
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("small", 0)])
+    records = consume_all(consumer, 300)
+    assert [r.value for r in records] == [f"{i:04d}".encode() * 25 for i in range(300)]
+    assert [r.offset for r in records] == offsets
+    consumer.close()
