@@ -1,7 +1,12 @@
-"""What one Ray actor call costs in CPU, the unit every rafka request pays (a produce, a
-follower's or consumer's fetch): async and sync actors, 64 KiB argument, 5 calls in flight.
+"""What one Ray actor call costs on this machine: the floor under every produce, follower
+fetch and consumer fetch in rafka (each is one call to a replica actor).
 
-    .venv/bin/python benchmarks/ray_calls.py --calls 2000
+    .venv/bin/python benchmarks/ray_calls.py
+
+For a sync, a threaded and an async actor (rafka's replicas are async: a long-polled fetch
+or an acks=all produce waits on the purgatory without holding a thread), it prints the wall
+time and the CPU time of both processes per call, one call at a time (how calls arrive at a
+moderate rate) and pipelined (how they arrive under load).
 """
 from __future__ import annotations
 
@@ -13,60 +18,74 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe, process_cpu_seconds  # noqa: E402
+from benchmarks.machine import describe  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--size", type=int, default=64 * 1024, help="argument bytes")
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--payload", type=int, default=100, help="bytes per argument")
     args = parser.parse_args(argv)
 
     import ray
     from rafka.ray_support import ensure_ray
 
+    @ray.remote(num_cpus=0)
+    class Sync:
+        def ping(self, b):
+            return b
+
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote(num_cpus=0, max_concurrency=8)
+    class Threaded:
+        def ping(self, b):
+            return b
+
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote(num_cpus=0, max_concurrency=1000)
+    class Async:
+        async def ping(self, b):
+            return b
+
+        async def pid(self):
+            return os.getpid()
+
     print(describe())
-    print(f"parameters: {args.calls} calls, {args.size}-byte argument, 5 in flight")
+    print(f"parameters: {args.calls} calls per line, {args.payload}-byte argument and answer, "
+          "driver -> actor")
     ensure_ray()
-
-    @ray.remote(num_cpus=0)
-    class AsyncEcho:
-        async def call(self, data: bytes) -> bytes:
-            return b"ok"
-
-        def pid(self) -> int:
-            return os.getpid()
-
-    @ray.remote(num_cpus=0)
-    class SyncEcho:
-        def call(self, data: bytes) -> bytes:
-            return b"ok"
-
-        def pid(self) -> int:
-            return os.getpid()
-
-    data = b"y" * args.size
+    payload = b"x" * args.payload
     me = os.getpid()
-    for name, cls in (("async actor", AsyncEcho), ("sync actor", SyncEcho)):
+    for name, cls in (("sync", Sync), ("threaded", Threaded), ("async", Async)):
         actor = cls.remote()
         pid = ray.get(actor.pid.remote())
-        before = process_cpu_seconds()
-        started = time.perf_counter()
-        refs = []
-        for _ in range(args.calls):
-            refs.append(actor.call.remote(data))
-            if len(refs) >= 5:
-                ray.get(refs.pop(0))
-        ray.get(refs)
-        elapsed = time.perf_counter() - started
-        after = process_cpu_seconds()
-        callee = after[pid][1] - before[pid][1]
-        caller = after[me][1] - before[me][1]
-        print(f"{name}: {args.calls / elapsed:,.0f} calls/sec, "
-              f"{1000 * callee / args.calls:.2f} ms CPU per call in the actor, "
-              f"{1000 * caller / args.calls:.2f} ms in the caller", flush=True)
+        ray.get([actor.ping.remote(payload) for _ in range(200)])      # warm up
+        for mode in ("one at a time", "pipelined"):
+            callee, caller = cpu_seconds(pid), cpu_seconds(me)
+            started = time.perf_counter()
+            if mode == "one at a time":
+                for _ in range(args.calls):
+                    ray.get(actor.ping.remote(payload))
+            else:
+                ray.get([actor.ping.remote(payload) for _ in range(args.calls)])
+            wall = time.perf_counter() - started
+            per = 1e6 / args.calls
+            print(f"{name} actor, {mode}: {wall * per:.0f} us/call wall, actor "
+                  f"{(cpu_seconds(pid) - callee) * per:.0f} us CPU, driver "
+                  f"{(cpu_seconds(me) - caller) * per:.0f} us CPU", flush=True)
         ray.kill(actor)
-    ray.shutdown()
     return 0
 
 
