@@ -120,9 +120,24 @@ class Producer:
         self._sender.start()
 
     def _init_producer_id(self) -> None:
+        """InitProducerId from the controller, waiting up to max.block.ms: a controller
+        that dies under the request (its broker stopping) is looked up again, as Kafka's
+        producer retries on NOT_CONTROLLER / COORDINATOR_NOT_AVAILABLE."""
         import ray
-        self._producer_id, self._producer_epoch = ray.get(
-            self.cluster.controller().init_producer_id.remote())
+        deadline = time.monotonic() + self._max_block_ms / 1000
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                controller = self.cluster.controller(max(0.1, left))
+                self._producer_id, self._producer_epoch = ray.get(
+                    controller.init_producer_id.remote(), timeout=max(0.1, left))
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"Timeout expired after {self._max_block_ms} ms while awaiting "
+                        f"InitProducerId ({type(e).__name__})") from None
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         self._next_sequence.clear()
 
     # ---- the application's side ------------------------------------------------------------
