@@ -24,7 +24,7 @@ import crc32c as _crc32c
 from protocols.compression import (CODEC_IDS, COMPRESSION_TYPES, CODEC_NAMES, compress,
                                    decompress)
 from protocols.errors import CorruptRecordError, UnsupportedVersionError
-from protocols.varint import decode_varint, encode_varint
+from protocols.varint import decode_unsigned_varint, decode_varint, encode_varint
 
 __all__ = ["BatchHeader", "MAGIC", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "NO_TIMESTAMP", "COMPRESSION_TYPES",
            "MemoryRecordsBuilder", "Record", "RecordBatch", "encode_batch", "iter_batches", "read_batch_header",
@@ -456,7 +456,7 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             z = (b & 0x7F) | (body[pos + 1] << 7)
             pos += 2
         else:
-            z, pos = _raw_varint(body, pos)
+            z, pos = decode_unsigned_varint(body, pos)
         length = (z >> 1) ^ -(z & 1)
         end = pos + length
         if length < 0 or end > size:
@@ -471,7 +471,7 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             z = (b & 0x7F) | (body[pos + 1] << 7)
             pos += 2
         else:
-            z, pos = _raw_varint(body, pos)
+            z, pos = decode_unsigned_varint(body, pos)
         ts_delta = (z >> 1) ^ -(z & 1)
         b = body[pos]
         if b < 0x80:
@@ -481,7 +481,7 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             z = (b & 0x7F) | (body[pos + 1] << 7)
             pos += 2
         else:
-            z, pos = _raw_varint(body, pos)
+            z, pos = decode_unsigned_varint(body, pos)
         off_delta = (z >> 1) ^ -(z & 1)
         b = body[pos]
         if b == 1:
@@ -495,7 +495,7 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
                 z = (b & 0x7F) | (body[pos + 1] << 7)
                 pos += 2
             else:
-                z, pos = _raw_varint(body, pos)
+                z, pos = decode_unsigned_varint(body, pos)
             if z & 1:
                 raise CorruptRecordError(f"Record in batch {base_offset} has a "
                                          "negative length other than -1")
@@ -514,7 +514,7 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
                 z = (b & 0x7F) | (body[pos + 1] << 7)
                 pos += 2
             else:
-                z, pos = _raw_varint(body, pos)
+                z, pos = decode_unsigned_varint(body, pos)
             if z & 1:
                 raise CorruptRecordError(f"Record in batch {base_offset} has a "
                                          "negative length other than -1")
@@ -549,12 +549,6 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             append(new(cls, (topic, partition, base_offset + off_delta, ts, ts_type, key, value,
                              headers, epoch)))
     return out
-
-
-def _raw_varint(buf, pos: int) -> tuple[int, int]:
-    """The zig-zag encoded value (not yet decoded) and the next position."""
-    value, pos = decode_varint(buf, pos)
-    return (value << 1) ^ (value >> 63), pos
 
 
 def read_batch_header(buffer, position: int = 0) -> tuple[int, int] | None:

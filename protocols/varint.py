@@ -24,8 +24,9 @@ def size_of_varint(value: int) -> int:
     return len(encode_varint(value))
 
 
-def decode_varint(buf, pos: int) -> tuple[int, int]:
-    """(value, next position). Raises CorruptRecordError past 10 bytes."""
+def decode_unsigned_varint(buf, pos: int) -> tuple[int, int]:
+    """(the base-128 value before zig-zag decoding, next position). Raises
+    CorruptRecordError past 10 bytes."""
     result = 0
     shift = 0
     while True:
@@ -33,8 +34,13 @@ def decode_varint(buf, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
-            break
+            return result, pos
         shift += 7
         if shift > 63:
             raise CorruptRecordError("varint is longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), pos
+
+
+def decode_varint(buf, pos: int) -> tuple[int, int]:
+    """(value, next position). Raises CorruptRecordError past 10 bytes."""
+    z, pos = decode_unsigned_varint(buf, pos)
+    return (z >> 1) ^ -(z & 1), pos

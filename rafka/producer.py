@@ -156,6 +156,7 @@ class Producer:
             pairs = headers.items() if hasattr(headers, "items") else headers
             header_list = tuple((k, self._value_ser(v)) for k, v in pairs)
         ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        # estimate_size's sum, inlined for the header-less record: send runs per record.
         size = estimate_size(key_bytes, value_bytes, header_list) if header_list else \
             RECORD_OVERHEAD + (len(key_bytes) if key_bytes else 0) + \
             (len(value_bytes) if value_bytes else 0)
