@@ -132,8 +132,8 @@ def produce(cluster, topic: str, records: int, acks: str, batch_size: int) -> fl
 
 
 def fresh_topic(cluster, name: str, replication_factor: int) -> str:
-    """A new 6-partition topic whose replica actors (followers too) all answer: a scenario
-    does not share the two cores with processes still starting."""
+    """A new 6-partition topic whose replicas (followers too) all answer: a scenario does
+    not share the two cores with replicas still opening."""
     import ray
     import rafka
     cluster.admin().create_topics([rafka.NewTopic(name, 6, replication_factor)])

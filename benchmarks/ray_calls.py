@@ -1,5 +1,5 @@
 """What one Ray actor call costs on this machine: the floor under every produce, follower
-fetch and consumer fetch in rafka (each is one call to a replica actor).
+fetch and consumer fetch in rafka (each is one call to a replica host).
 
     .venv/bin/python benchmarks/ray_calls.py
 

@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/runtime.py                      # 3 brokers, one 6x3 topic
     .venv/bin/python benchmarks/runtime.py --sweep 30,60,120    # then add topics until it fails
 
-Every partition replica is its own actor (a process), so memory per replica actor bounds the
-partition count on one machine. PSS (proportional set size) shares libraries fairly between
-processes, so the sum is what the actors really take.
+Partition replicas live in replica hosts (``num.replica.hosts`` Ray actors per broker), so the
+replica count grows memory, not processes. PSS (proportional set size) shares libraries fairly
+between processes, so the sum is what the actors really take.
 """
 from __future__ import annotations
 
@@ -28,11 +28,12 @@ def pss_mb(pid: int) -> float:
     return float("nan")
 
 
-def replica_pids(cluster, topics: dict[str, int], brokers: int) -> list[int]:
+def host_pids(cluster, topics: dict[str, int], brokers: int) -> list[int]:
+    """The processes serving the topics' replicas (their replica hosts), each once."""
     import ray
     refs = [cluster.replica(t, p, b).pid.remote()
             for t, n in topics.items() for p in range(n) for b in range(brokers)]
-    return ray.get(refs)
+    return sorted(set(ray.get(refs)))
 
 
 def main(argv=None) -> int:
@@ -65,18 +66,18 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     admin.create_topics([rafka.NewTopic("bench-0", args.partitions, args.replication_factor)])
     t_topic = time.perf_counter() - started
-    actors = args.partitions * args.replication_factor
-    print(f"cluster start: {t_start:.2f} s for {args.brokers} brokers (broker, timer and "
-          "controller actors)")
+    replicas = args.partitions * args.replication_factor
+    print(f"cluster start: {t_start:.2f} s for {args.brokers} brokers (broker, timer, replica "
+          "host and controller actors)")
     print(f"topic create: {t_topic:.2f} s for {args.partitions} partitions x "
-          f"{args.replication_factor} replicas = {actors} replica actors "
-          f"({t_topic / actors * 1000:.0f} ms per replica actor, leaders serving)")
+          f"{args.replication_factor} replicas = {replicas} replicas "
+          f"({t_topic / replicas * 1000:.0f} ms per replica, leaders serving)")
     topics = {"bench-0": args.partitions}
-    pids = replica_pids(cluster, topics, args.brokers)
+    pids = host_pids(cluster, topics, args.brokers)
     sizes = [pss_mb(p) for p in pids]
     broker_sizes = [pss_mb(ray.get(cluster.broker(b).pid.remote()))
                     for b in range(args.brokers)]
-    print(f"memory: replica actor PSS avg {sum(sizes) / len(sizes):.1f} MB "
+    print(f"memory: replica host PSS avg {sum(sizes) / len(sizes):.1f} MB "
           f"(min {min(sizes):.1f}, max {max(sizes):.1f}, n={len(sizes)}); broker actor PSS "
           f"avg {sum(broker_sizes) / len(broker_sizes):.1f} MB")
 
@@ -96,10 +97,10 @@ def main(argv=None) -> int:
         elapsed = time.perf_counter() - started
         total = target
         topics[name] = add
-        pids = replica_pids(cluster, topics, args.brokers)
+        pids = host_pids(cluster, topics, args.brokers)
         pss = sum(pss_mb(p) for p in pids)
-        print(f"sweep: {target} partitions ({target * args.replication_factor} replica actors)"
-              f" started; +{add} partitions in {elapsed:.1f} s; replica actors PSS total "
+        print(f"sweep: {target} partitions ({target * args.replication_factor} replicas)"
+              f" started; +{add} partitions in {elapsed:.1f} s; replica hosts PSS total "
               f"{pss / 1024:.2f} GiB", flush=True)
     cluster.shutdown()
     if args.data_dir is None:

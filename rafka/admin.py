@@ -233,11 +233,11 @@ class Admin:
     def list_consumer_groups(self) -> list[ConsumerGroupListing]:
         """Every group any coordinator holds (with members or only committed offsets)."""
         import ray
-        from actors.coordinator.actor import coordinator_actor_name
+        from actors.names import coordinator_name
         out: dict[str, ConsumerGroupListing] = {}
         for b in sorted(self.cluster.metadata()["brokers"]):
             try:
-                handle = ray.get_actor(coordinator_actor_name(b),
+                handle = ray.get_actor(coordinator_name(b),
                                        namespace=self.cluster.namespace)
                 groups = decode(ray.get(handle.list_groups.remote(), timeout=self.timeout_s))
             except Exception:      # this broker runs no coordinator (yet)

@@ -1,5 +1,5 @@
 """What a client knows of the cluster: partitions per topic and each partition's leader
-(broker, leader epoch, replica actor handle), refreshed from the controller on demand, as
+(broker, leader epoch, replica handle), refreshed from the controller on demand, as
 Kafka clients refresh metadata on NOT_LEADER_OR_FOLLOWER and friends."""
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import msgpack
 
+from actors.names import CONTROLLER, broker_name, namespace_for
 from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, KafkaError,
                               KafkaTimeoutError, LeaderNotAvailableError,
                               UnknownTopicOrPartitionError)
@@ -52,7 +53,6 @@ def _kv_del(key: str) -> None:
 
 class Cluster:
     def __init__(self, name: str, info: Mapping[str, Any]):
-        from actors.broker.actor import namespace_for
         self.name = name
         self.namespace = namespace_for(name)
         self.data_dir = info["data_dir"]
@@ -85,10 +85,11 @@ class Cluster:
         ray = _ray()
         given = dict(config or {}, **config_kwargs)
         if not ray.is_initialized() and address is None:
-            # The embedded default: one machine, and every partition replica is a process
-            # (~63 MB). Kafka's 50 __consumer_offsets partitions x 3 replicas would be 150
-            # processes (~9.5 GB) before the first user topic, so embedded clusters start
-            # with 3; a cluster started on an existing Ray cluster keeps Kafka's 50.
+            # The embedded default: one small machine. Kafka's 50 __consumer_offsets
+            # partitions x 3 replicas are 150 replicas opened, one controller message each,
+            # before the first group can join; until controller messages reach a broker as
+            # one (issue 21, step 3) embedded clusters start with 3. A cluster started on an
+            # existing Ray cluster keeps Kafka's 50.
             given.setdefault("offsets.topic.num.partitions", 3)
         given.setdefault("offsets.topic.replication.factor", min(3, num_brokers))
         parsed = ClusterConfig.parse(given)
@@ -139,14 +140,17 @@ class Cluster:
 
         from actors.broker.actor import BrokerActor
 
+        node = self.broker_nodes[broker_id]
+        on_node = sum(1 for n in self.broker_nodes.values() if n == node)
         deadline = time.monotonic() + 30
         while True:
             try:
                 BrokerActor.options(
-                    name=f"broker-{broker_id}", namespace=self.namespace, lifetime="detached",
+                    name=broker_name(broker_id), namespace=self.namespace, lifetime="detached",
                     scheduling_strategy=NodeAffinitySchedulingStrategy(
                         self.broker_nodes[broker_id], soft=False),
-                ).remote(self.name, broker_id, self.data_dir, self.config)
+                ).remote(self.name, broker_id, self.data_dir, self.config,
+                         brokers_on_node=on_node)
                 return
             except ValueError:  # the stopped broker's name is not free yet
                 if time.monotonic() > deadline:
@@ -155,7 +159,7 @@ class Cluster:
 
     def broker(self, broker_id: int):
         try:
-            return _ray().get_actor(f"broker-{broker_id}", namespace=self.namespace)
+            return _ray().get_actor(broker_name(broker_id), namespace=self.namespace)
         except ValueError:
             raise BrokerNotAvailableError(f"Broker {broker_id} is not running") from None
 
@@ -165,7 +169,7 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                handle = ray.get_actor("controller", namespace=self.namespace)
+                handle = ray.get_actor(CONTROLLER, namespace=self.namespace)
                 ray.get(handle.ping.remote(), timeout=5)
                 return handle
             except Exception:
@@ -175,13 +179,10 @@ class Cluster:
                 time.sleep(0.05)
 
     def replica(self, topic: str, partition: int, broker_id: int):
-        from actors.replica.actor import replica_actor_name
-        try:
-            return _ray().get_actor(replica_actor_name(topic, partition, broker_id),
-                                    namespace=self.namespace)
-        except ValueError:
-            raise UnknownTopicOrPartitionError(
-                f"No replica of {topic}-{partition} on broker {broker_id}") from None
+        """A handle on broker ``broker_id``'s replica of topic-partition (calls go to the
+        replica host holding it); UNKNOWN_TOPIC_OR_PARTITION when there is none."""
+        from actors.replica.locate import locate_replica
+        return locate_replica(self.namespace, topic, partition, broker_id)
 
     def metadata(self) -> dict:
         """The controller's metadata image: brokers, controller id and epoch, topics with
@@ -265,7 +266,7 @@ class Cluster:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                ray.get_actor(f"broker-{broker_id}", namespace=self.namespace)
+                ray.get_actor(broker_name(broker_id), namespace=self.namespace)
                 time.sleep(0.05)
             except ValueError:
                 return

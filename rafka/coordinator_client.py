@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from actors.coordinator.actor import coordinator_actor_name
+from actors.names import coordinator_name
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                               KafkaError, KafkaTimeoutError, NotCoordinatorError,
                               RequestTimedOutError)
@@ -55,7 +55,7 @@ class CoordinatorClient:
                     error = answer
                     break
                 try:
-                    handle = ray.get_actor(coordinator_actor_name(answer),
+                    handle = ray.get_actor(coordinator_name(answer),
                                            namespace=self.cluster.namespace)
                 except ValueError:
                     error = CoordinatorNotAvailableError(f"coordinator {answer} is starting")

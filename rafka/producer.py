@@ -7,7 +7,7 @@
 The pipeline is Kafka's: serializers, the partitioner (murmur2 of the key, sticky for null
 keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` with
 ``max.block.ms``), and a sender thread that drains ready batches to each partition's leader
-replica actor with at most ``max.in.flight.requests.per.connection`` requests in flight per
+replica with at most ``max.in.flight.requests.per.connection`` requests in flight per
 broker, retrying retriable errors (refreshing metadata when the leader moved) with
 ``retry.backoff.ms`` until ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
 default) the cluster hands out a producer id; each partition's batches carry consecutive

@@ -1,8 +1,9 @@
 """BrokerActor: one Kafka broker, as a detached async Ray actor pinned to a node.
 
-It owns ``<data_dir>/broker-<id>/`` and its directory-level checkpoint files, creates its
-``PartitionReplicaActor``s and its ``TimerActor`` on its own node (owned by it, so they die
-with it), registers with the controller and heartbeats, applies the controller's
+It owns ``<data_dir>/broker-<id>/`` and its directory-level checkpoint files, starts its
+replica hosts (``ReplicaHostActor``, ``num.replica.hosts`` of them, each holding many of its
+partition replicas) and its ``TimerActor`` on its own node (owned by it, so they die with
+it), says which host holds each of its replicas (``replica_host``), registers with the controller and heartbeats, applies the controller's
 LeaderAndIsr / StopReplica / UpdateMetadata (refusing an older controller epoch), and runs
 controlled shutdown. If there is no controller, or the one there stops answering for a
 session timeout, it races to become it (see ``actors.controller.actor``). When its process
@@ -28,10 +29,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.broker.config import ClusterConfig
 from actors.controller.actor import ControllerActor
 from actors.controller.messages import check_controller_epoch
-from actors.coordinator.actor import (OFFSETS_TOPIC, GroupCoordinatorActor,
-                                      coordinator_actor_name)
+from actors.coordinator.actor import OFFSETS_TOPIC, GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
-from actors.replica.actor import PartitionReplicaActor, replica_actor_name
+from actors.names import (CONTROLLER, coordinator_name, namespace_for, replica_host_name,
+                          timer_name)
+from actors.replica.host import ReplicaHostActor
+from actors.replica.placement import default_num_replica_hosts, host_index
 from actors.timer.actor import TimerActor
 from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
                               StaleControllerEpochError, TopicAlreadyExistsError)
@@ -45,11 +48,6 @@ from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOIN
 log = logging.getLogger(__name__)
 
 NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
-REPLICA_STARTS_AT_ONCE = 4
-
-
-def namespace_for(cluster_name: str) -> str:
-    return f"rafka-{cluster_name}"
 
 
 def _here() -> NodeAffinitySchedulingStrategy:
@@ -73,7 +71,7 @@ async def create_named(actor_cls, name: str, namespace: str, *args, **options) -
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class BrokerActor:
     def __init__(self, cluster_name: str, broker_id: int, data_dir: str, config: dict,
-                 rack: str | None = None):
+                 rack: str | None = None, brokers_on_node: int = 1):
         self.cluster_name = cluster_name
         self.namespace = namespace_for(cluster_name)
         self.broker_id = broker_id
@@ -93,12 +91,14 @@ class BrokerActor:
         }
         self.checkpoints: dict[str, dict[TopicPartition, int]] = {
             k: f.read() for k, f in self._files.items()}
+        self.brokers_on_node = brokers_on_node
+        self.hosts: list[Any] = []
+        # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
         self.controller_epoch = 0
         self.image: dict = {}
         self._controller = None
         self._lock = asyncio.Lock()
-        self._starting = asyncio.Semaphore(REPLICA_STARTS_AT_ONCE)
         self._stopping = False
         self.ready = asyncio.Event()
         self.timer = None
@@ -109,8 +109,9 @@ class BrokerActor:
     # ---- start -----------------------------------------------------------------------------
     async def _boot(self) -> None:
         try:
-            self.timer = await create_named(TimerActor, f"timer-{self.broker_id}",
+            self.timer = await create_named(TimerActor, timer_name(self.broker_id),
                                             self.namespace, self.broker_id)
+            await self._start_hosts()
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker
             await asyncio.gather(
@@ -128,6 +129,28 @@ class BrokerActor:
             log.exception("broker %d failed to start", self.broker_id)
             raise
 
+    def _num_hosts(self) -> int:
+        configured = self.cfg.broker["num.replica.hosts"]
+        if configured > 0:
+            return configured
+        node_id = ray.get_runtime_context().get_node_id()
+        cpus = next((n["Resources"].get("CPU", 1) for n in ray.nodes()
+                     if n["NodeID"] == node_id), 1)
+        return default_num_replica_hosts(cpus, self.brokers_on_node)
+
+    async def _start_hosts(self) -> None:
+        self.hosts = await asyncio.gather(*[
+            create_named(ReplicaHostActor, replica_host_name(self.broker_id, i),
+                         self.namespace, self.namespace, self.broker_id, i, self.cfg.log,
+                         self.cfg.broker)
+            for i in range(self._num_hosts())])
+        await asyncio.gather(*[h.num_replicas.remote() for h in self.hosts])  # started
+
+    async def replica_host(self, topic: str, partition: int):
+        """The actor handle of the host holding this broker's replica of topic-partition,
+        or None when it holds none (``actors.replica.locate``)."""
+        return self.replicas.get(TopicPartition(topic, partition))
+
     async def wait_ready(self) -> int:
         await self.ready.wait()
         return self.broker_id
@@ -138,11 +161,11 @@ class BrokerActor:
             if self._controller is not None:
                 return self._controller
             try:
-                handle = ray.get_actor("controller", namespace=self.namespace)
+                handle = ray.get_actor(CONTROLLER, namespace=self.namespace)
             except ValueError:
                 try:
                     handle = ControllerActor.options(
-                        name="controller", namespace=self.namespace,
+                        name=CONTROLLER, namespace=self.namespace,
                         scheduling_strategy=_here()).remote(
                             self.cluster_name, self.namespace, self.data_dir,
                             self.cfg.controller, self.broker_id)
@@ -222,21 +245,16 @@ class BrokerActor:
         self.image = m.image
         for topic, config in m.image.get("configs", {}).items():
             if old.get(topic, config) != config:
-                for tp, handle in self.replicas.items():
+                for tp, host in list(self.replicas.items()):
                     if tp.topic == topic:
-                        await handle.alter_config.remote(dict(config))
+                        await host.alter_config.remote(tp.topic, tp.partition, dict(config))
 
     async def _become(self, m: LeaderAndIsr):
         tp = TopicPartition(m.topic, m.partition)
-        handle = self.replicas.get(tp)
-        if handle is None:
-            # A few replica processes start at a time: starting dozens at once on a small
-            # machine starves everything else (heartbeats included) for many seconds.
-            async with self._starting:
-                handle = self.replicas[tp] = await self._create_replica(tp)
-                answer = decode(await handle.become.remote(encode(m)))
-        else:
-            answer = decode(await handle.become.remote(encode(m)))
+        host = self.replicas.get(tp)
+        if host is None:
+            host = await self._open_replica(tp)
+        answer = decode(await host.become.remote(m.topic, m.partition, encode(m)))
         if m.topic == OFFSETS_TOPIC and not isinstance(answer, KafkaError):
             coordinator = await self._group_coordinator()
             if m.leader == self.broker_id:
@@ -250,7 +268,7 @@ class BrokerActor:
         that never leads a __consumer_offsets partition never runs one)."""
         if self._coordinator is None:
             self._coordinator = await create_named(
-                GroupCoordinatorActor, coordinator_actor_name(self.broker_id), self.namespace,
+                GroupCoordinatorActor, coordinator_name(self.broker_id), self.namespace,
                 self.namespace, self.broker_id, self.cfg.broker, self.timer)
         return self._coordinator
 
@@ -281,28 +299,28 @@ class BrokerActor:
                 f"{OFFSETS_TOPIC}-{partition} has no leader"))
         return encode(leader)
 
-    async def _create_replica(self, tp: TopicPartition):
+    async def _open_replica(self, tp: TopicPartition):
+        """Open this broker's replica of ``tp`` in the host the placement rule gives it; the
+        host's handle."""
+        host = self.hosts[host_index(tp.topic, tp.partition, len(self.hosts))]
         config = dict(self.image.get("configs", {}).get(tp.topic, {}))
-        return await create_named(
-            PartitionReplicaActor, replica_actor_name(tp.topic, tp.partition, self.broker_id),
-            self.namespace, self.namespace, self.broker_id, tp.topic, tp.partition,
-            str(self.dir / partition_dir_name(tp.topic, tp.partition)), config,
-            self.cfg.log, self.cfg.broker, self.checkpoints["recovery"].get(tp, 0),
+        await host.open.remote(
+            tp.topic, tp.partition, str(self.dir / partition_dir_name(tp.topic, tp.partition)),
+            config, self.checkpoints["recovery"].get(tp, 0),
             self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp),
             self.clean_shutdown)
+        self.replicas[tp] = host
+        return host
 
     async def _stop_replica(self, m: StopReplica) -> None:
         tp = TopicPartition(m.topic, m.partition)
-        handle = self.replicas.pop(tp, None)
+        host = self.replicas.pop(tp, None)
         if tp.topic == OFFSETS_TOPIC and self._coordinator is not None:
             await self._coordinator.on_resignation.remote(tp.partition)
-        if handle is not None:
-            try:
-                state = await handle.stop.remote(m.delete_partition)
-                if not m.delete_partition:
-                    self._remember(tp, state)
-            finally:
-                ray.kill(handle, no_restart=True)
+        if host is not None:
+            state = await host.stop.remote(tp.topic, tp.partition, m.delete_partition)
+            if state is not None and not m.delete_partition:
+                self._remember(tp, state)
         if m.delete_partition:
             for offsets in self.checkpoints.values():
                 offsets.pop(tp, None)
@@ -325,21 +343,24 @@ class BrokerActor:
     async def checkpoint(self) -> None:
         """replica.high.watermark.checkpoint.interval.ms: HWs, recovery points and log start
         offsets of every replica to the directory's checkpoint files."""
-        items = list(self.replicas.items())
-        states = await asyncio.gather(*[h.checkpoint_state.remote() for _, h in items],
-                                      return_exceptions=True)
-        for (tp, _), state in zip(items, states):
-            if not isinstance(state, BaseException):
-                self._remember(tp, state)
+        answers = await asyncio.gather(*[h.checkpoint_states.remote() for h in self.hosts],
+                                       return_exceptions=True)
+        self._remember_all(answers)
         self._write_checkpoints()
+
+    def _remember_all(self, answers: list) -> None:
+        for answer in answers:
+            if not isinstance(answer, BaseException):
+                for topic, partition, state in answer:
+                    self._remember(TopicPartition(topic, partition), state)
 
     async def log_maintenance(self) -> None:
         """log.retention.check.interval.ms: retention, delayed deletions, flush, cleaning."""
-        await asyncio.gather(*[h.background.remote() for h in self.replicas.values()],
+        await asyncio.gather(*[h.background.remote() for h in self.hosts],
                              return_exceptions=True)
 
     async def isr_expiry(self) -> None:
-        await asyncio.gather(*[h.maybe_shrink_isr.remote() for h in self.replicas.values()],
+        await asyncio.gather(*[h.isr_expiry.remote() for h in self.hosts],
                              return_exceptions=True)
 
     # ---- queries ---------------------------------------------------------------------------
@@ -350,6 +371,7 @@ class BrokerActor:
         return {"broker_id": self.broker_id, "incarnation": self.incarnation,
                 "controller_epoch": self.controller_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
+                "replica_hosts": len(self.hosts),
                 "replicas": sorted(f"{tp.topic}-{tp.partition}" for tp in self.replicas)}
 
     async def pid(self) -> int:
@@ -378,12 +400,9 @@ class BrokerActor:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
         async with self._lock:
-            items = list(self.replicas.items())
-            states = await asyncio.gather(*[h.stop.remote(False) for _, h in items],
-                                          return_exceptions=True)
-            for (tp, _), state in zip(items, states):
-                if not isinstance(state, BaseException):
-                    self._remember(tp, state)
+            answers = await asyncio.gather(*[h.stop_all.remote() for h in self.hosts],
+                                           return_exceptions=True)
+            self._remember_all(answers)
             self._write_checkpoints()
             (self.dir / CLEAN_SHUTDOWN_FILE).touch()
             if controlled and self._controller is not None:
@@ -392,8 +411,9 @@ class BrokerActor:
                         self._controller.broker_failed.remote(self.broker_id), 5)
                 except Exception:
                     pass
-            for _, h in items:
+            for h in self.hosts:
                 ray.kill(h, no_restart=True)
+            self.hosts = []
             self.replicas.clear()
             if self._coordinator is not None:
                 ray.kill(self._coordinator, no_restart=True)

@@ -23,6 +23,8 @@ BROKER_CONFIG = (
     .define("replica.fetch.min.bytes", "int", 1, at_least(1))
     .define("replica.fetch.max.bytes", "int", 1_048_576, at_least(1))
     .define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
+    # 0: one host per CPU of the node, shared among the brokers on it, at least one each.
+    .define("num.replica.hosts", "int", 0, at_least(0))
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("log.retention.check.interval.ms", "long", 300_000, at_least(1))
     .define("controlled.shutdown.enable", "boolean", True)

@@ -26,6 +26,7 @@ import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
 from actors.controller.state import ControllerState
+from actors.names import broker_name, timer_name
 from protocols.errors import InvalidRequestError, KafkaError
 from protocols.messages import AlterPartition
 from protocols.wire import decode, encode
@@ -107,7 +108,7 @@ class ControllerActor:
         timer actor."""
         try:
             me = ray.get_runtime_context().current_actor
-            timer = ray.get_actor(f"timer-{self.host_broker_id}", namespace=self.namespace)
+            timer = ray.get_actor(timer_name(self.host_broker_id), namespace=self.namespace)
             await timer.schedule_periodic.remote(1000, me, "check_sessions")
             interval = self.state.config["leader.imbalance.check.interval.seconds"] * 1000
             await timer.schedule_periodic.remote(interval, me, "auto_rebalance")
@@ -143,7 +144,7 @@ class ControllerActor:
             for attempt in range(2):
                 try:
                     if handle is None:
-                        handle = ray.get_actor(f"broker-{broker_id}",
+                        handle = ray.get_actor(broker_name(broker_id),
                                                namespace=self.namespace)
                     await handle.apply_controller_messages.remote(encode(batch))
                     break

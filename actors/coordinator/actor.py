@@ -27,7 +27,7 @@ from actors.coordinator.group import (Group, GroupConfig, GroupState, JoinRespon
 from actors.coordinator.offsets import (OffsetAndMetadata, group_metadata_key,
                                         group_metadata_value, offset_commit_key,
                                         offset_commit_value, replay)
-from actors.replica.actor import replica_actor_name
+from actors.replica.locate import locate_replica_async
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                               GroupIdNotFoundError, IllegalGenerationError,
                               InvalidCommitOffsetSizeError,
@@ -46,10 +46,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def coordinator_actor_name(broker_id: int) -> str:
-    return f"coordinator-{broker_id}"
 
 
 def _store_error(e: Exception) -> KafkaError:
@@ -160,7 +156,7 @@ class GroupCoordinatorActor:
                 del self.loading[partition]
 
     async def _read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
-        replica = self._replica(partition)
+        replica = await self._replica(partition)
         state = await replica.describe.remote()
         offset, end = state["log_start_offset"], state["log_end_offset"]
         records: list[tuple[bytes | None, bytes | None]] = []
@@ -180,12 +176,11 @@ class GroupCoordinatorActor:
     def _partition(self, group_id: str) -> int:
         return offsets_partition_for(group_id, self.num_partitions)
 
-    def _replica(self, partition: int):
+    async def _replica(self, partition: int):
         handle = self._replicas.get(partition)
         if handle is None:
-            handle = self._replicas[partition] = ray.get_actor(
-                replica_actor_name(OFFSETS_TOPIC, partition, self.broker_id),
-                namespace=self.namespace)
+            handle = self._replicas[partition] = await locate_replica_async(
+                self.namespace, OFFSETS_TOPIC, partition, self.broker_id)
         return handle
 
     def _check(self, group_id: str) -> None:
@@ -223,7 +218,8 @@ class GroupCoordinatorActor:
             raise NotCoordinatorError(f"Broker {self.broker_id} is not the coordinator of "
                                       f"group {group_id}")
         try:
-            result = decode(await self._replica(partition).produce.remote(
+            replica = await self._replica(partition)
+            result = decode(await replica.produce.remote(
                 encode_batch(records), -1, self.commit_timeout_ms))
         except Exception as e:
             raise _store_error(e) from None

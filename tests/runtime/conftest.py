@@ -13,7 +13,7 @@ _names = itertools.count()
 FAST = {"broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500,
         "replica.lag.time.max.ms": 3000, "replica.high.watermark.checkpoint.interval.ms": 500,
         "controlled.shutdown.retry.backoff.ms": 200,
-        # Consumer groups: a small __consumer_offsets (each replica is a process) and a
+        # Consumer groups: a small __consumer_offsets (quick to create and load) and a
         # short first-rebalance delay.
         "offsets.topic.num.partitions": 3, "offsets.topic.replication.factor": 2,
         "group.initial.rebalance.delay.ms": 500}

@@ -1,4 +1,4 @@
-"""Talking to replica actors directly, as the clients of the next issue will."""
+"""Talking to partition replicas directly (through their hosts), below the clients."""
 from __future__ import annotations
 
 import time

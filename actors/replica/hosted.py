@@ -1,17 +1,18 @@
-"""PartitionReplicaActor: one replica of one partition on one broker, as an async Ray actor.
+"""HostedReplica: one replica of one partition on one broker, living in a replica host.
 
 The decisions are ``PartitionReplica``'s; this shell owns the replica's log directory, runs
-the follower's fetch loop against the leader's actor, sends the leader's AlterPartition
+the follower's fetch loop against the leader's replica, sends the leader's AlterPartition
 proposals to the controller, and turns purgatory completions into answers (an acks=all
 produce or a long-polled fetch is an awaited future completed by the timing wheel or by a
-follower's fetch, never a sleep loop). Arguments and answers are msgpack (``protocols.wire``);
-Kafka errors come back as values, with their classes and codes.
+follower's fetch, never a sleep loop). It is not a Ray actor: a ``ReplicaHostActor`` holds
+many and routes each call to one by topic-partition, on the host's event loop, so nothing
+here may block that loop. Arguments and answers are msgpack (``protocols.wire``); Kafka
+errors come back as values, with their classes and codes.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -19,9 +20,9 @@ from typing import Any
 
 import ray
 
-from actors.process import freeze_startup_objects
+from actors.names import CONTROLLER
+from actors.replica.locate import locate_replica_async
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
-from actors.timer.system_timer import AsyncioTimer
 from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError,
                               OffsetOutOfRangeError)
 from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
@@ -41,21 +42,19 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def replica_actor_name(topic: str, partition: int, broker_id: int) -> str:
-    return f"replica-{topic}-{partition}-{broker_id}"
+class HostedReplica:
+    """Built off the event loop (opening a log may recover it from its files); every other
+    method runs on the host's loop."""
 
-
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
-class PartitionReplicaActor:
     def __init__(self, namespace: str, broker_id: int, topic: str, partition: int,
                  log_dir: str, topic_config: dict, broker_log_config: dict,
-                 broker_config: dict, recovery_point: int = 0, log_start_offset: int = 0,
-                 high_watermark: int | None = None, clean_shutdown: bool = False):
+                 broker_config: dict, timer, recovery_point: int = 0,
+                 log_start_offset: int = 0, high_watermark: int | None = None,
+                 clean_shutdown: bool = False):
         self.namespace = namespace
         self.broker_id = broker_id
         self.broker_log_config = dict(broker_log_config)
         self.backoff_s = broker_config["replica.fetch.backoff.ms"] / 1000
-        self.timer = AsyncioTimer(name=f"replica-{topic}-{partition}")
         directory = Path(log_dir)
         self.log = Log.open(directory, LogConfig.from_props(topic_config,
                                                             broker=broker_log_config),
@@ -67,16 +66,16 @@ class PartitionReplicaActor:
             replica_fetch_wait_max_ms=broker_config["replica.fetch.wait.max.ms"],
             replica_fetch_min_bytes=broker_config["replica.fetch.min.bytes"],
             replica_fetch_max_bytes=broker_config["replica.fetch.max.bytes"])
+        # The host's one timer drives every hosted replica's purgatories.
         self.replica = PartitionReplica(topic, partition, broker_id, self.log, clock=wall_ms,
-                                        timer=self.timer, config=config)
+                                        timer=timer, config=config)
         self.cleaner = Cleaner()
         self.first_dirty_offset: int | None = None
-        self._handles: dict[int, Any] = {}
+        self._leaders: dict[int, Any] = {}
         self._controller = None
         self._fetcher: asyncio.Task | None = None
         self._alter_task: asyncio.Task | None = None
         self._closed = False
-        freeze_startup_objects()
 
     # ---- control (from the broker) ---------------------------------------------------------
     async def become(self, leader_and_isr: bytes) -> bytes:
@@ -111,28 +110,26 @@ class PartitionReplicaActor:
         if self._fetcher is not None:
             self._fetcher.cancel()
         self.replica.make_offline()
-        state = self._checkpoint_state()
+        state = self.checkpoint_state()
         self.log.close()
         if delete:
             doomed = self.log.dir.with_name(self.log.dir.name + ".deleting-delete")
             self.log.dir.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, doomed, True)
         return state
 
-    def _checkpoint_state(self) -> tuple[int, int, int]:
-        return (self.log.high_watermark, self.log.recovery_point, self.log.log_start_offset)
-
-    async def checkpoint_state(self) -> tuple[int, int, int]:
+    def checkpoint_state(self) -> tuple[int, int, int]:
         """(high watermark, recovery point, log start offset) for the broker's files."""
-        return self._checkpoint_state()
+        return (self.log.high_watermark, self.log.recovery_point, self.log.log_start_offset)
 
     async def alter_config(self, topic_config: dict) -> None:
         self.log.update_config(LogConfig.from_props(topic_config,
                                                     broker=self.broker_log_config))
 
-    async def background(self) -> dict:
+    def background(self) -> dict:
         """One pass of the broker's scheduled log work: retention, delayed deletions,
-        flush by time, compaction."""
+        flush by time, compaction. The host runs it in a worker thread, never on its event
+        loop (compaction takes seconds); the log's lock orders it with appends."""
         if self._closed:
             return {}
         now = wall_ms()
@@ -164,9 +161,6 @@ class PartitionReplicaActor:
                          ) -> bytes:
         """This replica's own log bytes, whatever its role (replica verification)."""
         return self.log.read(offset, max_bytes, max_offset=max_offset)
-
-    async def pid(self) -> int:
-        return os.getpid()
 
     # ---- client requests -------------------------------------------------------------------
     async def produce(self, records: bytes, acks: int = -1, timeout_ms: int = 30_000) -> bytes:
@@ -255,12 +249,12 @@ class PartitionReplicaActor:
         return encode(result)
 
     # ---- follower: the fetch loop ----------------------------------------------------------
-    def _handle(self, broker_id: int):
-        handle = self._handles.get(broker_id)
+    async def _leader(self, broker_id: int):
+        handle = self._leaders.get(broker_id)
         if handle is None:
-            handle = ray.get_actor(replica_actor_name(self.replica.topic, self.replica.partition,
-                                                      broker_id), namespace=self.namespace)
-            self._handles[broker_id] = handle
+            handle = await locate_replica_async(self.namespace, self.replica.topic,
+                                                self.replica.partition, broker_id)
+            self._leaders[broker_id] = handle
         return handle
 
     async def _fetch_loop(self) -> None:
@@ -269,7 +263,7 @@ class PartitionReplicaActor:
         failures = 0
         while not self._closed and r.role is Role.FOLLOWER and r.leader_epoch == epoch:
             try:
-                leader = self._handle(leader_id)
+                leader = await self._leader(leader_id)
                 asked = r.truncation_request()
                 if asked is not None:
                     answer = decode(await leader.offsets_for_leader_epoch.remote(asked, epoch))
@@ -292,7 +286,7 @@ class PartitionReplicaActor:
                 raise
             except Exception as e:  # the leader is gone, not yet leader, or restarting
                 log.debug("%s: fetch from %s failed: %r", r.name, leader_id, e)
-                self._handles.pop(leader_id, None)
+                self._leaders.pop(leader_id, None)
                 # Exponential, from 50 ms up to replica.fetch.backoff.ms: right after a
                 # leader change the leader is usually just a moment behind us.
                 await asyncio.sleep(min(self.backoff_s, 0.05 * 2 ** failures))
@@ -310,7 +304,7 @@ class PartitionReplicaActor:
         while not self._closed and r.take_alter_partition() is proposal:
             try:
                 if self._controller is None:
-                    self._controller = ray.get_actor("controller", namespace=self.namespace)
+                    self._controller = ray.get_actor(CONTROLLER, namespace=self.namespace)
                 answer = decode(await self._controller.alter_partition.remote(
                     encode(proposal)))
             except asyncio.CancelledError:

@@ -1,0 +1,214 @@
+"""ReplicaHostActor: many partition replicas of one broker in one Ray actor.
+
+Kafka serves thousands of partition replicas per broker from one process; a Ray actor per
+replica (a process each, ~64 MB and ~0.3 s to start) cannot. A broker runs
+``num.replica.hosts`` hosts on its node (``actors.replica.placement``) and opens each of
+its replicas in one of them. A host is an async actor (``num_cpus=0``) whose event loop
+serves all its replicas; each replica keeps its own state and its own order of calls
+(``HostedReplica``), and none waits on another: acks=all produces and long polls are
+futures completed by the host's one timing wheel, opening a log (recovery) and the
+scheduled log work (retention, flush, compaction) run in worker threads.
+
+Per-replica methods take the topic-partition first (``actors.replica.locate`` binds it for
+callers); batch methods (``checkpoint_states``, ``background``, ``isr_expiry``,
+``stop_all``) cover every replica of the host in one call.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import ray
+
+from actors.process import freeze_startup_objects
+from actors.replica.hosted import HostedReplica
+from actors.timer.system_timer import AsyncioTimer
+from protocols.errors import KafkaError, NotLeaderOrFollowerError
+from protocols.messages import DeleteRecordsResult, FetchResult, ProduceResult
+from protocols.topics import TopicPartition
+from protocols.wire import decode, encode
+
+log = logging.getLogger(__name__)
+
+FREEZE_DELAY_S = 1.0
+
+
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
+class ReplicaHostActor:
+    def __init__(self, namespace: str, broker_id: int, index: int, broker_log_config: dict,
+                 broker_config: dict):
+        self.namespace = namespace
+        self.broker_id = broker_id
+        self.index = index
+        self.broker_log_config = dict(broker_log_config)
+        self.broker_config = dict(broker_config)
+        self.timer = AsyncioTimer(name=f"replica-host-{broker_id}-{index}")
+        self.replicas: dict[TopicPartition, HostedReplica] = {}
+        self._opening: dict[TopicPartition, asyncio.Future] = {}
+        self._freeze_pending = False
+        freeze_startup_objects()
+
+    # ---- the broker's calls ----------------------------------------------------------------
+    async def open(self, topic: str, partition: int, log_dir: str, topic_config: dict,
+                   recovery_point: int = 0, log_start_offset: int = 0,
+                   high_watermark: int | None = None, clean_shutdown: bool = False) -> None:
+        """Open (or recover) the replica's log and start serving it; opening one that is
+        already open does nothing."""
+        tp = TopicPartition(topic, partition)
+        if tp in self.replicas:
+            return
+        opening = self._opening.get(tp)
+        if opening is not None:
+            await asyncio.shield(opening)
+            return
+        opening = self._opening[tp] = asyncio.get_running_loop().create_future()
+        try:
+            replica = await asyncio.to_thread(
+                HostedReplica, self.namespace, self.broker_id, topic, partition, log_dir,
+                topic_config, self.broker_log_config, self.broker_config, self.timer,
+                recovery_point, log_start_offset, high_watermark, clean_shutdown)
+            self.replicas[tp] = replica
+            opening.set_result(None)
+        except BaseException as e:
+            opening.set_exception(e)
+            opening.exception()  # retrieved: a failed open is the caller's error only
+            raise
+        finally:
+            del self._opening[tp]
+        self._freeze_soon()
+
+    def _freeze_soon(self) -> None:
+        """Freeze the logs' indexes out of the GC's reach once a burst of opens is over (one
+        collection per burst, not one per replica)."""
+        if not self._freeze_pending:
+            self._freeze_pending = True
+
+            def freeze() -> None:
+                self._freeze_pending = False
+                freeze_startup_objects()
+            asyncio.get_running_loop().call_later(FREEZE_DELAY_S, freeze)
+
+    async def become(self, topic: str, partition: int, leader_and_isr: bytes) -> bytes:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            return encode(self._absent(topic, partition))
+        return await replica.become(leader_and_isr)
+
+    async def stop(self, topic: str, partition: int, delete: bool = False
+                   ) -> tuple[int, int, int] | None:
+        """StopReplica: the checkpoint triple, or None when the replica was not open here."""
+        replica = self.replicas.pop(TopicPartition(topic, partition), None)
+        if replica is None:
+            return None
+        return await replica.stop(delete)
+
+    async def stop_all(self) -> list[tuple[str, int, tuple[int, int, int]]]:
+        """Close every replica (a broker's shutdown): (topic, partition, checkpoint triple)."""
+        replicas, self.replicas = self.replicas, {}
+        states = await asyncio.gather(*[r.stop(False) for r in replicas.values()],
+                                      return_exceptions=True)
+        self.timer.shutdown()
+        return [(tp.topic, tp.partition, state) for tp, state in zip(replicas, states)
+                if not isinstance(state, BaseException)]
+
+    async def checkpoint_states(self) -> list[tuple[str, int, tuple[int, int, int]]]:
+        return [(tp.topic, tp.partition, r.checkpoint_state())
+                for tp, r in self.replicas.items()]
+
+    async def background(self) -> dict:
+        """log.retention.check.interval.ms for every replica here, in a worker thread."""
+        return await asyncio.to_thread(self._background_pass, list(self.replicas.values()))
+
+    @staticmethod
+    def _background_pass(replicas: list[HostedReplica]) -> dict:
+        totals = {"deleted_segments": 0, "cleaned": 0}
+        for r in replicas:
+            try:
+                for key, value in r.background().items():
+                    totals[key] += value
+            except Exception:  # a replica stopped meanwhile, or a bad segment: the rest go on
+                log.exception("log maintenance of %s failed", r.replica.name)
+        return totals
+
+    async def isr_expiry(self) -> None:
+        for r in list(self.replicas.values()):
+            await r.maybe_shrink_isr()
+
+    async def num_replicas(self) -> int:
+        return len(self.replicas)
+
+    async def host_pid(self) -> int:
+        return os.getpid()
+
+    # ---- per-replica calls -----------------------------------------------------------------
+    def _replica(self, topic: str, partition: int) -> HostedReplica | None:
+        return self.replicas.get(TopicPartition(topic, partition))
+
+    def _absent(self, topic: str, partition: int) -> KafkaError:
+        # The caller found this host through the broker, so the replica was here: it has
+        # moved or is being deleted. Retriable; the client refreshes its metadata.
+        return NotLeaderOrFollowerError(f"Broker {self.broker_id} does not host "
+                                        f"{topic}-{partition}")
+
+    def _require(self, topic: str, partition: int) -> HostedReplica:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            raise self._absent(topic, partition)
+        return replica
+
+    async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
+                      timeout_ms: int = 30_000) -> bytes:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            return encode(ProduceResult(error=self._absent(topic, partition)))
+        return await replica.produce(records, acks, timeout_ms)
+
+    async def fetch(self, topic: str, partition: int, request: bytes) -> bytes:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            return encode(FetchResult(error=self._absent(topic, partition), leader_epoch=-1,
+                                      fetch_offset=decode(request).fetch_offset))
+        return await replica.fetch(request)
+
+    async def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int,
+                                       current_leader_epoch: int = -1) -> bytes:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            return encode(self._absent(topic, partition))
+        return await replica.offsets_for_leader_epoch(epoch, current_leader_epoch)
+
+    async def list_offsets(self, topic: str, partition: int, timestamp: int,
+                           current_leader_epoch: int = -1) -> bytes:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            return encode(self._absent(topic, partition))
+        return await replica.list_offsets(timestamp, current_leader_epoch)
+
+    async def delete_records(self, topic: str, partition: int, offset: int,
+                             timeout_ms: int = 30_000) -> bytes:
+        replica = self._replica(topic, partition)
+        if replica is None:
+            return encode(DeleteRecordsResult(error=self._absent(topic, partition)))
+        return await replica.delete_records(offset, timeout_ms)
+
+    async def describe(self, topic: str, partition: int) -> dict:
+        return await self._require(topic, partition).describe()
+
+    async def read_local(self, topic: str, partition: int, offset: int, max_bytes: int,
+                         max_offset: int | None = None) -> bytes:
+        return await self._require(topic, partition).read_local(offset, max_bytes, max_offset)
+
+    async def checkpoint_state(self, topic: str, partition: int) -> tuple[int, int, int]:
+        return self._require(topic, partition).checkpoint_state()
+
+    async def alter_config(self, topic: str, partition: int, topic_config: dict) -> None:
+        await self._require(topic, partition).alter_config(topic_config)
+
+    async def maybe_shrink_isr(self, topic: str, partition: int) -> None:
+        await self._require(topic, partition).maybe_shrink_isr()
+
+    async def pid(self, topic: str, partition: int) -> int:
+        """The process serving the replica (its host's)."""
+        self._require(topic, partition)
+        return os.getpid()

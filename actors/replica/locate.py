@@ -1,0 +1,85 @@
+"""Where a partition replica lives, seen from outside its host.
+
+A replica is not an actor of its own: it lives in one of its broker's replica hosts. Its
+broker says which (``BrokerActor.replica_host``); a ``ReplicaHandle`` then stands for the
+replica wherever a handle is wanted: ``handle.fetch.remote(request)`` is the host's
+``fetch.remote(topic, partition, request)``. Every caller (clients, admin, the group
+coordinator, a follower fetching from its leader, the Spark source, Ray Data, the CLI)
+finds replicas through this module, synchronously from a driver or thread, or with
+``await`` from an actor's event loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from actors.names import broker_name
+from protocols.errors import UnknownTopicOrPartitionError
+
+
+@dataclass(frozen=True)
+class _BoundMethod:
+    host: Any
+    method: str
+    topic: str
+    partition: int
+
+    def remote(self, *args, **kwargs):
+        return getattr(self.host, self.method).remote(self.topic, self.partition,
+                                                      *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class ReplicaHandle:
+    """One hosted replica: its host's actor handle and its topic-partition."""
+    host: Any
+    topic: str
+    partition: int
+    broker_id: int
+
+    def __getattr__(self, method: str) -> _BoundMethod:
+        # Only a replica's methods, never dunders or privates: pickle and copy probe those
+        # on a half-built object.
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _BoundMethod(self.host, method, self.topic, self.partition)
+
+
+def _absent(topic: str, partition: int, broker_id: int) -> UnknownTopicOrPartitionError:
+    return UnknownTopicOrPartitionError(
+        f"No replica of {topic}-{partition} on broker {broker_id}")
+
+
+def _broker(namespace: str, broker_id: int):
+    try:
+        return ray.get_actor(broker_name(broker_id), namespace=namespace)
+    except ValueError:
+        return None
+
+
+def locate_replica(namespace: str, topic: str, partition: int, broker_id: int,
+                   timeout_s: float = 30.0) -> ReplicaHandle:
+    """The replica of topic-partition on ``broker_id`` (from a driver or a thread);
+    UNKNOWN_TOPIC_OR_PARTITION when that broker is down or holds no such replica."""
+    broker = _broker(namespace, broker_id)
+    host = None
+    if broker is not None:
+        try:
+            host = ray.get(broker.replica_host.remote(topic, partition), timeout=timeout_s)
+        except ray.exceptions.RayError:
+            host = None
+    if host is None:
+        raise _absent(topic, partition, broker_id)
+    return ReplicaHandle(host, topic, partition, broker_id)
+
+
+async def locate_replica_async(namespace: str, topic: str, partition: int,
+                               broker_id: int) -> ReplicaHandle:
+    """``locate_replica`` for code on an actor's event loop."""
+    broker = _broker(namespace, broker_id)
+    host = None if broker is None else await broker.replica_host.remote(topic, partition)
+    if host is None:
+        raise _absent(topic, partition, broker_id)
+    return ReplicaHandle(host, topic, partition, broker_id)

@@ -1,0 +1,83 @@
+"""Replica hosts (issue 21, step 1): many partition replicas per Ray actor, placed by a stable
+rule, each with its own state and order, none waiting on another's long poll."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import ray
+
+import rafka
+from actors.names import replica_host_name
+from actors.replica.placement import host_index
+from protocols.errors import NotLeaderOrFollowerError
+from protocols.messages import FetchRequest
+from protocols.records import Record, encode_batch
+from protocols.wire import decode, encode
+from tests.runtime.conftest import FAST
+from tests.runtime.helpers import produce, read_all
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def two_host_cluster(ray_session, tmp_path):
+    c = rafka.Cluster.start(3, tmp_path / "data", dict(FAST, **{"num.replica.hosts": 2}),
+                            name=f"hosts{next(_names)}")
+    yield c
+    c.shutdown()
+
+
+def test_replicas_live_in_their_broker_s_hosts_by_the_placement_rule(two_host_cluster):
+    cluster = two_host_cluster
+    cluster.admin().create_topics([rafka.NewTopic("spread", 8, 3)])
+    for b in range(3):
+        assert ray.get(cluster.broker(b).describe.remote())["replica_hosts"] == 2
+        host_pids = [ray.get(ray.get_actor(replica_host_name(b, i), namespace=cluster.namespace)
+                             .host_pid.remote()) for i in range(2)]
+        assert len(set(host_pids)) == 2                     # two processes, not eight
+        for p in range(8):
+            replica = cluster.replica("spread", p, b)
+            assert ray.get(replica.pid.remote()) == host_pids[host_index("spread", p, 2)]
+    # Every replica has its own log and state, served through the shared hosts.
+    for p in range(8):
+        assert produce(cluster, "spread", p, f"p{p}".encode()).base_offset == 0
+    for p in range(8):
+        _, leader = cluster.leader("spread", p)
+        assert list(read_all(leader).values()) == [f"p{p}".encode()]
+
+
+def test_a_host_answers_not_leader_or_follower_for_a_replica_it_does_not_hold(
+        two_host_cluster):
+    cluster = two_host_cluster
+    host = ray.get_actor(replica_host_name(0, 0), namespace=cluster.namespace)
+    result = decode(ray.get(host.produce.remote("nowhere", 0, encode_batch([Record(None, b"x")]),
+                                                -1, 1000)))
+    assert isinstance(result.error, NotLeaderOrFollowerError)
+    fetched = decode(ray.get(host.fetch.remote("nowhere", 0, encode(FetchRequest(-1, 7)))))
+    assert isinstance(fetched.error, NotLeaderOrFollowerError) and fetched.fetch_offset == 7
+    with pytest.raises(NotLeaderOrFollowerError):
+        ray.get(host.describe.remote("nowhere", 0))
+
+
+def test_a_long_poll_on_one_replica_does_not_hold_up_another_in_the_same_host(
+        two_host_cluster):
+    cluster = two_host_cluster
+    cluster.admin().create_topics([rafka.NewTopic(
+        "quiet", replica_assignment={p: [0] for p in range(4)})])
+    # Two partitions held by the same host of broker 0.
+    pair = next((p, q) for p in range(4) for q in range(p + 1, 4)
+                if host_index("quiet", p, 2) == host_index("quiet", q, 2))
+    leaders = {p: cluster.leader("quiet", p) for p in pair}
+    parked = leaders[pair[0]][1].fetch.remote(encode(FetchRequest(
+        -1, 0, min_bytes=1000, max_wait_ms=20_000)))
+    # acks=1: the other replica answers while the first one's fetch waits in its purgatory.
+    assert produce(cluster, "quiet", pair[1], b"through", acks=1).base_offset == 0
+    ready, _ = ray.wait([parked], timeout=0)
+    assert ready == [], "the parked fetch returned early: nothing was holding it"
+    # The parked fetch is answered by data arriving on its own partition.
+    assert produce(cluster, "quiet", pair[0], b"x" * 2000, acks=1).error is None
+    result = decode(ray.get(parked, timeout=30))
+    assert result.error is None and result.records
