@@ -39,6 +39,36 @@ class FetchResult:
 
 
 @message
+@dataclass(frozen=True)
+class FetchManyRequest:
+    """Kafka's FetchRequest: many partitions in one request, one wait over all of them. A
+    follower host's fetcher sends it to a leader host; it is answered as soon as
+    ``min_bytes`` are readable over the partitions, or after ``max_wait_ms``."""
+
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int  # over the whole response (replica.fetch.response.max.bytes)
+    partitions: tuple  # ((topic, partition, FetchRequest), ...)
+
+
+@message
+@dataclass
+class FetchManyResponse:
+    results: tuple  # ((topic, partition, FetchResult), ...), in the request's order
+
+
+@message
+@dataclass(frozen=True)
+class OffsetsForLeaderEpochRequest:
+    """Kafka's OffsetsForLeaderEpoch for many partitions (a follower about to truncate).
+    The answer is ((topic, partition, (epoch, end offset) or a KafkaError), ...)."""
+
+    replica_id: int
+    partitions: tuple  # ((topic, partition, leader epoch asked, current leader epoch), ...)
+
+
+@message
 @dataclass
 class ProduceResult:
     base_offset: int = -1

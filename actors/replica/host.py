@@ -22,10 +22,14 @@ import os
 import ray
 
 from actors.process import freeze_startup_objects
+from actors.replica.fetch_many import fetch_many
+from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.hosted import HostedReplica
+from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
-from protocols.messages import DeleteRecordsResult, FetchResult, ProduceResult
+from protocols.messages import (DeleteRecordsResult, FetchManyRequest, FetchManyResponse,
+                                FetchResult, OffsetsForLeaderEpochRequest, ProduceResult)
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 
@@ -44,7 +48,13 @@ class ReplicaHostActor:
         self.broker_log_config = dict(broker_log_config)
         self.broker_config = dict(broker_config)
         self.timer = AsyncioTimer(name=f"replica-host-{broker_id}-{index}")
+        # One purgatory per kind for every replica here, keyed by topic-partition: a fetch
+        # for many partitions waits once, watched under each of their keys.
+        self.purgatories = Purgatories.create(self.timer, broker_id)
+        self.fetchers = ReplicaFetcherManager(
+            namespace, broker_id, ReplicaConfig.from_broker_config(self.broker_config))
         self.replicas: dict[TopicPartition, HostedReplica] = {}
+        self.cores: dict[TopicPartition, PartitionReplica] = {}
         self._opening: dict[TopicPartition, asyncio.Future] = {}
         self._freeze_pending = False
         freeze_startup_objects()
@@ -66,9 +76,11 @@ class ReplicaHostActor:
         try:
             replica = await asyncio.to_thread(
                 HostedReplica, self.namespace, self.broker_id, topic, partition, log_dir,
-                topic_config, self.broker_log_config, self.broker_config, self.timer,
-                recovery_point, log_start_offset, high_watermark, clean_shutdown)
+                topic_config, self.broker_log_config, self.broker_config, self.purgatories,
+                self.fetchers, recovery_point, log_start_offset, high_watermark,
+                clean_shutdown)
             self.replicas[tp] = replica
+            self.cores[tp] = replica.replica
             opening.set_result(None)
         except BaseException as e:
             opening.set_exception(e)
@@ -98,14 +110,17 @@ class ReplicaHostActor:
     async def stop(self, topic: str, partition: int, delete: bool = False
                    ) -> tuple[int, int, int] | None:
         """StopReplica: the checkpoint triple, or None when the replica was not open here."""
-        replica = self.replicas.pop(TopicPartition(topic, partition), None)
+        tp = TopicPartition(topic, partition)
+        replica = self.replicas.pop(tp, None)
+        self.cores.pop(tp, None)
         if replica is None:
             return None
         return await replica.stop(delete)
 
     async def stop_all(self) -> list[tuple[str, int, tuple[int, int, int]]]:
         """Close every replica (a broker's shutdown): (topic, partition, checkpoint triple)."""
-        replicas, self.replicas = self.replicas, {}
+        replicas, self.replicas, self.cores = self.replicas, {}, {}
+        self.fetchers.shutdown()
         states = await asyncio.gather(*[r.stop(False) for r in replicas.values()],
                                       return_exceptions=True)
         self.timer.shutdown()
@@ -138,6 +153,10 @@ class ReplicaHostActor:
     async def num_replicas(self) -> int:
         return len(self.replicas)
 
+    async def describe_fetchers(self) -> list[dict]:
+        """This host's replica fetchers (``ReplicaFetcherManager.describe``)."""
+        return self.fetchers.describe()
+
     async def host_pid(self) -> int:
         return os.getpid()
 
@@ -156,6 +175,41 @@ class ReplicaHostActor:
         if replica is None:
             raise self._absent(topic, partition)
         return replica
+
+    # ---- many partitions in one request (between hosts) -----------------------------------
+    async def fetch_many(self, request: bytes) -> bytes:
+        """A follower host's fetch for all the partitions it follows here: answered when
+        any has data (``min_bytes`` over the request) or after ``max_wait_ms``."""
+        req: FetchManyRequest = decode(request)
+        future = asyncio.get_running_loop().create_future()
+
+        def done(response: FetchManyResponse) -> None:
+            if not future.done():
+                future.set_result(response)
+        response = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done)
+        if req.replica_id >= 0:
+            # The followers' positions may have moved an ISR: tell the controller.
+            for topic, partition, _ in req.partitions:
+                replica = self.replicas.get(TopicPartition(topic, partition))
+                if replica is not None:
+                    replica.maybe_alter_partition()
+        if response is None:
+            response = await future
+        return encode(response)
+
+    async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
+        req: OffsetsForLeaderEpochRequest = decode(request)
+        answers = []
+        for topic, partition, epoch, current_leader_epoch in req.partitions:
+            core = self.cores.get(TopicPartition(topic, partition))
+            try:
+                if core is None:
+                    raise self._absent(topic, partition)
+                answers.append((topic, partition,
+                                core.offsets_for_leader_epoch(epoch, current_leader_epoch)))
+            except KafkaError as e:
+                answers.append((topic, partition, e))
+        return encode(answers)
 
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
                       timeout_ms: int = 30_000) -> bytes:

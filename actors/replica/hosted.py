@@ -16,15 +16,13 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import ray
 
 from actors.names import CONTROLLER
-from actors.replica.locate import locate_replica_async
-from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
-from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError,
-                              OffsetOutOfRangeError)
+from actors.replica.fetcher_manager import ReplicaFetcherManager
+from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig, Role
+from protocols.errors import KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError
 from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
                                 ProduceResult)
 from protocols.wire import decode, encode
@@ -48,32 +46,28 @@ class HostedReplica:
 
     def __init__(self, namespace: str, broker_id: int, topic: str, partition: int,
                  log_dir: str, topic_config: dict, broker_log_config: dict,
-                 broker_config: dict, timer, recovery_point: int = 0,
+                 broker_config: dict, purgatories: Purgatories,
+                 fetchers: ReplicaFetcherManager, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int | None = None,
                  clean_shutdown: bool = False):
         self.namespace = namespace
         self.broker_id = broker_id
         self.broker_log_config = dict(broker_log_config)
         self.backoff_s = broker_config["replica.fetch.backoff.ms"] / 1000
+        self.fetchers = fetchers
         directory = Path(log_dir)
         self.log = Log.open(directory, LogConfig.from_props(topic_config,
                                                             broker=broker_log_config),
                             recovery_point=recovery_point, log_start_offset=log_start_offset,
                             high_watermark=high_watermark,
                             clean_shutdown=clean_shutdown or not any(directory.glob("*.log")))
-        config = ReplicaConfig(
-            replica_lag_time_max_ms=broker_config["replica.lag.time.max.ms"],
-            replica_fetch_wait_max_ms=broker_config["replica.fetch.wait.max.ms"],
-            replica_fetch_min_bytes=broker_config["replica.fetch.min.bytes"],
-            replica_fetch_max_bytes=broker_config["replica.fetch.max.bytes"])
-        # The host's one timer drives every hosted replica's purgatories.
+        config = ReplicaConfig.from_broker_config(broker_config)
+        # The host's purgatories (and their one timer) serve every hosted replica.
         self.replica = PartitionReplica(topic, partition, broker_id, self.log, clock=wall_ms,
-                                        timer=timer, config=config)
+                                        config=config, purgatories=purgatories)
         self.cleaner = Cleaner()
         self.first_dirty_offset: int | None = None
-        self._leaders: dict[int, Any] = {}
         self._controller = None
-        self._fetcher: asyncio.Task | None = None
         self._alter_task: asyncio.Task | None = None
         self._closed = False
 
@@ -85,30 +79,19 @@ class HostedReplica:
         try:
             if r.apply_leader_and_isr(m.leader, m.leader_epoch, m.partition_epoch,
                                       list(m.isr), list(m.replicas)):
-                self._restart_fetcher()
+                # A new leader or epoch: truncate first, then fetch from the new leader's
+                # host (the fetch in flight to the old one is not ours any more).
+                self.fetchers.follow(r)
         except KafkaError as e:
             return encode(e)
-        self._restart_fetcher(only_if_needed=True)
+        self.fetchers.ensure(r)
         return encode(None)
-
-    def _restart_fetcher(self, only_if_needed: bool = False) -> None:
-        """A new leader or epoch gets a new fetch loop: the old one may be awaiting an answer
-        from a leader that is gone."""
-        following = self.replica.role is Role.FOLLOWER and not self._closed
-        stale = self._fetcher is not None and (self._fetcher.done() or not following
-                                               or not only_if_needed)
-        if stale:
-            self._fetcher.cancel()
-            self._fetcher = None
-        if following and self._fetcher is None:
-            self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop())
 
     async def stop(self, delete: bool = False) -> tuple[int, int, int]:
         """StopReplica: stop fetching and close the log (flushed); with ``delete`` remove it.
         Returns the checkpoint triple so the broker records it."""
         self._closed = True
-        if self._fetcher is not None:
-            self._fetcher.cancel()
+        self.fetchers.unfollow(self.replica.topic, self.replica.partition)
         self.replica.make_offline()
         state = self.checkpoint_state()
         self.log.close()
@@ -146,7 +129,7 @@ class HostedReplica:
     async def maybe_shrink_isr(self) -> None:
         """The broker's ISR-expiry task (every replica.lag.time.max.ms / 2)."""
         if self.replica.maybe_shrink_isr() is not None:
-            self._maybe_alter_partition()
+            self.maybe_alter_partition()
 
     async def describe(self) -> dict:
         r = self.replica
@@ -192,7 +175,7 @@ class HostedReplica:
             return encode(FetchResult(error=e, leader_epoch=self.replica.leader_epoch,
                                       fetch_offset=req.fetch_offset))
         if req.replica_id >= 0:
-            self._maybe_alter_partition()
+            self.maybe_alter_partition()
         if result is None:
             result = await future
         return encode(result)
@@ -248,52 +231,8 @@ class HostedReplica:
             result = await future
         return encode(result)
 
-    # ---- follower: the fetch loop ----------------------------------------------------------
-    async def _leader(self, broker_id: int):
-        handle = self._leaders.get(broker_id)
-        if handle is None:
-            handle = await locate_replica_async(self.namespace, self.replica.topic,
-                                                self.replica.partition, broker_id)
-            self._leaders[broker_id] = handle
-        return handle
-
-    async def _fetch_loop(self) -> None:
-        r = self.replica
-        epoch, leader_id = r.leader_epoch, r.leader_id
-        failures = 0
-        while not self._closed and r.role is Role.FOLLOWER and r.leader_epoch == epoch:
-            try:
-                leader = await self._leader(leader_id)
-                asked = r.truncation_request()
-                if asked is not None:
-                    answer = decode(await leader.offsets_for_leader_epoch.remote(asked, epoch))
-                    if isinstance(answer, KafkaError):
-                        raise answer
-                    r.on_leader_epoch_end_offset(*answer, leader_epoch=epoch)
-                    continue
-                request = r.fetch_request()
-                if request is None:
-                    return
-                result: FetchResult = decode(await leader.fetch.remote(encode(request)))
-                if r.leader_epoch != epoch:
-                    return
-                r.on_fetch_result(result)
-                if result.error is not None and not isinstance(result.error,
-                                                                OffsetOutOfRangeError):
-                    raise result.error
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # the leader is gone, not yet leader, or restarting
-                log.debug("%s: fetch from %s failed: %r", r.name, leader_id, e)
-                self._leaders.pop(leader_id, None)
-                # Exponential, from 50 ms up to replica.fetch.backoff.ms: right after a
-                # leader change the leader is usually just a moment behind us.
-                await asyncio.sleep(min(self.backoff_s, 0.05 * 2 ** failures))
-                failures += 1
-
     # ---- leader: ISR changes go to the controller ------------------------------------------
-    def _maybe_alter_partition(self) -> None:
+    def maybe_alter_partition(self) -> None:
         proposal = self.replica.take_alter_partition()
         if proposal is not None and (self._alter_task is None or self._alter_task.done()):
             self._alter_task = asyncio.get_running_loop().create_task(

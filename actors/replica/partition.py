@@ -39,8 +39,19 @@ class ReplicaConfig:
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_min_bytes: int = 1
     replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_response_max_bytes: int = 10_485_760
+    replica_fetch_backoff_ms: int = 1000
     # Tests only: False restores pre-KIP-101 "truncate to the high watermark".
     leader_epoch_truncation: bool = True
+
+    @classmethod
+    def from_broker_config(cls, b: dict) -> "ReplicaConfig":
+        return cls(replica_lag_time_max_ms=b["replica.lag.time.max.ms"],
+                   replica_fetch_wait_max_ms=b["replica.fetch.wait.max.ms"],
+                   replica_fetch_min_bytes=b["replica.fetch.min.bytes"],
+                   replica_fetch_max_bytes=b["replica.fetch.max.bytes"],
+                   replica_fetch_response_max_bytes=b["replica.fetch.response.max.bytes"],
+                   replica_fetch_backoff_ms=b["replica.fetch.backoff.ms"])
 
 
 @dataclass
@@ -53,6 +64,23 @@ class FollowerState:
     last_fetch_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1
     last_caught_up_ms: int = 0
+
+
+@dataclass
+class Purgatories:
+    """Where a replica's delayed operations wait. A replica host shares one set among all
+    its replicas (Kafka's ReplicaManager has one purgatory per kind, keyed by partition), so
+    one delayed fetch can watch many partitions."""
+
+    produce: DelayedOperationPurgatory
+    fetch: DelayedOperationPurgatory
+    delete_records: DelayedOperationPurgatory
+
+    @classmethod
+    def create(cls, timer, broker_id: int = -1) -> "Purgatories":
+        return cls(DelayedOperationPurgatory("Produce", timer, broker_id=broker_id),
+                   DelayedOperationPurgatory("Fetch", timer, broker_id=broker_id),
+                   DelayedOperationPurgatory("DeleteRecords", timer, broker_id=broker_id))
 
 
 class _DelayedWithResult(DelayedOperation):
@@ -161,8 +189,9 @@ class DelayedFetch(DelayedOperation):
 
 class PartitionReplica:
     def __init__(self, topic: str, partition: int, broker_id: int, log_: Log, *,
-                 clock: Callable[[], int], timer, config: ReplicaConfig = ReplicaConfig(),
-                 on_high_watermark: Callable[[int], None] | None = None):
+                 clock: Callable[[], int], timer=None, config: ReplicaConfig = ReplicaConfig(),
+                 on_high_watermark: Callable[[int], None] | None = None,
+                 purgatories: Purgatories | None = None):
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
@@ -180,12 +209,11 @@ class PartitionReplica:
         self.pending_alter: AlterPartition | None = None
         self.needs_truncation = False
         self._key = (topic, partition)  # the purgatories' watch key
-        self.produce_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "Produce", timer, broker_id=broker_id)
-        self.fetch_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "Fetch", timer, broker_id=broker_id)
-        self.delete_records_purgatory: DelayedOperationPurgatory = DelayedOperationPurgatory(
-            "DeleteRecords", timer, broker_id=broker_id)
+        if purgatories is None:
+            purgatories = Purgatories.create(timer, broker_id)
+        self.produce_purgatory = purgatories.produce
+        self.fetch_purgatory = purgatories.fetch
+        self.delete_records_purgatory = purgatories.delete_records
 
     @property
     def name(self) -> str:

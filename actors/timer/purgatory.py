@@ -107,7 +107,7 @@ class DelayedOperationPurgatory(Generic[T]):
         self._timer_enabled = timer_enabled
         self._lock = threading.Lock()
         self._watchers_by_key: dict[Hashable, list[T]] = {}
-        # Operations watched since the last purge: an over-estimate of those still pending.
+        # Watch entries added since the last purge: an over-estimate of those still pending.
         self._estimated_total_operations = 0
         self._shut_down = False
 
@@ -129,15 +129,17 @@ class DelayedOperationPurgatory(Generic[T]):
         with operation.lock:
             if operation.try_complete():
                 return True
-            watched_any = False
+            watched = 0
             for key in keys:
                 if operation.is_completed:
                     break
                 self._watch(key, operation)
-                watched_any = True
-            if watched_any:
+                watched += 1
+            if watched:
+                # Counted per watch entry, not per operation: a fetch for a thousand idle
+                # partitions leaves a thousand entries behind when it completes.
                 with self._lock:
-                    self._estimated_total_operations += 1
+                    self._estimated_total_operations += watched
             if operation.try_complete():
                 return True
         if not operation.is_completed:

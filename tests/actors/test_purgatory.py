@@ -227,6 +227,21 @@ def test_purge_is_also_triggered_by_new_requests(clock):
     purgatory.shutdown()
 
 
+def test_an_operation_on_many_keys_counts_once_per_key_towards_the_purge(clock):
+    """A fetch for many idle partitions leaves an entry under every key when it expires;
+    they are swept after purge_interval_requests entries, not operations."""
+    purgatory = DelayedOperationPurgatory("Fetch", SystemTimer(clock),
+                                          purge_interval_requests=5)
+    first = TimeoutOnly(10_000)
+    purgatory.try_complete_else_watch(first, [("t", i) for i in range(4)])
+    first.force_complete()
+    assert purgatory.watched == 4                 # 4 entries - 0 delayed <= 5: kept
+    second = TimeoutOnly(10_000)
+    purgatory.try_complete_else_watch(second, [("t", i) for i in range(4)])
+    assert purgatory.watched == 4                 # 8 - 1 > 5: the first one's swept
+    purgatory.shutdown()
+
+
 def test_cancel_for_key_stops_watching_without_completing(purgatory, clock):
     ops = [TimeoutOnly(100) for _ in range(3)]
     for op in ops:

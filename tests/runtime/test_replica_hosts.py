@@ -3,6 +3,7 @@ rule, each with its own state and order, none waiting on another's long poll."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import ray
@@ -15,7 +16,7 @@ from protocols.messages import FetchRequest
 from protocols.records import Record, encode_batch
 from protocols.wire import decode, encode
 from tests.runtime.conftest import FAST
-from tests.runtime.helpers import produce, read_all
+from tests.runtime.helpers import produce, read_all, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -81,3 +82,38 @@ def test_a_long_poll_on_one_replica_does_not_hold_up_another_in_the_same_host(
     assert produce(cluster, "quiet", pair[0], b"x" * 2000, acks=1).error is None
     result = decode(ray.get(parked, timeout=30))
     assert result.error is None and result.records
+
+
+def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session, tmp_path):
+    """Issue 21, step 2: with one host per broker, each host follows its partitions through
+    one fetcher per other broker, and an idle fetcher sends about one request per
+    replica.fetch.wait.max.ms however many partitions it carries."""
+    config = dict(FAST, **{"num.replica.hosts": 1})
+    cluster = rafka.Cluster.start(3, tmp_path / "data", config, name=f"hosts{next(_names)}")
+    try:
+        cluster.admin().create_topics([rafka.NewTopic("wide", 12, 3)])
+        hosts = [ray.get_actor(replica_host_name(b, 0), namespace=cluster.namespace)
+                 for b in range(3)]
+
+        def fetchers():
+            return [ray.get(h.describe_fetchers.remote()) for h in hosts]
+
+        def settled():
+            described = fetchers()
+            return all(len(d) == 2 and sum(len(f["partitions"]) for f in d) == 8
+                       for d in described) and described
+        described = wait_until(settled, 30, "each host to fetch through two fetchers")
+        for b, d in enumerate(described):
+            led_elsewhere = {("wide", p) for p, info in
+                             cluster.metadata()["topics"]["wide"].items() if info["leader"] != b}
+            assert {tuple(tp) for f in d for tp in f["partitions"]} == led_elsewhere
+        before = sum(f["requests_sent"] for d in described for f in d)
+        time.sleep(3)
+        after = sum(f["requests_sent"] for d in fetchers() for f in d)
+        # 6 fetchers, a long poll of 500 ms each: ~36 requests in 3 s, not 24 x 6.
+        assert after - before <= 6 * (3 / 0.5 + 2)
+        # Replication through the fetchers: acks=all answers on every partition.
+        for p in range(12):
+            assert produce(cluster, "wide", p, b"v").error is None
+    finally:
+        cluster.shutdown()

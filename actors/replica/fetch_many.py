@@ -1,0 +1,124 @@
+"""A fetch for many partitions at once, on the leader's side: Kafka's
+ReplicaManager.fetchMessages and its DelayedFetch, pure.
+
+One request names many partitions of one host; each is read as ``PartitionReplica.fetch``
+reads it (a follower's position updates the leader's view of it: ISR, HW). The request is
+answered at once when ``min_bytes`` are there over all partitions, when any partition has an
+error, or when it may not wait; otherwise one ``DelayedFetchMany`` waits in the host's
+shared fetch purgatory, watched under every partition's key, until an append or a HW rise
+on any of them makes ``min_bytes`` readable, leadership of one moves, or ``max_wait_ms``
+runs out. ``max_bytes`` bounds the whole response: once it is spent, the remaining
+partitions answer with no records (their positions still count, as in Kafka).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from actors.replica.partition import PartitionReplica, Role
+from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
+from protocols.errors import KafkaError, NotLeaderOrFollowerError
+from protocols.messages import FetchManyRequest, FetchManyResponse, FetchRequest, FetchResult
+
+Replicas = Mapping[tuple[str, int], PartitionReplica]
+
+
+def _error_result(core: PartitionReplica | None, request: FetchRequest,
+                  error: KafkaError) -> FetchResult:
+    return FetchResult(error=error, leader_epoch=-1 if core is None else core.leader_epoch,
+                       fetch_offset=request.fetch_offset)
+
+
+def _not_here(topic: str, partition: int, broker_id: int) -> NotLeaderOrFollowerError:
+    return NotLeaderOrFollowerError(f"Broker {broker_id} does not host {topic}-{partition}")
+
+
+def read_partitions(replicas: Replicas, request: FetchManyRequest, broker_id: int,
+                    first: bool) -> FetchManyResponse:
+    """Read every partition of the request. ``first``: as the request arrives (positions
+    are recorded); otherwise when a delayed fetch completes (reads only)."""
+    budget = request.max_bytes
+    results = []
+    for topic, partition, req in request.partitions:
+        core = replicas.get((topic, partition))
+        try:
+            if core is None:
+                raise _not_here(topic, partition, broker_id)
+            if first:
+                result = core.fetch(FetchRequest(
+                    req.replica_id, req.fetch_offset, req.current_leader_epoch,
+                    req.max_bytes, req.min_bytes, 0, req.log_start_offset))
+            elif core.role is not Role.LEADER:
+                raise NotLeaderOrFollowerError(f"Leadership of {core.name} moved while a "
+                                               "fetch waited")
+            else:
+                result = core.read_for_fetch(req)
+        except KafkaError as e:
+            result = _error_result(core, req, e)
+        if budget <= 0 and result.records:
+            result.records = b""  # the response is full: this partition's turn comes next
+        budget -= len(result.records)
+        results.append((topic, partition, result))
+    return FetchManyResponse(tuple(results))
+
+
+def _answerable(response: FetchManyResponse, min_bytes: int) -> bool:
+    total = 0
+    for _, _, result in response.results:
+        if result.error is not None:
+            return True
+        total += len(result.records)
+    return total >= min_bytes
+
+
+class DelayedFetchMany(DelayedOperation):
+    def __init__(self, replicas: Replicas, request: FetchManyRequest, broker_id: int,
+                 on_done: Callable[[FetchManyResponse], None]):
+        super().__init__(request.max_wait_ms)
+        self.replicas = replicas
+        self.request = request
+        self.broker_id = broker_id
+        self.on_done = on_done
+
+    def try_complete(self) -> bool:
+        readable = 0
+        for topic, partition, req in self.request.partitions:
+            core = self.replicas.get((topic, partition))
+            if core is None or core.role is not Role.LEADER:
+                return self.force_complete()      # Kafka's case A: not the leader any more
+            if 0 <= req.current_leader_epoch != core.leader_epoch:
+                return self.force_complete()      # a new epoch: the fetcher must hear of it
+            follower = req.replica_id >= 0
+            limit = core.log.log_end_offset if follower else core.high_watermark
+            if limit < req.fetch_offset:
+                return self.force_complete()      # truncated below the position: answer
+            if limit > req.fetch_offset:
+                try:
+                    readable += len(core.log.read(req.fetch_offset, req.max_bytes,
+                                                  max_offset=None if follower else limit))
+                except KafkaError:
+                    return self.force_complete()  # e.g. out of range now: answer with it
+                if readable >= self.request.min_bytes:
+                    return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        self.on_done(read_partitions(self.replicas, self.request, self.broker_id, first=False))
+
+    def on_expiration(self) -> None:
+        pass
+
+
+def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: DelayedOperationPurgatory,
+               broker_id: int, on_done: Callable[[FetchManyResponse], None]
+               ) -> FetchManyResponse | None:
+    """Serve the request: the response when it is answered at once (``on_done`` gets it
+    too), else None and ``on_done`` gets it later, exactly once."""
+    response = read_partitions(replicas, request, broker_id, first=True)
+    if request.max_wait_ms <= 0 or not request.partitions or _answerable(response,
+                                                                         request.min_bytes):
+        on_done(response)
+        return response
+    op = DelayedFetchMany(replicas, request, broker_id, on_done)
+    keys = [(topic, partition) for topic, partition, _ in request.partitions]
+    purgatory.try_complete_else_watch(op, keys)
+    return None

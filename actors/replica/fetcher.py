@@ -1,0 +1,136 @@
+"""ReplicaFetcher: one follower host's fetching from one leader host, pure (Kafka's
+ReplicaFetcherThread / AbstractFetcherThread, without the thread).
+
+It holds the follower replicas that follow partitions led on one leader host and says what
+to send next: OffsetsForLeaderEpoch for the partitions that must truncate first (KIP-101,
+KIP-279), else one long-polled ``FetchManyRequest`` for all the others. Answers come back
+per partition and go to each replica's own core (``PartitionReplica``), which keeps the HW,
+truncation and leader-epoch rules. A partition whose answer is an error (or whose request
+failed as a whole) backs off alone, exponentially from 50 ms up to
+``replica.fetch.backoff.ms``; the others keep fetching. The shell (``actors.replica.host``)
+sends the requests, calls back with answers, errors and timeouts, and adds and removes
+partitions as leadership moves. Time is an injected clock in milliseconds.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
+from protocols.errors import KafkaError, OffsetOutOfRangeError
+from protocols.messages import (FetchManyRequest, FetchManyResponse,
+                                OffsetsForLeaderEpochRequest)
+
+FIRST_BACKOFF_MS = 50
+
+
+class ReplicaFetcher:
+    def __init__(self, broker_id: int, config: ReplicaConfig, clock: Callable[[], int]):
+        self.broker_id = broker_id
+        self.config = config
+        self.clock = clock
+        self.partitions: dict[tuple[str, int], PartitionReplica] = {}
+        # The leader epoch each partition was added in: an answer for another epoch is not
+        # this fetcher's to apply.
+        self._epochs: dict[tuple[str, int], int] = {}
+        self._backoff_until: dict[tuple[str, int], int] = {}
+        self._failures: dict[tuple[str, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def add_partition(self, replica: PartitionReplica) -> None:
+        key = (replica.topic, replica.partition)
+        self.partitions[key] = replica
+        self._epochs[key] = replica.leader_epoch
+        self._backoff_until.pop(key, None)
+        self._failures.pop(key, None)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        for d in (self.partitions, self._epochs, self._backoff_until, self._failures):
+            d.pop(key, None)
+
+    def _current(self, topic: str, partition: int) -> PartitionReplica | None:
+        """The replica if it still follows in the epoch it was added in."""
+        key = (topic, partition)
+        r = self.partitions.get(key)
+        if r is None or r.role is not Role.FOLLOWER or r.leader_epoch != self._epochs[key]:
+            return None
+        return r
+
+    def _ready(self, now: int) -> list[PartitionReplica]:
+        return [r for key, r in self.partitions.items()
+                if self._backoff_until.get(key, 0) <= now and self._current(*key) is r]
+
+    # ---- what to send ----------------------------------------------------------------------
+    def next_request(self) -> OffsetsForLeaderEpochRequest | FetchManyRequest | None:
+        """Truncation first, for the partitions that need it; else one fetch for all the
+        ready partitions; None when no partition is ready (see ``next_wakeup_ms``)."""
+        ready = self._ready(self.clock())
+        truncating = []
+        for r in ready:
+            epoch = r.truncation_request()
+            if epoch is not None:
+                truncating.append((r.topic, r.partition, epoch, r.leader_epoch))
+        if truncating:
+            return OffsetsForLeaderEpochRequest(self.broker_id, tuple(truncating))
+        fetches = []
+        for r in ready:
+            request = r.fetch_request()
+            if request is not None:
+                fetches.append((r.topic, r.partition, request))
+        if not fetches:
+            return None
+        c = self.config
+        return FetchManyRequest(self.broker_id, c.replica_fetch_wait_max_ms,
+                                c.replica_fetch_min_bytes, c.replica_fetch_response_max_bytes,
+                                tuple(fetches))
+
+    def next_wakeup_ms(self) -> int | None:
+        """When the earliest backed-off partition may go again (None: none is waiting)."""
+        now = self.clock()
+        waits = [t for key, t in self._backoff_until.items()
+                 if t > now and key in self.partitions]
+        return min(waits) if waits else None
+
+    # ---- answers ---------------------------------------------------------------------------
+    def on_epoch_end_offsets(self, request: OffsetsForLeaderEpochRequest,
+                             answers) -> None:
+        for topic, partition, answer in answers:
+            r = self._current(topic, partition)
+            if r is None:
+                continue
+            if isinstance(answer, KafkaError):
+                self._back_off((topic, partition))
+                continue
+            epoch, end_offset = answer
+            sent_in = next((current for t, p, _, current in request.partitions
+                            if (t, p) == (topic, partition)), None)
+            r.on_leader_epoch_end_offset(epoch, end_offset, leader_epoch=sent_in)
+            self._failures.pop((topic, partition), None)
+
+    def on_fetch_response(self, response: FetchManyResponse) -> None:
+        for topic, partition, result in response.results:
+            r = self._current(topic, partition)
+            if r is None:
+                continue
+            r.on_fetch_result(result)
+            if result.error is not None and not isinstance(result.error, OffsetOutOfRangeError):
+                self._back_off((topic, partition))
+            else:
+                self._failures.pop((topic, partition), None)
+
+    def on_error(self, request: OffsetsForLeaderEpochRequest | FetchManyRequest) -> None:
+        """The request failed as a whole (the leader host is gone or restarting, or the
+        request timed out): every partition in it backs off."""
+        for topic, partition, *_ in request.partitions:
+            if (topic, partition) in self.partitions:
+                self._back_off((topic, partition))
+
+    def _back_off(self, key: tuple[str, int]) -> None:
+        failures = self._failures.get(key, 0)
+        # From 50 ms up to replica.fetch.backoff.ms: right after a leader change the leader
+        # is usually just a moment behind us.
+        delay = min(self.config.replica_fetch_backoff_ms, FIRST_BACKOFF_MS * 2 ** failures)
+        self._backoff_until[key] = self.clock() + delay
+        self._failures[key] = failures + 1
