@@ -92,6 +92,7 @@ class BrokerActor:
         self.checkpoints: dict[str, dict[TopicPartition, int]] = {
             k: f.read() for k, f in self._files.items()}
         self.brokers_on_node = brokers_on_node
+        self.controller_batches = 0  # controller requests received (describe shows it)
         self.hosts: list[Any] = []
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
@@ -221,6 +222,7 @@ class BrokerActor:
         """LeaderAndIsr / StopReplica / UpdateMetadata from the controller, in order; a batch
         from an older controller epoch is refused whole with STALE_CONTROLLER_EPOCH."""
         messages = decode(batch)
+        self.controller_batches += 1
         async with self._lock:
             try:
                 for m in messages:
@@ -228,40 +230,54 @@ class BrokerActor:
             except StaleControllerEpochError as e:
                 return encode(e)
             self.controller_epoch = max(m.controller_epoch for m in messages)
-            errors: list[KafkaError] = []
             for m in messages:
                 if isinstance(m, UpdateMetadata):
                     await self._update_metadata(m)
             leader_and_isr = [m for m in messages if isinstance(m, LeaderAndIsr)]
-            answers = await asyncio.gather(*[self._become(m) for m in leader_and_isr])
-            errors += [a for a in answers if isinstance(a, KafkaError)]
-            for m in messages:
-                if isinstance(m, StopReplica):
-                    await self._stop_replica(m)
+            errors = await self._become(leader_and_isr) if leader_and_isr else []
+            stops = [m for m in messages if isinstance(m, StopReplica)]
+            if stops:
+                await self._stop_replicas(stops)
             return encode(errors)
+
+    def _by_host(self, tps) -> dict[Any, list]:
+        """Topic-partitions (or messages naming them) grouped by the host holding each."""
+        groups: dict[Any, list] = {}
+        for item in tps:
+            host = self.replicas.get(TopicPartition(item.topic, item.partition))
+            if host is not None:
+                groups.setdefault(host, []).append(item)
+        return groups
 
     async def _update_metadata(self, m: UpdateMetadata) -> None:
         old = self.image.get("configs", {})
         self.image = m.image
-        for topic, config in m.image.get("configs", {}).items():
-            if old.get(topic, config) != config:
-                for tp, host in list(self.replicas.items()):
-                    if tp.topic == topic:
-                        await host.alter_config.remote(tp.topic, tp.partition, dict(config))
+        changed = [(topic, dict(config)) for topic, config in m.image.get("configs", {}).items()
+                   if old.get(topic, config) != config]
+        if changed:
+            # One call per host: it applies the topic's new config to every replica it holds.
+            await asyncio.gather(*[host.alter_topic_config.remote(topic, config)
+                                   for topic, config in changed for host in self.hosts])
 
-    async def _become(self, m: LeaderAndIsr):
-        tp = TopicPartition(m.topic, m.partition)
-        host = self.replicas.get(tp)
-        if host is None:
-            host = await self._open_replica(tp)
-        answer = decode(await host.become.remote(m.topic, m.partition, encode(m)))
-        if m.topic == OFFSETS_TOPIC and not isinstance(answer, KafkaError):
-            coordinator = await self._group_coordinator()
-            if m.leader == self.broker_id:
-                await coordinator.on_election.remote(m.partition, m.leader_epoch)
-            else:
-                await coordinator.on_resignation.remote(m.partition)
-        return answer
+    async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
+        """LeaderAndIsr for many partitions: the replicas not open here yet are opened, and
+        each host gets its share in one call, in the controller's order."""
+        await self._open_replicas({TopicPartition(m.topic, m.partition) for m in messages})
+        by_host = self._by_host(messages)
+        answers = await asyncio.gather(*[host.become_many.remote(encode(share))
+                                         for host, share in by_host.items()])
+        errors: list[KafkaError] = []
+        for share, answer in zip(by_host.values(), answers):
+            for m, error in zip(share, decode(answer)):
+                if error is not None:
+                    errors.append(error)
+                elif m.topic == OFFSETS_TOPIC:
+                    coordinator = await self._group_coordinator()
+                    if m.leader == self.broker_id:
+                        await coordinator.on_election.remote(m.partition, m.leader_epoch)
+                    else:
+                        await coordinator.on_resignation.remote(m.partition)
+        return errors
 
     async def _group_coordinator(self):
         """This broker's group coordinator, started the first time it is needed (a broker
@@ -299,33 +315,48 @@ class BrokerActor:
                 f"{OFFSETS_TOPIC}-{partition} has no leader"))
         return encode(leader)
 
-    async def _open_replica(self, tp: TopicPartition):
-        """Open this broker's replica of ``tp`` in the host the placement rule gives it; the
-        host's handle."""
-        host = self.hosts[host_index(tp.topic, tp.partition, len(self.hosts))]
-        config = dict(self.image.get("configs", {}).get(tp.topic, {}))
-        await host.open.remote(
-            tp.topic, tp.partition, str(self.dir / partition_dir_name(tp.topic, tp.partition)),
-            config, self.checkpoints["recovery"].get(tp, 0),
-            self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp),
-            self.clean_shutdown)
-        self.replicas[tp] = host
-        return host
+    async def _open_replicas(self, tps: set[TopicPartition]) -> None:
+        """Open this broker's replicas of ``tps`` that are not open yet, each in the host
+        the placement rule gives it, one call per host."""
+        by_host: dict[Any, list] = {}
+        for tp in sorted(tps - self.replicas.keys()):
+            host = self.hosts[host_index(tp.topic, tp.partition, len(self.hosts))]
+            config = dict(self.image.get("configs", {}).get(tp.topic, {}))
+            by_host.setdefault(host, []).append((
+                tp.topic, tp.partition, str(self.dir / partition_dir_name(tp.topic, tp.partition)),
+                config, self.checkpoints["recovery"].get(tp, 0),
+                self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp),
+                self.clean_shutdown))
+        await asyncio.gather(*[host.open_many.remote(specs) for host, specs in by_host.items()])
+        for host, specs in by_host.items():
+            for topic, partition, *_ in specs:
+                self.replicas[TopicPartition(topic, partition)] = host
 
-    async def _stop_replica(self, m: StopReplica) -> None:
-        tp = TopicPartition(m.topic, m.partition)
-        host = self.replicas.pop(tp, None)
-        if tp.topic == OFFSETS_TOPIC and self._coordinator is not None:
-            await self._coordinator.on_resignation.remote(tp.partition)
-        if host is not None:
-            state = await host.stop.remote(tp.topic, tp.partition, m.delete_partition)
-            if state is not None and not m.delete_partition:
-                self._remember(tp, state)
-        if m.delete_partition:
+    async def _stop_replicas(self, stops: list[StopReplica]) -> None:
+        by_host = self._by_host(stops)
+        for m in stops:
+            tp = TopicPartition(m.topic, m.partition)
+            self.replicas.pop(tp, None)
+            if tp.topic == OFFSETS_TOPIC and self._coordinator is not None:
+                await self._coordinator.on_resignation.remote(tp.partition)
+        answers = await asyncio.gather(*[
+            host.stop_many.remote([(m.topic, m.partition, m.delete_partition) for m in share])
+            for host, share in by_host.items()])
+        for answer in answers:
+            for topic, partition, state in answer:
+                if state is not None:
+                    self._remember(TopicPartition(topic, partition), state)
+        deleted = [TopicPartition(m.topic, m.partition) for m in stops if m.delete_partition]
+        for tp in deleted:
             for offsets in self.checkpoints.values():
                 offsets.pop(tp, None)
+        if deleted:
             self._write_checkpoints()
             # A replica that was never opened here still may have left a directory.
+            await asyncio.to_thread(self._remove_dirs, deleted)
+
+    def _remove_dirs(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
             shutil.rmtree(self.dir / partition_dir_name(tp.topic, tp.partition),
                           ignore_errors=True)
 
@@ -371,7 +402,7 @@ class BrokerActor:
         return {"broker_id": self.broker_id, "incarnation": self.incarnation,
                 "controller_epoch": self.controller_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
-                "replica_hosts": len(self.hosts),
+                "replica_hosts": len(self.hosts), "controller_batches": self.controller_batches,
                 "replicas": sorted(f"{tp.topic}-{tp.partition}" for tp in self.replicas)}
 
     async def pid(self) -> int:

@@ -101,21 +101,42 @@ class ReplicaHostActor:
                 freeze_startup_objects()
             asyncio.get_running_loop().call_later(FREEZE_DELAY_S, freeze)
 
-    async def become(self, topic: str, partition: int, leader_and_isr: bytes) -> bytes:
-        replica = self._replica(topic, partition)
-        if replica is None:
-            return encode(self._absent(topic, partition))
-        return await replica.become(leader_and_isr)
+    async def open_many(self, specs: list[tuple]) -> None:
+        """``open`` for many replicas (a broker's share of one controller message):
+        (topic, partition, log_dir, topic_config, recovery_point, log_start_offset,
+        high_watermark, clean_shutdown) each."""
+        await asyncio.gather(*[self.open(*spec) for spec in specs])
 
-    async def stop(self, topic: str, partition: int, delete: bool = False
-                   ) -> tuple[int, int, int] | None:
-        """StopReplica: the checkpoint triple, or None when the replica was not open here."""
-        tp = TopicPartition(topic, partition)
-        replica = self.replicas.pop(tp, None)
-        self.cores.pop(tp, None)
-        if replica is None:
-            return None
-        return await replica.stop(delete)
+    async def become_many(self, messages: bytes) -> bytes:
+        """LeaderAndIsr for many replicas here, applied in order; one answer each (None, or
+        the KafkaError refusing it)."""
+        answers = []
+        for m in decode(messages):
+            replica = self._replica(m.topic, m.partition)
+            answers.append(self._absent(m.topic, m.partition) if replica is None
+                           else replica.become(m))
+        return encode(answers)
+
+    async def stop_many(self, stops: list[tuple[str, int, bool]]
+                        ) -> list[tuple[str, int, tuple[int, int, int] | None]]:
+        """StopReplica for many replicas: (topic, partition, delete) each; answers
+        (topic, partition, checkpoint triple, or None when it was not open here)."""
+        replicas = []
+        for topic, partition, delete in stops:
+            tp = TopicPartition(topic, partition)
+            self.cores.pop(tp, None)
+            replicas.append((tp, self.replicas.pop(tp, None), delete))
+        states = await asyncio.gather(*[r.stop(delete) for _, r, delete in replicas
+                                        if r is not None])
+        states_iter = iter(states)
+        return [(tp.topic, tp.partition, None if r is None else next(states_iter))
+                for tp, r, _ in replicas]
+
+    async def alter_topic_config(self, topic: str, topic_config: dict) -> None:
+        """A topic's config changed: every replica of it here takes the new one."""
+        for tp, replica in self.replicas.items():
+            if tp.topic == topic:
+                replica.alter_config(topic_config)
 
     async def stop_all(self) -> list[tuple[str, int, tuple[int, int, int]]]:
         """Close every replica (a broker's shutdown): (topic, partition, checkpoint triple)."""
@@ -255,12 +276,6 @@ class ReplicaHostActor:
 
     async def checkpoint_state(self, topic: str, partition: int) -> tuple[int, int, int]:
         return self._require(topic, partition).checkpoint_state()
-
-    async def alter_config(self, topic: str, partition: int, topic_config: dict) -> None:
-        await self._require(topic, partition).alter_config(topic_config)
-
-    async def maybe_shrink_isr(self, topic: str, partition: int) -> None:
-        await self._require(topic, partition).maybe_shrink_isr()
 
     async def pid(self, topic: str, partition: int) -> int:
         """The process serving the replica (its host's)."""

@@ -72,9 +72,8 @@ class HostedReplica:
         self._closed = False
 
     # ---- control (from the broker) ---------------------------------------------------------
-    async def become(self, leader_and_isr: bytes) -> bytes:
+    def become(self, m: LeaderAndIsr) -> KafkaError | None:
         """Apply a LeaderAndIsr; a stale one is refused with FENCED_LEADER_EPOCH."""
-        m: LeaderAndIsr = decode(leader_and_isr)
         r = self.replica
         try:
             if r.apply_leader_and_isr(m.leader, m.leader_epoch, m.partition_epoch,
@@ -83,9 +82,9 @@ class HostedReplica:
                 # host (the fetch in flight to the old one is not ours any more).
                 self.fetchers.follow(r)
         except KafkaError as e:
-            return encode(e)
+            return e
         self.fetchers.ensure(r)
-        return encode(None)
+        return None
 
     async def stop(self, delete: bool = False) -> tuple[int, int, int]:
         """StopReplica: stop fetching and close the log (flushed); with ``delete`` remove it.
@@ -105,7 +104,7 @@ class HostedReplica:
         """(high watermark, recovery point, log start offset) for the broker's files."""
         return (self.log.high_watermark, self.log.recovery_point, self.log.log_start_offset)
 
-    async def alter_config(self, topic_config: dict) -> None:
+    def alter_config(self, topic_config: dict) -> None:
         self.log.update_config(LogConfig.from_props(topic_config,
                                                     broker=self.broker_log_config))
 

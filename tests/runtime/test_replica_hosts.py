@@ -117,3 +117,30 @@ def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session,
             assert produce(cluster, "wide", p, b"v").error is None
     finally:
         cluster.shutdown()
+
+
+def test_creating_a_topic_is_one_controller_request_per_broker(two_host_cluster):
+    """Issue 21, step 3: LeaderAndIsr for every new partition reaches a broker as one
+    request, and the broker gives each of its hosts its share in one call."""
+    cluster = two_host_cluster
+
+    def batches():
+        return [ray.get(cluster.broker(b).describe.remote())["controller_batches"]
+                for b in range(3)]
+    before = batches()
+    cluster.admin().create_topics([rafka.NewTopic("many", 60, 3)])
+    assert [a - b for a, b in zip(batches(), before)] == [1, 1, 1]
+    for b in range(3):
+        hosts = [ray.get_actor(replica_host_name(b, i), namespace=cluster.namespace)
+                 for i in range(2)]
+        assert sum(ray.get(h.num_replicas.remote()) for h in hosts) == 60
+    for p in (0, 59):
+        assert produce(cluster, "many", p, b"v").error is None
+    # Deleting it is one request per broker too, and every replica closes.
+    before = batches()
+    cluster.admin().delete_topics(["many"])
+    wait_until(lambda: all(ray.get(ray.get_actor(replica_host_name(b, i),
+                                                 namespace=cluster.namespace)
+                                   .num_replicas.remote()) == 0
+                           for b in range(3) for i in range(2)), 30, "the replicas to close")
+    assert all(1 <= a - b <= 2 for a, b in zip(batches(), before))
