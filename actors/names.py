@@ -27,3 +27,8 @@ def coordinator_name(broker_id: int) -> str:
 def replica_host_name(broker_id: int, index: int) -> str:
     """A shared replica host of a broker (``num.replica.hosts`` of them per broker)."""
     return f"replica-host-{broker_id}-{index}"
+
+
+def dedicated_host_name(topic: str, partition: int, broker_id: int) -> str:
+    """The host of its own that a ``replica.placement=dedicated`` topic's replica gets."""
+    return f"replica-{topic}-{partition}-{broker_id}"

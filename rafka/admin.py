@@ -185,7 +185,8 @@ class Admin:
                 raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
             effective = LogConfig.from_props(dict(image["configs"][name]),
                                              broker=self.cluster.config)
-            out[name] = {key: getattr(effective, key.replace(".", "_"), None)
+            topic_only = TOPIC_CONFIG.parse(dict(image["configs"][name]))  # not log settings
+            out[name] = {key: getattr(effective, key.replace(".", "_"), topic_only[key])
                          for key in TOPIC_CONFIG.names()}
         return out
 

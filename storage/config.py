@@ -49,6 +49,9 @@ TOPIC_CONFIG = (
             one_of("producer", "uncompressed", *COMPRESSION_TYPES))
     .define("min.insync.replicas", "int", 1, at_least(1))
     .define("unclean.leader.election.enable", "boolean", False)
+    # Not a log setting, but a topic's: where its replicas live on their broker (rafka's
+    # replica hosts, actors.replica.placement). "dedicated": a Ray actor per replica.
+    .define("replica.placement", "string", "shared", one_of("shared", "dedicated"))
 )
 
 # Broker-level keys that supply a topic key's default, in priority order (first present wins).

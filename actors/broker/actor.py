@@ -31,8 +31,8 @@ from actors.controller.actor import ControllerActor
 from actors.controller.messages import check_controller_epoch
 from actors.coordinator.actor import OFFSETS_TOPIC, GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
-from actors.names import (CONTROLLER, coordinator_name, namespace_for, replica_host_name,
-                          timer_name)
+from actors.names import (CONTROLLER, coordinator_name, dedicated_host_name, namespace_for,
+                          replica_host_name, timer_name)
 from actors.replica.host import ReplicaHostActor
 from actors.replica.placement import default_num_replica_hosts, host_index
 from actors.timer.actor import TimerActor
@@ -93,7 +93,12 @@ class BrokerActor:
             k: f.read() for k, f in self._files.items()}
         self.brokers_on_node = brokers_on_node
         self.controller_batches = 0  # controller requests received (describe shows it)
-        self.hosts: list[Any] = []
+        self.hosts: list[Any] = []       # the shared hosts, by placement index
+        self.dedicated: dict[TopicPartition, Any] = {}  # replica.placement=dedicated
+        self._watchers: dict[Any, asyncio.Task] = {}
+        self._crashed: set[TopicPartition] = set()  # to reopen as after an unclean stop
+        self.host_restarts = 0
+        self._host_starts: dict[str, int] = {}  # by base name: how many times started
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
         self.controller_epoch = 0
@@ -140,12 +145,69 @@ class BrokerActor:
         return default_num_replica_hosts(cpus, self.brokers_on_node)
 
     async def _start_hosts(self) -> None:
-        self.hosts = await asyncio.gather(*[
-            create_named(ReplicaHostActor, replica_host_name(self.broker_id, i),
-                         self.namespace, self.namespace, self.broker_id, i, self.cfg.log,
-                         self.cfg.broker)
-            for i in range(self._num_hosts())])
-        await asyncio.gather(*[h.num_replicas.remote() for h in self.hosts])  # started
+        self.hosts = list(await asyncio.gather(*[
+            self._start_host(replica_host_name(self.broker_id, i))
+            for i in range(self._num_hosts())]))
+
+    async def _start_host(self, base_name: str):
+        """Start one replica host on this node (owned by this broker, so it dies with it)
+        and watch it. A host started again after dying is named ``<name>-r<n>``: Ray keeps a
+        dead actor's name while anything (a client's cached handle) still refers to it."""
+        restarts = self._host_starts.get(base_name, 0)
+        self._host_starts[base_name] = restarts + 1
+        name = base_name if not restarts else f"{base_name}-r{restarts}"
+        host = await create_named(ReplicaHostActor, name, self.namespace, self.namespace,
+                                  self.broker_id, name, self.cfg.log, self.cfg.broker)
+        await host.num_replicas.remote()  # started
+        self._watchers[host] = asyncio.get_running_loop().create_task(self._watch_host(host))
+        return host
+
+    def _all_hosts(self) -> list[Any]:
+        return self.hosts + list(self.dedicated.values())
+
+    async def _watch_host(self, host) -> None:
+        try:
+            await host.watch.remote()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # its process died (or we killed it)
+            pass
+        self._watchers.pop(host, None)
+        if not self._stopping and any(h == host for h in self._all_hosts()):
+            await self._host_died(host)
+
+    async def _host_died(self, host) -> None:
+        """A replica host died on its own: only its replicas are down. Start it again and
+        tell the controller, whose LeaderAndIsr reopens them from their files as after a
+        crash, with leadership moved off them and a place outside the ISR until they catch
+        up (``ControllerState.replicas_failed``)."""
+        async with self._lock:
+            lost = sorted(tp for tp, h in self.replicas.items() if h == host)
+            for tp in lost:
+                del self.replicas[tp]
+            self._crashed.update(lost)
+            index = next((i for i, h in enumerate(self.hosts) if h == host), None)
+            if index is not None:
+                self.hosts[index] = await self._start_host(
+                    replica_host_name(self.broker_id, index))
+            for tp in [tp for tp, h in self.dedicated.items() if h == host]:
+                del self.dedicated[tp]  # started again when its replica reopens
+            self.host_restarts += 1
+        log.warning("broker %d: a replica host died holding %d replicas; started it again",
+                    self.broker_id, len(lost))
+        backoff_s = self.cfg.broker["replica.fetch.backoff.ms"] / 1000
+        while lost and not self._stopping:
+            try:
+                controller = await self._ensure_controller()
+                await asyncio.wait_for(controller.replicas_failed.remote(
+                    self.broker_id, [list(tp) for tp in lost]), self._session_s())
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("broker %d: could not report failed replicas yet: %r",
+                         self.broker_id, e)
+                await asyncio.sleep(backoff_s)
 
     async def replica_host(self, topic: str, partition: int):
         """The actor handle of the host holding this broker's replica of topic-partition,
@@ -257,7 +319,7 @@ class BrokerActor:
         if changed:
             # One call per host: it applies the topic's new config to every replica it holds.
             await asyncio.gather(*[host.alter_topic_config.remote(topic, config)
-                                   for topic, config in changed for host in self.hosts])
+                                   for topic, config in changed for host in self._all_hosts()])
 
     async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
         """LeaderAndIsr for many partitions: the replicas not open here yet are opened, and
@@ -315,22 +377,35 @@ class BrokerActor:
                 f"{OFFSETS_TOPIC}-{partition} has no leader"))
         return encode(leader)
 
+    def _config(self, topic: str) -> dict:
+        return dict(self.image.get("configs", {}).get(topic, {}))
+
     async def _open_replicas(self, tps: set[TopicPartition]) -> None:
-        """Open this broker's replicas of ``tps`` that are not open yet, each in the host
-        the placement rule gives it, one call per host."""
+        """Open this broker's replicas of ``tps`` that are not open yet, one call per host:
+        a shared host by the placement rule, or a host of its own for a topic with
+        ``replica.placement=dedicated``."""
+        todo = sorted(tps - self.replicas.keys())
+        dedicated = [tp for tp in todo if tp not in self.dedicated
+                     and self._config(tp.topic).get("replica.placement") == "dedicated"]
+        started = await asyncio.gather(*[
+            self._start_host(dedicated_host_name(tp.topic, tp.partition, self.broker_id))
+            for tp in dedicated])
+        self.dedicated.update(zip(dedicated, started))
         by_host: dict[Any, list] = {}
-        for tp in sorted(tps - self.replicas.keys()):
-            host = self.hosts[host_index(tp.topic, tp.partition, len(self.hosts))]
-            config = dict(self.image.get("configs", {}).get(tp.topic, {}))
+        for tp in todo:
+            host = self.dedicated.get(tp) or self.hosts[host_index(tp.topic, tp.partition,
+                                                                   len(self.hosts))]
             by_host.setdefault(host, []).append((
                 tp.topic, tp.partition, str(self.dir / partition_dir_name(tp.topic, tp.partition)),
-                config, self.checkpoints["recovery"].get(tp, 0),
+                self._config(tp.topic), self.checkpoints["recovery"].get(tp, 0),
                 self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp),
-                self.clean_shutdown))
+                self.clean_shutdown and tp not in self._crashed))
         await asyncio.gather(*[host.open_many.remote(specs) for host, specs in by_host.items()])
         for host, specs in by_host.items():
             for topic, partition, *_ in specs:
-                self.replicas[TopicPartition(topic, partition)] = host
+                tp = TopicPartition(topic, partition)
+                self.replicas[tp] = host
+                self._crashed.discard(tp)
 
     async def _stop_replicas(self, stops: list[StopReplica]) -> None:
         by_host = self._by_host(stops)
@@ -342,6 +417,10 @@ class BrokerActor:
         answers = await asyncio.gather(*[
             host.stop_many.remote([(m.topic, m.partition, m.delete_partition) for m in share])
             for host, share in by_host.items()])
+        for m in stops:  # a dedicated host goes with its replica
+            host = self.dedicated.pop(TopicPartition(m.topic, m.partition), None)
+            if host is not None:
+                ray.kill(host, no_restart=True)
         for answer in answers:
             for topic, partition, state in answer:
                 if state is not None:
@@ -374,7 +453,8 @@ class BrokerActor:
     async def checkpoint(self) -> None:
         """replica.high.watermark.checkpoint.interval.ms: HWs, recovery points and log start
         offsets of every replica to the directory's checkpoint files."""
-        answers = await asyncio.gather(*[h.checkpoint_states.remote() for h in self.hosts],
+        answers = await asyncio.gather(*[h.checkpoint_states.remote()
+                                         for h in self._all_hosts()],
                                        return_exceptions=True)
         self._remember_all(answers)
         self._write_checkpoints()
@@ -387,11 +467,11 @@ class BrokerActor:
 
     async def log_maintenance(self) -> None:
         """log.retention.check.interval.ms: retention, delayed deletions, flush, cleaning."""
-        await asyncio.gather(*[h.background.remote() for h in self.hosts],
+        await asyncio.gather(*[h.background.remote() for h in self._all_hosts()],
                              return_exceptions=True)
 
     async def isr_expiry(self) -> None:
-        await asyncio.gather(*[h.isr_expiry.remote() for h in self.hosts],
+        await asyncio.gather(*[h.isr_expiry.remote() for h in self._all_hosts()],
                              return_exceptions=True)
 
     # ---- queries ---------------------------------------------------------------------------
@@ -402,7 +482,9 @@ class BrokerActor:
         return {"broker_id": self.broker_id, "incarnation": self.incarnation,
                 "controller_epoch": self.controller_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
-                "replica_hosts": len(self.hosts), "controller_batches": self.controller_batches,
+                "replica_hosts": len(self.hosts), "dedicated_hosts": len(self.dedicated),
+                "host_restarts": self.host_restarts,
+                "controller_batches": self.controller_batches,
                 "replicas": sorted(f"{tp.topic}-{tp.partition}" for tp in self.replicas)}
 
     async def pid(self) -> int:
@@ -431,7 +513,8 @@ class BrokerActor:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
         async with self._lock:
-            answers = await asyncio.gather(*[h.stop_all.remote() for h in self.hosts],
+            hosts = self._all_hosts()
+            answers = await asyncio.gather(*[h.stop_all.remote() for h in hosts],
                                            return_exceptions=True)
             self._remember_all(answers)
             self._write_checkpoints()
@@ -442,9 +525,9 @@ class BrokerActor:
                         self._controller.broker_failed.remote(self.broker_id), 5)
                 except Exception:
                     pass
-            for h in self.hosts:
+            for h in hosts:
                 ray.kill(h, no_restart=True)
-            self.hosts = []
+            self.hosts, self.dedicated = [], {}
             self.replicas.clear()
             if self._coordinator is not None:
                 ray.kill(self._coordinator, no_restart=True)

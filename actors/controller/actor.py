@@ -190,6 +190,10 @@ class ControllerActor:
     async def broker_failed(self, broker_id: int) -> None:
         await self._apply(lambda: self.state.broker_failed(broker_id))
 
+    async def replicas_failed(self, broker_id: int, partitions: list) -> None:
+        """A broker's replica host died and is back: see ``ControllerState.replicas_failed``."""
+        await self._apply(lambda: self.state.replicas_failed(broker_id, partitions))
+
     async def controlled_shutdown(self, broker_id: int) -> list:
         """Move leadership off the broker; answer the partitions it still leads."""
         def change():

@@ -186,6 +186,40 @@ class ControllerState:
                 changed.append(tp)
         return self._leader_and_isr_all(changed) + self._update_metadata()
 
+    def replicas_failed(self, broker_id: int, tps: Iterable[TP]) -> list:
+        """Some replicas of a live broker went down and are back on their files (their
+        replica host died and its broker started it again): Kafka's offline log directory.
+        Where the broker led, leadership moves to another ISR member in a new epoch (or, when
+        it is the only one, stays with it in a new epoch: a recovered log may end below what
+        consumers saw, so the HW must start over); where it followed, it leaves the ISR until
+        it has caught up again. The broker learns each named partition's state again, so it
+        reopens its replicas."""
+        live = set(self.live_brokers()) - {broker_id}
+        named: list[TP] = []
+        changed: list[TP] = []
+        for tp in tps:
+            tp = (tp[0], tp[1])
+            st = self.partitions.get(tp)
+            if st is None or broker_id not in st.replicas:
+                continue
+            named.append(tp)
+            if st.leader == broker_id:
+                others = [r for r in st.isr if r != broker_id]
+                e = offline_partition_leader(st.replicas, others, live)
+                if e.leader is not None:
+                    self._set_leader(st, e.leader, others)
+                else:
+                    st.leader_epoch += 1
+                    st.partition_epoch += 1
+                changed.append(tp)
+            elif self._remove_from_isr(st, broker_id):
+                changed.append(tp)
+        for tp in named:
+            self._sync_states(tp)
+        unchanged = [m for tp in named if tp not in changed
+                     for m in self._leader_and_isr(tp, only=broker_id)]
+        return unchanged + self._leader_and_isr_all(changed) + self._update_metadata()
+
     @staticmethod
     def _remove_from_isr(st: PartitionState, broker_id: int) -> bool:
         """Drop a follower from the ISR (never its last member); True if it changed."""

@@ -9,6 +9,9 @@ serves all its replicas; each replica keeps its own state and its own order of c
 futures completed by the host's one timing wheel, opening a log (recovery) and the
 scheduled log work (retention, flush, compaction) run in worker threads.
 
+A host that dies takes only its replicas down: the broker starts it again and they recover
+from their files as after a crash (``BrokerActor._host_died``).
+
 Per-replica methods take the topic-partition first (``actors.replica.locate`` binds it for
 callers); batch methods (``checkpoint_states``, ``background``, ``isr_expiry``,
 ``stop_all``) cover every replica of the host in one call.
@@ -40,14 +43,14 @@ FREEZE_DELAY_S = 1.0
 
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
 class ReplicaHostActor:
-    def __init__(self, namespace: str, broker_id: int, index: int, broker_log_config: dict,
+    def __init__(self, namespace: str, broker_id: int, name: str, broker_log_config: dict,
                  broker_config: dict):
         self.namespace = namespace
         self.broker_id = broker_id
-        self.index = index
+        self.name = name
         self.broker_log_config = dict(broker_log_config)
         self.broker_config = dict(broker_config)
-        self.timer = AsyncioTimer(name=f"replica-host-{broker_id}-{index}")
+        self.timer = AsyncioTimer(name=name)
         # One purgatory per kind for every replica here, keyed by topic-partition: a fetch
         # for many partitions waits once, watched under each of their keys.
         self.purgatories = Purgatories.create(self.timer, broker_id)
@@ -170,6 +173,11 @@ class ReplicaHostActor:
     async def isr_expiry(self) -> None:
         for r in list(self.replicas.values()):
             await r.maybe_shrink_isr()
+
+    async def watch(self) -> None:
+        """Never answers: the broker keeps one call pending so that it hears at once when
+        this host's process dies (the call fails then)."""
+        await asyncio.Event().wait()
 
     async def num_replicas(self) -> int:
         return len(self.replicas)

@@ -125,6 +125,37 @@ def test_a_partition_without_live_isr_goes_offline_and_comes_back_with_its_repli
     assert (st.leader, st.leader_epoch) == (0, 2)
 
 
+def test_replicas_of_a_failed_replica_host_lose_leadership_and_isr_membership():
+    """Issue 21, step 4: broker 0's replica host died and came back on its files. Where 0
+    led (partition 2), the next ISR member in AR order leads in a new epoch; where it
+    followed, it leaves the ISR; broker 0 learns every named partition's state (to reopen
+    it), the other replicas only the changes. Broker 0 stays alive."""
+    c, _ = controller()
+    seed_topic(c)
+    msgs = c.replicas_failed(0, [("t", 0), ("t", 1), ("t", 2)])
+    p = {tp[1]: st for tp, st in c.partitions.items()}
+    assert (p[2].leader, p[2].isr, p[2].leader_epoch) == (1, [1, 2], 1)
+    assert (p[0].leader, p[0].isr, p[0].leader_epoch) == (1, [1, 2], 0)
+    assert (p[1].leader, p[1].isr) == (2, [2, 1])
+    to_0 = sorted(m.partition for m in msgs if isinstance(m, LeaderAndIsr) and m.broker_id == 0)
+    assert to_0 == [0, 1, 2]
+    assert 0 in c.live_brokers()
+
+
+def test_a_failed_replica_host_s_only_isr_member_keeps_leading_in_a_new_epoch():
+    """No other replica may lead without losing acknowledged records, so the recovered
+    replica leads again, in a new epoch (its HW starts over there, KIP-207)."""
+    c, _ = controller()
+    c.create_topic("solo", assignment={0: [0, 1]})
+    c.alter_partition("solo", 0, 0, 0, 0, [0])   # 1 fell out of the ISR
+    st = c.partitions[("solo", 0)]
+    epoch = st.leader_epoch
+    msgs = c.replicas_failed(0, [("solo", 0), ("unknown", 3)])
+    assert (st.leader, st.isr, st.leader_epoch) == (0, [0], epoch + 1)
+    assert {(m.broker_id, m.leader_epoch) for m in msgs if isinstance(m, LeaderAndIsr)} == {
+        (0, epoch + 1), (1, epoch + 1)}
+
+
 def test_unclean_election_per_topic():
     c, _ = controller()
     c.create_topic("t", assignment={0: [0, 1]},

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections import defaultdict
 
@@ -17,7 +16,8 @@ from protocols.partitioner import partition_for_key
 from protocols.records import Record, encode_batch
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from tests.runtime.helpers import wait_until
+from tests.runtime.helpers import (check_read_back_once_in_order, send_through_fault,
+                                   wait_until)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -95,41 +95,12 @@ def test_bad_client_input_is_refused_clearly(cluster):
 
 def test_idempotent_producer_through_a_leader_kill_writes_each_record_once_in_order(cluster):
     cluster.admin().create_topics([rafka.NewTopic("t", 1, 3, config={"min.insync.replicas": 2})])
-    producer = rafka.Producer(cluster, {"linger.ms": 1, "batch.size": 512,
-                                        "retry.backoff.ms": 50})
-    futures, stop = [], threading.Event()
 
-    def keep_sending():
-        i = 0
-        while not stop.is_set():
-            futures.append(producer.send("t", f"{i:06d}".encode()))
-            i += 1
-            time.sleep(0.0005)
-    sender = threading.Thread(target=keep_sending)
-    sender.start()
-    time.sleep(1.5)
-    leader, _ = cluster.leader("t", 0)
-    os.kill(cluster.broker_pid(leader), signal.SIGKILL)
-    time.sleep(4)
-    stop.set()
-    sender.join()
-    producer.flush(60)
-    results = [f.result(60) for f in futures]        # every send acknowledged
-    producer.close()
-    assert len({m.offset for m in results}) == len(results)
-
-    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
-    consumer.assign([("t", 0)])
-    records = consume_all(consumer, len(futures))
-    values = [r.value for r in records]
-    expected = [f"{i:06d}".encode() for i in range(len(futures))]
-    if values != expected:   # say what went wrong: lost, doubled, or out of order
-        dups = sorted({v for v in values if values.count(v) > 1})[:5]
-        missing = sorted(set(expected) - set(values))[:5]
-        first = next((i for i, (a, b) in enumerate(zip(values, expected)) if a != b), None)
-        pytest.fail(f"{len(values)} read, {len(expected)} sent; duplicates {dups}; missing "
-                    f"{missing}; first difference at index {first}")
-    assert [r.offset for r in records] == [m.offset for m in results]
+    def kill_the_leader():
+        leader, _ = cluster.leader("t", 0)
+        os.kill(cluster.broker_pid(leader), signal.SIGKILL)
+    results = send_through_fault(cluster, "t", kill_the_leader)
+    check_read_back_once_in_order(cluster, "t", results)
     wait_until(lambda: sorted(cluster.metadata()["topics"]["t"][0]["isr"]) == [0, 1, 2], 60,
                "the killed broker to rejoin")
 

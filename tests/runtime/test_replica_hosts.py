@@ -3,20 +3,23 @@ rule, each with its own state and order, none waiting on another's long poll."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import time
 
 import pytest
 import ray
 
 import rafka
-from actors.names import replica_host_name
+from actors.names import dedicated_host_name, replica_host_name
 from actors.replica.placement import host_index
-from protocols.errors import NotLeaderOrFollowerError
+from protocols.errors import InvalidConfigError, NotLeaderOrFollowerError
 from protocols.messages import FetchRequest
 from protocols.records import Record, encode_batch
 from protocols.wire import decode, encode
 from tests.runtime.conftest import FAST
-from tests.runtime.helpers import produce, read_all, wait_until
+from tests.runtime.helpers import (check_read_back_once_in_order, produce, read_all,
+                                   send_through_fault, wait_until)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -144,3 +147,71 @@ def test_creating_a_topic_is_one_controller_request_per_broker(two_host_cluster)
                                    .num_replicas.remote()) == 0
                            for b in range(3) for i in range(2)), 30, "the replicas to close")
     assert all(1 <= a - b <= 2 for a, b in zip(batches(), before))
+
+
+def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
+    """Issue 21, step 4: replica.placement=dedicated gives each replica a host of its own,
+    named replica-<topic>-<partition>-<broker> (the design card's literal shape); the same
+    code path serves it, and the host goes when its replica does."""
+    cluster = two_host_cluster
+    admin = cluster.admin()
+    with pytest.raises(InvalidConfigError, match="replica.placement"):
+        admin.create_topics([rafka.NewTopic("bad", 1, 1, config={"replica.placement": "own"})])
+    admin.create_topics([rafka.NewTopic("solo", 2, 3, config={"replica.placement": "dedicated"}),
+                         rafka.NewTopic("pooled", 2, 3)])
+    assert admin.describe_configs(["solo", "pooled"])["solo"]["replica.placement"] == "dedicated"
+    assert admin.describe_configs(["pooled"])["pooled"]["replica.placement"] == "shared"
+    pids = set()
+    for b in range(3):
+        for p in range(2):
+            host = ray.get_actor(dedicated_host_name("solo", p, b), namespace=cluster.namespace)
+            assert ray.get(host.num_replicas.remote()) == 1
+            pid = ray.get(cluster.replica("solo", p, b).pid.remote())
+            assert pid == ray.get(host.host_pid.remote())
+            pids.add(pid)
+            assert ray.get(cluster.replica("pooled", p, b).pid.remote()) not in pids
+        assert ray.get(cluster.broker(b).describe.remote())["dedicated_hosts"] == 2
+    assert len(pids) == 6
+    for p in range(2):
+        assert produce(cluster, "solo", p, b"alone").base_offset == 0
+        _, leader = cluster.leader("solo", p)
+        assert list(read_all(leader).values()) == [b"alone"]
+    admin.delete_topics(["solo"])
+
+    def gone():
+        for b in range(3):
+            for p in range(2):
+                try:
+                    ray.get_actor(dedicated_host_name("solo", p, b), namespace=cluster.namespace)
+                    return False
+                except ValueError:
+                    pass
+        return True
+    wait_until(gone, 30, "the dedicated hosts to stop with their replicas")
+
+
+@pytest.mark.parametrize("placement", ["shared", "dedicated"])
+def test_a_host_killed_during_acks_all_produce_loses_nothing_acknowledged(
+        two_host_cluster, placement):
+    """Issue 21, step 4: SIGKILL the process of the host holding a leader while an
+    idempotent acks=all producer sends. Only that host's replicas go down; the broker starts
+    it again, the controller moves leadership off them, they recover from their files and
+    rejoin the ISR; every acknowledged record is read back once, in order."""
+    cluster = two_host_cluster
+    cluster.admin().create_topics([rafka.NewTopic(
+        "t", 1, 3, config={"min.insync.replicas": 2, "replica.placement": placement})])
+    killed = {}
+
+    def kill_the_leader_s_host():
+        leader_id, leader = cluster.leader("t", 0)
+        killed.update(broker=leader_id, broker_pid=cluster.broker_pid(leader_id),
+                      host_pid=ray.get(leader.pid.remote()))
+        os.kill(killed["host_pid"], signal.SIGKILL)
+    results = send_through_fault(cluster, "t", kill_the_leader_s_host)
+    leader_id = killed["broker"]
+    assert cluster.broker_pid(leader_id) == killed["broker_pid"]   # the broker lived on
+    assert ray.get(cluster.broker(leader_id).describe.remote())["host_restarts"] == 1
+    check_read_back_once_in_order(cluster, "t", results)
+    wait_until(lambda: sorted(cluster.metadata()["topics"]["t"][0]["isr"]) == [0, 1, 2], 60,
+               "the recovered replica to rejoin the ISR")
+    assert ray.get(cluster.replica("t", 0, leader_id).pid.remote()) != killed["host_pid"]
