@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import threading
 from pathlib import Path
 
 
@@ -62,3 +63,35 @@ def cpu_profile(before: dict[int, tuple[str, float]], wall_s: float) -> str:
     return (f"  cpu: {total:.2f} CPU-s in {wall_s:.2f} s wall "
             f"({100 * total / (wall_s * (os.cpu_count() or 1)):.0f}% of {os.cpu_count()} cores): "
             f"{top}")
+
+
+def available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return float("inf")
+
+
+class MemoryGuard:
+    """Watches available memory from a thread while a step runs."""
+
+    def __init__(self, floor_gib: float):
+        self.floor_gib = floor_gib
+        self.tripped: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            left = available_gib()
+            if left < self.floor_gib:
+                self.tripped = left
+                return
+
+    def __enter__(self) -> "MemoryGuard":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,11 +1,16 @@
-"""How long a rafka cluster takes to start, what its actors cost, and how many partitions fit.
+"""How long a rafka cluster takes to start, what it costs, and how many partitions it serves.
 
-    .venv/bin/python benchmarks/runtime.py                      # 3 brokers, one 6x3 topic
-    .venv/bin/python benchmarks/runtime.py --sweep 30,60,120    # then add topics until it fails
+    .venv/bin/python benchmarks/runtime.py                           # 3 brokers, one 6x3 topic
+    .venv/bin/python benchmarks/runtime.py --sweep 100,300,1000     # grow, measuring each size
+    .venv/bin/python benchmarks/runtime.py --sweep 1000,3334 --idle-seconds 60
 
 Partition replicas live in replica hosts (``num.replica.hosts`` Ray actors per broker), so the
-replica count grows memory, not processes. PSS (proportional set size) shares libraries fairly
-between processes, so the sum is what the actors really take.
+replica count grows memory, not processes. For each size of the sweep (total partitions,
+one new topic per step) it prints the time to create the partitions with every leader
+serving, the PSS (proportional set size: shared pages split fairly between processes) of
+rafka's actor processes and of Ray's own, and the CPU the cluster burns while idle. It stops
+itself, with a message, when the machine's available memory falls below ``--min-available-gib``
+(3 GiB): this machine has no swap, and running out kills everything on it.
 """
 from __future__ import annotations
 
@@ -18,22 +23,57 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe  # noqa: E402
+from benchmarks.machine import (MemoryGuard, available_gib, describe,  # noqa: E402
+                                process_cpu_seconds)
+
+RAFKA_ACTORS = {"ray::BrokerActor", "ray::ReplicaHostActor", "ray::TimerActor",
+                "ray::ControllerActor", "ray::GroupCoordinatorActor"}
+RAY_SYSTEM = {"raylet", "gcs_server", "default_worker.py", "agent.py", "main.py", "python"}
 
 
 def pss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
-def host_pids(cluster, topics: dict[str, int], brokers: int) -> list[int]:
-    """The processes serving the topics' replicas (their replica hosts), each once."""
-    import ray
-    refs = [cluster.replica(t, p, b).pid.remote()
-            for t, n in topics.items() for p in range(n) for b in range(brokers)]
-    return sorted(set(ray.get(refs)))
+def cluster_processes() -> dict[str, list[int]]:
+    """rafka's actor processes and Ray's own, by kind (this machine's, this user's)."""
+    out: dict[str, list[int]] = {"rafka": [], "ray": []}
+    for pid, (name, _) in process_cpu_seconds().items():
+        if name in RAFKA_ACTORS:
+            out["rafka"].append(pid)
+        elif name in ("raylet", "gcs_server"):
+            out["ray"].append(pid)
+    return out
+
+
+def idle_cpu(pids: dict[str, list[int]], seconds: float) -> dict[str, float]:
+    """Percent of one core each kind of process used over ``seconds`` of doing nothing."""
+    before = process_cpu_seconds()
+    time.sleep(seconds)
+    after = process_cpu_seconds()
+    out = {}
+    for kind, members in pids.items():
+        spent = sum(after[p][1] - before[p][1] for p in members if p in before and p in after)
+        out[kind] = 100 * spent / seconds
+    return out
+
+
+def measure(total: int, replication_factor: int, elapsed: float, idle_s: float) -> str:
+    pids = cluster_processes()
+    pss = {kind: sum(pss_mb(p) for p in members) for kind, members in pids.items()}
+    cpu = idle_cpu(pids, idle_s) if idle_s > 0 else {}
+    idle = (f"; idle {cpu['rafka']:.1f}% of a core (rafka) + {cpu['ray']:.1f}% (raylet, GCS) "
+            f"over {idle_s:.0f} s") if cpu else ""
+    return (f"partitions: {total} ({total * replication_factor} replicas); created, leaders "
+            f"serving: {elapsed:.1f} s; PSS {pss['rafka'] / 1024:.2f} GiB in "
+            f"{len(pids['rafka'])} rafka processes + {pss['ray'] / 1024:.2f} GiB raylet/GCS"
+            f"{idle}; available memory {available_gib():.1f} GiB")
 
 
 def main(argv=None) -> int:
@@ -44,6 +84,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep", default="",
                         help="comma-separated total partition counts to grow to, one new "
                              "topic per step, stopping at the first failure")
+    parser.add_argument("--idle-seconds", type=float, default=60,
+                        help="how long to measure the idle cluster's CPU at each size")
+    parser.add_argument("--min-available-gib", type=float, default=3.0)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds a topic's leaders may take to come up")
@@ -56,56 +99,57 @@ def main(argv=None) -> int:
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="rafka-bench-"))
     print(describe(root))
-    print(f"brokers: {args.brokers}, topic: {args.partitions} partitions, "
-          f"replication factor {args.replication_factor}")
+    print(f"brokers: {args.brokers}, replication factor {args.replication_factor}, first topic "
+          f"{args.partitions} partitions, sweep {args.sweep or '-'}", flush=True)
     ensure_ray()
     started = time.perf_counter()
     cluster = rafka.Cluster.start(args.brokers, root / "data", name="bench")
     t_start = time.perf_counter() - started
+    hosts = [ray.get(cluster.broker(b).describe.remote())["replica_hosts"]
+             for b in range(args.brokers)]
+    print(f"cluster start: {t_start:.2f} s for {args.brokers} brokers ({hosts} replica hosts)",
+          flush=True)
     admin = rafka.Admin(cluster, timeout_s=args.timeout)
-    started = time.perf_counter()
-    admin.create_topics([rafka.NewTopic("bench-0", args.partitions, args.replication_factor)])
-    t_topic = time.perf_counter() - started
-    replicas = args.partitions * args.replication_factor
-    print(f"cluster start: {t_start:.2f} s for {args.brokers} brokers (broker, timer, replica "
-          "host and controller actors)")
-    print(f"topic create: {t_topic:.2f} s for {args.partitions} partitions x "
-          f"{args.replication_factor} replicas = {replicas} replicas "
-          f"({t_topic / replicas * 1000:.0f} ms per replica, leaders serving)")
-    topics = {"bench-0": args.partitions}
-    pids = host_pids(cluster, topics, args.brokers)
-    sizes = [pss_mb(p) for p in pids]
-    broker_sizes = [pss_mb(ray.get(cluster.broker(b).pid.remote()))
-                    for b in range(args.brokers)]
-    print(f"memory: replica host PSS avg {sum(sizes) / len(sizes):.1f} MB "
-          f"(min {min(sizes):.1f}, max {max(sizes):.1f}, n={len(sizes)}); broker actor PSS "
-          f"avg {sum(broker_sizes) / len(broker_sizes):.1f} MB")
-
-    total = args.partitions
-    for step, target in enumerate(int(x) for x in args.sweep.split(",") if x):
-        add = target - total
-        if add <= 0:
-            continue
-        name = f"bench-{step + 1}"
+    status = 0
+    try:
         started = time.perf_counter()
-        try:
-            admin.create_topics([rafka.NewTopic(name, add, args.replication_factor)])
-        except Exception as e:
-            print(f"sweep: {target} partitions FAILED after {time.perf_counter() - started:.1f}"
-                  f" s: {type(e).__name__}: {e}")
-            break
-        elapsed = time.perf_counter() - started
-        total = target
-        topics[name] = add
-        pids = host_pids(cluster, topics, args.brokers)
-        pss = sum(pss_mb(p) for p in pids)
-        print(f"sweep: {target} partitions ({target * args.replication_factor} replicas)"
-              f" started; +{add} partitions in {elapsed:.1f} s; replica hosts PSS total "
-              f"{pss / 1024:.2f} GiB", flush=True)
-    cluster.shutdown()
-    if args.data_dir is None:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0
+        admin.create_topics([rafka.NewTopic("bench-0", args.partitions,
+                                            args.replication_factor)])
+        print(measure(args.partitions, args.replication_factor, time.perf_counter() - started,
+                      0 if args.sweep else args.idle_seconds), flush=True)
+        total = args.partitions
+        for step, target in enumerate(int(x) for x in args.sweep.split(",") if x):
+            add = target - total
+            if add <= 0:
+                continue
+            if available_gib() < args.min_available_gib:
+                print(f"sweep: stopped before {target} partitions: available memory "
+                      f"{available_gib():.1f} GiB < {args.min_available_gib} GiB")
+                status = 2
+                break
+            started = time.perf_counter()
+            with MemoryGuard(args.min_available_gib) as guard:
+                try:
+                    admin.create_topics([rafka.NewTopic(f"bench-{step + 1}", add,
+                                                        args.replication_factor)])
+                except Exception as e:
+                    print(f"sweep: {target} partitions FAILED after "
+                          f"{time.perf_counter() - started:.1f} s: {type(e).__name__}: {e}")
+                    status = 1
+                    break
+            if guard.tripped is not None:
+                print(f"sweep: stopped at {target} partitions: available memory fell to "
+                      f"{guard.tripped:.1f} GiB (< {args.min_available_gib} GiB)")
+                status = 2
+                break
+            total = target
+            print(measure(total, args.replication_factor, time.perf_counter() - started,
+                          args.idle_seconds), flush=True)
+    finally:
+        cluster.shutdown()
+        if args.data_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return status
 
 
 if __name__ == "__main__":

@@ -84,13 +84,6 @@ class Cluster:
             raise InvalidRequestError(f"num_brokers must be >= 1, got {num_brokers}")
         ray = _ray()
         given = dict(config or {}, **config_kwargs)
-        if not ray.is_initialized() and address is None:
-            # The embedded default: one small machine. Kafka's 50 __consumer_offsets
-            # partitions x 3 replicas are 150 replicas opened, one controller message each,
-            # before the first group can join; until controller messages reach a broker as
-            # one (issue 21, step 3) embedded clusters start with 3. A cluster started on an
-            # existing Ray cluster keeps Kafka's 50.
-            given.setdefault("offsets.topic.num.partitions", 3)
         given.setdefault("offsets.topic.replication.factor", min(3, num_brokers))
         parsed = ClusterConfig.parse(given)
         ensure_ray(address)

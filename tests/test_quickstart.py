@@ -24,7 +24,7 @@ def test_the_clickstream_pipeline_counts_every_click_it_sent(spark_session, tmp_
     lines: list[str] = []
     summary = quickstart.run_quickstart(
         tmp_path, users=20, clicks=1_500, spark=spark_session, name="quickstart-test",
-        config={"offsets.topic.num.partitions": 3}, out=lines.append)
+        out=lines.append)                  # Kafka's defaults: 50 __consumer_offsets partitions
     assert summary["ok"], lines
     assert summary["counted"] == summary["sent"] == 1_500
     assert any(line.startswith("consumer group 'dashboard-") for line in lines), lines
