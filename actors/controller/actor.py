@@ -115,13 +115,16 @@ class ControllerActor:
         except Exception as e:  # the host broker is going away with us
             log.warning("controller: could not schedule background tasks: %r", e)
 
-    async def _apply(self, change) -> Any:
+    async def _apply(self, change, quiet_is_no_change: bool = False) -> Any:
         """Run one state change under the lock, checkpoint, send what it produced.
-        ``change`` returns the messages, or (messages, result)."""
+        ``change`` returns the messages, or (messages, result). With ``quiet_is_no_change``
+        (periodic checks), a change that sends nothing changed nothing to checkpoint: the
+        snapshot grows with the partition count, and these run every second."""
         async with self._lock:
             out = change()
             msgs, result = out if isinstance(out, tuple) else (out, None)
-            self._checkpoint()
+            if msgs or not quiet_is_no_change:
+                self._checkpoint()
             self._dispatch(msgs)
             return result
 
@@ -185,7 +188,7 @@ class ControllerActor:
         return self.state.controller_epoch, False
 
     async def check_sessions(self) -> None:
-        await self._apply(self.state.expire_sessions)
+        await self._apply(self.state.expire_sessions, quiet_is_no_change=True)
 
     async def broker_failed(self, broker_id: int) -> None:
         await self._apply(lambda: self.state.broker_failed(broker_id))
@@ -223,7 +226,7 @@ class ControllerActor:
 
     async def auto_rebalance(self) -> None:
         if self.state.config["auto.leader.rebalance.enable"]:
-            await self._apply(self.state.auto_rebalance_check)
+            await self._apply(self.state.auto_rebalance_check, quiet_is_no_change=True)
 
     # ---- admin -----------------------------------------------------------------------------
     async def _admin(self, change) -> bytes:

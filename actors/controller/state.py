@@ -389,9 +389,10 @@ class ControllerState:
             return []
         threshold = self.config["leader.imbalance.per.broker.percentage"] / 100
         live = set(self.live_brokers())
+        imbalance = self.leader_imbalance()
         targets = [tp for tp, st in self.partitions.items()
                    if st.replicas[0] in live and st.replicas[0] not in self.shutting_down
-                   and self.leader_imbalance().get(st.replicas[0], 0) > threshold
+                   and imbalance.get(st.replicas[0], 0) > threshold
                    and st.leader != st.replicas[0]]
         return self.elect_preferred_leaders(targets) if targets else []
 

@@ -18,7 +18,8 @@ from typing import Any
 from actors.replica.fetcher import FIRST_BACKOFF_MS, ReplicaFetcher
 from actors.replica.locate import locate_replica_async
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
-from protocols.messages import FetchManyRequest
+from protocols.messages import (FetchManyRequest, decode_fetch_many_response,
+                                encode_fetch_many_request)
 from protocols.wire import decode, encode
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,9 @@ class _FetcherTask:
             self.requests_sent += 1
             try:
                 if isinstance(request, FetchManyRequest):
-                    answer = decode(await asyncio.wait_for(
-                        self.leader_host.fetch_many.remote(encode(request)), timeout_s))
+                    answer = decode_fetch_many_response(await asyncio.wait_for(
+                        self.leader_host.fetch_many.remote(encode_fetch_many_request(request)),
+                        timeout_s))
                     fetcher.on_fetch_response(answer)
                 else:
                     answers = decode(await asyncio.wait_for(

@@ -31,8 +31,9 @@ from actors.replica.hosted import HostedReplica
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
-from protocols.messages import (DeleteRecordsResult, FetchManyRequest, FetchManyResponse,
-                                FetchResult, OffsetsForLeaderEpochRequest, ProduceResult)
+from protocols.messages import (DeleteRecordsResult, FetchManyResponse, FetchResult,
+                                OffsetsForLeaderEpochRequest, ProduceResult,
+                                decode_fetch_many_request, encode_fetch_many_response)
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 
@@ -209,7 +210,7 @@ class ReplicaHostActor:
     async def fetch_many(self, request: bytes) -> bytes:
         """A follower host's fetch for all the partitions it follows here: answered when
         any has data (``min_bytes`` over the request) or after ``max_wait_ms``."""
-        req: FetchManyRequest = decode(request)
+        req = decode_fetch_many_request(request)
         future = asyncio.get_running_loop().create_future()
 
         def done(response: FetchManyResponse) -> None:
@@ -224,7 +225,7 @@ class ReplicaHostActor:
                     replica.maybe_alter_partition()
         if response is None:
             response = await future
-        return encode(response)
+        return encode_fetch_many_response(response)
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
         req: OffsetsForLeaderEpochRequest = decode(request)

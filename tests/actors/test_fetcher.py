@@ -202,3 +202,22 @@ def test_min_bytes_counts_over_the_request_and_max_bytes_bounds_the_response(hos
     small = dataclasses.replace(request, max_bytes=one_batch)
     sizes = [len(r.records) for _, _, r in leader_host.answer_fetch(small)[0].results]
     assert sizes == [one_batch, 0, 0]                  # the response is full after a-0
+
+
+def test_the_compact_wire_form_of_a_fetch_round_trips(hosts):
+    from protocols.errors import OffsetOutOfRangeError
+    from protocols.messages import (FetchResult, decode_fetch_many_request,
+                                    decode_fetch_many_response, encode_fetch_many_request,
+                                    encode_fetch_many_response)
+    clock, timer, leader_host, _, fetcher = hosts
+    round_trip(fetcher, leader_host)
+    request = fetcher.next_request()
+    assert decode_fetch_many_request(encode_fetch_many_request(request)) == request
+    response = FetchManyResponse((("a", 0, FetchResult(msg("x"), 1, 0, 1, None, 3, 0)),
+                                  ("b", 0, FetchResult(b"", 5, 2, 9,
+                                                       OffsetOutOfRangeError("gone"), 3, 1))))
+    back = decode_fetch_many_response(encode_fetch_many_response(response))
+    assert back.results[0] == response.results[0]
+    error = back.results[1][2].error
+    assert isinstance(error, OffsetOutOfRangeError) and str(error) == "gone"
+    assert back.results[1][2].log_end_offset == 9
