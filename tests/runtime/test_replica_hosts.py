@@ -164,8 +164,13 @@ def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
     pids = set()
     for b in range(3):
         for p in range(2):
-            host = ray.get_actor(dedicated_host_name("solo", p, b), namespace=cluster.namespace)
-            assert ray.get(host.num_replicas.remote()) == 1
+            # create_topics returns once the leaders serve; a follower's own host may still
+            # be opening its log.
+            host = wait_until(lambda: ray.get_actor(dedicated_host_name("solo", p, b),
+                                                    namespace=cluster.namespace),
+                              30, "the dedicated host")
+            wait_until(lambda: ray.get(host.num_replicas.remote()) == 1, 30,
+                       f"solo-{p} to open in its host on broker {b}")
             pid = ray.get(cluster.replica("solo", p, b).pid.remote())
             assert pid == ray.get(host.host_pid.remote())
             pids.add(pid)
