@@ -28,7 +28,6 @@ from benchmarks.machine import (MemoryGuard, available_gib, describe,  # noqa: E
 
 RAFKA_ACTORS = {"ray::BrokerActor", "ray::ReplicaHostActor", "ray::TimerActor",
                 "ray::ControllerActor", "ray::GroupCoordinatorActor"}
-RAY_SYSTEM = {"raylet", "gcs_server", "default_worker.py", "agent.py", "main.py", "python"}
 
 
 def pss_mb(pid: int) -> float:

@@ -3,7 +3,8 @@
 It owns ``<data_dir>/broker-<id>/`` and its directory-level checkpoint files, starts its
 replica hosts (``ReplicaHostActor``, ``num.replica.hosts`` of them, each holding many of its
 partition replicas) and its ``TimerActor`` on its own node (owned by it, so they die with
-it), says which host holds each of its replicas (``replica_host``), registers with the controller and heartbeats, applies the controller's
+it), says which host holds each of its replicas (``replica_host``), registers with the
+controller and heartbeats, applies the controller's
 LeaderAndIsr / StopReplica / UpdateMetadata (refusing an older controller epoch), and runs
 controlled shutdown. If there is no controller, or the one there stops answering for a
 session timeout, it races to become it (see ``actors.controller.actor``). When its process
@@ -95,7 +96,7 @@ class BrokerActor:
         self.controller_batches = 0  # controller requests received (describe shows it)
         self.hosts: list[Any] = []       # the shared hosts, by placement index
         self.dedicated: dict[TopicPartition, Any] = {}  # replica.placement=dedicated
-        self._watchers: dict[Any, asyncio.Task] = {}
+        self._watchers: dict[Any, asyncio.Task] = {}  # strong refs: the loop keeps weak ones
         self._crashed: set[TopicPartition] = set()  # to reopen as after an unclean stop
         self.host_restarts = 0
         self._host_starts: dict[str, int] = {}  # by base name: how many times started
@@ -421,10 +422,7 @@ class BrokerActor:
             host = self.dedicated.pop(TopicPartition(m.topic, m.partition), None)
             if host is not None:
                 ray.kill(host, no_restart=True)
-        for answer in answers:
-            for topic, partition, state in answer:
-                if state is not None:
-                    self._remember(TopicPartition(topic, partition), state)
+        self._remember_all(answers)
         deleted = [TopicPartition(m.topic, m.partition) for m in stops if m.delete_partition]
         for tp in deleted:
             for offsets in self.checkpoints.values():
@@ -460,10 +458,13 @@ class BrokerActor:
         self._write_checkpoints()
 
     def _remember_all(self, answers: list) -> None:
+        """Hosts' answers of (topic, partition, checkpoint triple or None) lists; a host
+        that failed to answer (an exception) leaves its last checkpoints in place."""
         for answer in answers:
             if not isinstance(answer, BaseException):
                 for topic, partition, state in answer:
-                    self._remember(TopicPartition(topic, partition), state)
+                    if state is not None:
+                        self._remember(TopicPartition(topic, partition), state)
 
     async def log_maintenance(self) -> None:
         """log.retention.check.interval.ms: retention, delayed deletions, flush, cleaning."""

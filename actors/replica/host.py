@@ -50,13 +50,12 @@ class ReplicaHostActor:
         self.broker_id = broker_id
         self.name = name
         self.broker_log_config = dict(broker_log_config)
-        self.broker_config = dict(broker_config)
         self.timer = AsyncioTimer(name=name)
         # One purgatory per kind for every replica here, keyed by topic-partition: a fetch
         # for many partitions waits once, watched under each of their keys.
         self.purgatories = Purgatories.create(self.timer, broker_id)
-        self.fetchers = ReplicaFetcherManager(
-            namespace, broker_id, ReplicaConfig.from_broker_config(self.broker_config))
+        self.config = ReplicaConfig.from_broker_config(broker_config)
+        self.fetchers = ReplicaFetcherManager(namespace, broker_id, self.config)
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.cores: dict[TopicPartition, PartitionReplica] = {}
         self._opening: dict[TopicPartition, asyncio.Future] = {}
@@ -80,7 +79,7 @@ class ReplicaHostActor:
         try:
             replica = await asyncio.to_thread(
                 HostedReplica, self.namespace, self.broker_id, topic, partition, log_dir,
-                topic_config, self.broker_log_config, self.broker_config, self.purgatories,
+                topic_config, self.broker_log_config, self.config, self.purgatories,
                 self.fetchers, recovery_point, log_start_offset, high_watermark,
                 clean_shutdown)
             self.replicas[tp] = replica
@@ -125,16 +124,12 @@ class ReplicaHostActor:
                         ) -> list[tuple[str, int, tuple[int, int, int] | None]]:
         """StopReplica for many replicas: (topic, partition, delete) each; answers
         (topic, partition, checkpoint triple, or None when it was not open here)."""
-        replicas = []
-        for topic, partition, delete in stops:
+        async def stop(topic: str, partition: int, delete: bool):
             tp = TopicPartition(topic, partition)
             self.cores.pop(tp, None)
-            replicas.append((tp, self.replicas.pop(tp, None), delete))
-        states = await asyncio.gather(*[r.stop(delete) for _, r, delete in replicas
-                                        if r is not None])
-        states_iter = iter(states)
-        return [(tp.topic, tp.partition, None if r is None else next(states_iter))
-                for tp, r, _ in replicas]
+            replica = self.replicas.pop(tp, None)
+            return (topic, partition, None if replica is None else await replica.stop(delete))
+        return list(await asyncio.gather(*[stop(*s) for s in stops]))
 
     async def alter_topic_config(self, topic: str, topic_config: dict) -> None:
         """A topic's config changed: every replica of it here takes the new one."""

@@ -46,14 +46,14 @@ class HostedReplica:
 
     def __init__(self, namespace: str, broker_id: int, topic: str, partition: int,
                  log_dir: str, topic_config: dict, broker_log_config: dict,
-                 broker_config: dict, purgatories: Purgatories,
+                 config: ReplicaConfig, purgatories: Purgatories,
                  fetchers: ReplicaFetcherManager, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int | None = None,
                  clean_shutdown: bool = False):
         self.namespace = namespace
         self.broker_id = broker_id
         self.broker_log_config = dict(broker_log_config)
-        self.backoff_s = broker_config["replica.fetch.backoff.ms"] / 1000
+        self.backoff_s = config.replica_fetch_backoff_ms / 1000
         self.fetchers = fetchers
         directory = Path(log_dir)
         self.log = Log.open(directory, LogConfig.from_props(topic_config,
@@ -61,8 +61,7 @@ class HostedReplica:
                             recovery_point=recovery_point, log_start_offset=log_start_offset,
                             high_watermark=high_watermark,
                             clean_shutdown=clean_shutdown or not any(directory.glob("*.log")))
-        config = ReplicaConfig.from_broker_config(broker_config)
-        # The host's purgatories (and their one timer) serve every hosted replica.
+        # The host's config, purgatories (and their one timer) serve every hosted replica.
         self.replica = PartitionReplica(topic, partition, broker_id, self.log, clock=wall_ms,
                                         config=config, purgatories=purgatories)
         self.cleaner = Cleaner()
