@@ -63,6 +63,25 @@ def idle_cpu(pids: dict[str, list[int]], seconds: float) -> dict[str, float]:
     return out
 
 
+def follower_fetches(cluster, brokers: int) -> str:
+    """What the idle followers send: fetch sessions (KIP-227) keep each fetcher's request
+    the same size however many partitions it carries."""
+    import ray
+
+    from actors.names import replica_host_name
+    fetchers = []
+    for b in range(brokers):
+        for i in range(ray.get(cluster.broker(b).describe.remote())["replica_hosts"]):
+            host = ray.get_actor(replica_host_name(b, i), namespace=cluster.namespace)
+            fetchers.extend(ray.get(host.describe_fetchers.remote()))
+    if not fetchers:
+        return "no follower fetchers"
+    return (f"{len(fetchers)} follower fetchers carrying up to "
+            f"{max(len(f['partitions']) for f in fetchers)} partitions each, in sessions: "
+            f"{sum(f['session_id'] != 0 for f in fetchers)}; idle fetch request "
+            f"{max(f['last_request_bytes'] for f in fetchers)} bytes at most")
+
+
 def measure(total: int, replication_factor: int, elapsed: float, idle_s: float) -> str:
     pids = cluster_processes()
     pss = {kind: sum(pss_mb(p) for p in members) for kind, members in pids.items()}
@@ -116,6 +135,8 @@ def main(argv=None) -> int:
                                             args.replication_factor)])
         print(measure(args.partitions, args.replication_factor, time.perf_counter() - started,
                       0 if args.sweep else args.idle_seconds), flush=True)
+        if not args.sweep:
+            print(f"  {follower_fetches(cluster, args.brokers)}", flush=True)
         total = args.partitions
         for step, target in enumerate(int(x) for x in args.sweep.split(",") if x):
             add = target - total
@@ -144,6 +165,7 @@ def main(argv=None) -> int:
             total = target
             print(measure(total, args.replication_factor, time.perf_counter() - started,
                           args.idle_seconds), flush=True)
+            print(f"  {follower_fetches(cluster, args.brokers)}", flush=True)
     finally:
         cluster.shutdown()
         if args.data_dir is None:

@@ -104,6 +104,10 @@ ReassignmentInProgressError = _error("ReassignmentInProgressError", 60,
                                      "REASSIGNMENT_IN_PROGRESS")
 NonEmptyGroupError = _error("NonEmptyGroupError", 68, "NON_EMPTY_GROUP")
 GroupIdNotFoundError = _error("GroupIdNotFoundError", 69, "GROUP_ID_NOT_FOUND")
+FetchSessionIdNotFoundError = _error("FetchSessionIdNotFoundError", 70,
+                                     "FETCH_SESSION_ID_NOT_FOUND", retriable=True)
+InvalidFetchSessionEpochError = _error("InvalidFetchSessionEpochError", 71,
+                                       "INVALID_FETCH_SESSION_EPOCH", retriable=True)
 TopicDeletionDisabledError = _error("TopicDeletionDisabledError", 73, "TOPIC_DELETION_DISABLED")
 FencedLeaderEpochError = _error("FencedLeaderEpochError", 74, "FENCED_LEADER_EPOCH",
                                 retriable=True)

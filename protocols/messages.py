@@ -45,52 +45,73 @@ class FetchResult:
 class FetchManyRequest:
     """Kafka's FetchRequest: many partitions in one request, one wait over all of them. A
     follower host's fetcher sends it to a leader host; it is answered as soon as
-    ``min_bytes`` are readable over the partitions, or after ``max_wait_ms``."""
+    ``min_bytes`` are readable over the partitions, or after ``max_wait_ms``.
+
+    Fetch sessions (KIP-227): ``session_epoch`` -1 (FINAL_EPOCH) with ``session_id`` 0 is a
+    full fetch without a session; epoch 0 (INITIAL_EPOCH) is a full fetch asking for a new
+    session (closing ``session_id`` if it names one); epoch > 0 is an incremental fetch in
+    session ``session_id``: ``partitions`` names only those added or changed since the last
+    request and ``forgotten`` those to drop, the others fetch on from where they were."""
 
     replica_id: int
     max_wait_ms: int
     min_bytes: int
     max_bytes: int  # over the whole response (replica.fetch.response.max.bytes)
     partitions: tuple  # ((topic, partition, FetchRequest), ...)
+    session_id: int = 0
+    session_epoch: int = -1
+    forgotten: tuple = ()  # ((topic, partition), ...)
 
 
 @message
 @dataclass
 class FetchManyResponse:
-    results: tuple  # ((topic, partition, FetchResult), ...), in the request's order
+    results: tuple  # ((topic, partition, FetchResult), ...)
+    # The request's own error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+    # then there are no results.
+    error: KafkaError | None = None
+    # The session the next incremental request names (0: none). An incremental response
+    # carries only the partitions with something new: records, an error, a moved high
+    # watermark or log start offset.
+    session_id: int = 0
 
 
-# A fetch between hosts names every partition they share, twice a second when idle: its
+# A fetch between hosts names every partition they share in its first (full) request: its
 # partitions travel as flat tuples of plain values, not one extension type each (msgpack
 # calls back into Python for every extension, several times the cost of the values).
 def encode_fetch_many_request(request: FetchManyRequest) -> bytes:
     return msgpack.packb(
         (request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
          [(t, p, r.replica_id, r.fetch_offset, r.current_leader_epoch, r.max_bytes,
-           r.min_bytes, r.max_wait_ms, r.log_start_offset) for t, p, r in request.partitions]),
+           r.min_bytes, r.max_wait_ms, r.log_start_offset) for t, p, r in request.partitions],
+         request.session_id, request.session_epoch, request.forgotten),
         use_bin_type=True)
 
 
 def decode_fetch_many_request(data: bytes) -> FetchManyRequest:
-    replica_id, max_wait_ms, min_bytes, max_bytes, partitions = msgpack.unpackb(
-        data, raw=False, use_list=False)
+    (replica_id, max_wait_ms, min_bytes, max_bytes, partitions, session_id, session_epoch,
+     forgotten) = msgpack.unpackb(data, raw=False, use_list=False)
     return FetchManyRequest(replica_id, max_wait_ms, min_bytes, max_bytes,
-                            tuple((t, p, FetchRequest(*rest)) for t, p, *rest in partitions))
+                            tuple((t, p, FetchRequest(*rest)) for t, p, *rest in partitions),
+                            session_id, session_epoch, forgotten)
 
 
 def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
     return msgpack.packb(
-        [(t, p, r.records, r.high_watermark, r.log_start_offset, r.log_end_offset,
-          None if r.error is None else encode(r.error), r.leader_epoch, r.fetch_offset)
-         for t, p, r in response.results], use_bin_type=True)
+        ([(t, p, r.records, r.high_watermark, r.log_start_offset, r.log_end_offset,
+           None if r.error is None else encode(r.error), r.leader_epoch, r.fetch_offset)
+          for t, p, r in response.results],
+         None if response.error is None else encode(response.error), response.session_id),
+        use_bin_type=True)
 
 
 def decode_fetch_many_response(data: bytes) -> FetchManyResponse:
+    results, error, session_id = msgpack.unpackb(data, raw=False, use_list=False)
     return FetchManyResponse(tuple(
-        (t, p, FetchResult(records, hw, lso, leo, None if error is None else decode(error),
+        (t, p, FetchResult(records, hw, lso, leo, None if e is None else decode(e),
                            epoch, offset))
-        for t, p, records, hw, lso, leo, error, epoch, offset
-        in msgpack.unpackb(data, raw=False, use_list=False)))
+        for t, p, records, hw, lso, leo, e, epoch, offset in results),
+        None if error is None else decode(error), session_id)
 
 
 @message

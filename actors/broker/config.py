@@ -24,6 +24,8 @@ BROKER_CONFIG = (
     .define("replica.fetch.max.bytes", "int", 1_048_576, at_least(1))
     .define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
     .define("replica.fetch.response.max.bytes", "int", 10_485_760, at_least(0))
+    # Per replica host (fetches land on hosts; Kafka's cache is per broker). 0: no sessions.
+    .define("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0))
     # 0: one host per CPU of the node, shared among the brokers on it, at least one each.
     .define("num.replica.hosts", "int", 0, at_least(0))
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))

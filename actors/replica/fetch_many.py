@@ -9,11 +9,16 @@ shared fetch purgatory, watched under every partition's key, until an append or 
 on any of them makes ``min_bytes`` readable, leadership of one moves, or ``max_wait_ms``
 runs out. ``max_bytes`` bounds the whole response: once it is spent, the remaining
 partitions answer with no records (their positions still count, as in Kafka).
+
+In a fetch session (``fetch_session.py``) the request reads every partition of the session,
+the answer leaves out those with nothing new, and a partition with nothing to read and
+nothing new to say is not read at all: an idle session's fetch costs a glance per partition.
 """
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from actors.replica.fetch_session import FetchContext, FetchSessionCache, new_context
 from actors.replica.partition import PartitionReplica, Role
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
@@ -32,38 +37,41 @@ def _not_here(topic: str, partition: int, broker_id: int) -> NotLeaderOrFollower
     return NotLeaderOrFollowerError(f"Broker {broker_id} does not host {topic}-{partition}")
 
 
-def read_partitions(replicas: Replicas, request: FetchManyRequest, broker_id: int,
-                    first: bool) -> FetchManyResponse:
-    """Read every partition of the request. ``first``: as the request arrives (positions
-    are recorded); otherwise when a delayed fetch completes (reads only)."""
-    budget = request.max_bytes
+def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
+                    first: bool) -> list:
+    """Read every partition of the request (of its session, for an incremental one):
+    ``[(topic, partition, FetchResult), ...]``. ``first``: as the request arrives (positions
+    are recorded); otherwise when a delayed fetch completes (reads only). The answer is
+    ``context.respond(results)``, made once, when it is sent."""
+    budget = context.request.max_bytes
     results = []
-    for topic, partition, req in request.partitions:
+    for topic, partition, req in context.partitions:
         core = replicas.get((topic, partition))
         try:
             if core is None:
                 raise _not_here(topic, partition, broker_id)
             if first:
-                result = core.fetch(FetchRequest(
-                    req.replica_id, req.fetch_offset, req.current_leader_epoch,
-                    req.max_bytes, req.min_bytes, 0, req.log_start_offset))
+                core.accept_fetch(req)
             elif core.role is not Role.LEADER:
                 raise NotLeaderOrFollowerError(f"Leadership of {core.name} moved while a "
                                                "fetch waited")
-            else:
-                result = core.read_for_fetch(req)
+            log = core.log
+            end = log.log_end_offset if req.replica_id >= 0 else log.high_watermark
+            if context.quiet(topic, partition, log.high_watermark, log.log_start_offset, end):
+                continue  # an idle partition of a session: no read, nothing to say
+            result = core.read_or_out_of_range(req)
         except KafkaError as e:
             result = _error_result(core, req, e)
         if budget <= 0 and result.records:
             result.records = b""  # the response is full: this partition's turn comes next
         budget -= len(result.records)
         results.append((topic, partition, result))
-    return FetchManyResponse(tuple(results))
+    return results
 
 
-def _answerable(response: FetchManyResponse, min_bytes: int) -> bool:
+def _answerable(results: list, min_bytes: int) -> bool:
     total = 0
-    for _, _, result in response.results:
+    for _, _, result in results:
         if result.error is not None:
             return True
         total += len(result.records)
@@ -71,17 +79,18 @@ def _answerable(response: FetchManyResponse, min_bytes: int) -> bool:
 
 
 class DelayedFetchMany(DelayedOperation):
-    def __init__(self, replicas: Replicas, request: FetchManyRequest, broker_id: int,
+    def __init__(self, replicas: Replicas, context: FetchContext, broker_id: int,
                  on_done: Callable[[FetchManyResponse], None]):
-        super().__init__(request.max_wait_ms)
+        super().__init__(context.request.max_wait_ms)
         self.replicas = replicas
-        self.request = request
+        self.context = context
         self.broker_id = broker_id
         self.on_done = on_done
 
     def try_complete(self) -> bool:
         readable = 0
-        for topic, partition, req in self.request.partitions:
+        min_bytes = self.context.request.min_bytes
+        for topic, partition, req in self.context.partitions:
             core = self.replicas.get((topic, partition))
             if core is None or core.role is not Role.LEADER:
                 return self.force_complete()      # Kafka's case A: not the leader any more
@@ -97,28 +106,36 @@ class DelayedFetchMany(DelayedOperation):
                                                   max_offset=None if follower else limit))
                 except KafkaError:
                     return self.force_complete()  # e.g. out of range now: answer with it
-                if readable >= self.request.min_bytes:
+                if readable >= min_bytes:
                     return self.force_complete()
         return False
 
     def on_complete(self) -> None:
-        self.on_done(read_partitions(self.replicas, self.request, self.broker_id, first=False))
+        self.on_done(self.context.respond(
+            read_partitions(self.replicas, self.context, self.broker_id, first=False)))
 
     def on_expiration(self) -> None:
         pass
 
 
 def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: DelayedOperationPurgatory,
-               broker_id: int, on_done: Callable[[FetchManyResponse], None]
-               ) -> FetchManyResponse | None:
+               broker_id: int, on_done: Callable[[FetchManyResponse], None],
+               sessions: FetchSessionCache | None = None) -> FetchManyResponse | None:
     """Serve the request: the response when it is answered at once (``on_done`` gets it
-    too), else None and ``on_done`` gets it later, exactly once."""
-    response = read_partitions(replicas, request, broker_id, first=True)
-    if request.max_wait_ms <= 0 or not request.partitions or _answerable(response,
-                                                                         request.min_bytes):
+    too), else None and ``on_done`` gets it later, exactly once. With ``sessions``, the
+    request may open or continue a fetch session (KIP-227)."""
+    context = new_context(sessions, request)
+    if context.error is not None:
+        response = context.respond([])
         on_done(response)
         return response
-    op = DelayedFetchMany(replicas, request, broker_id, on_done)
-    keys = [(topic, partition) for topic, partition, _ in request.partitions]
+    results = read_partitions(replicas, context, broker_id, first=True)
+    if request.max_wait_ms <= 0 or not context.partitions or _answerable(results,
+                                                                         request.min_bytes):
+        response = context.respond(results)
+        on_done(response)
+        return response
+    op = DelayedFetchMany(replicas, context, broker_id, on_done)
+    keys = [(topic, partition) for topic, partition, _ in context.partitions]
     purgatory.try_complete_else_watch(op, keys)
     return None

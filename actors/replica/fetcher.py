@@ -7,7 +7,10 @@ KIP-279), else one long-polled ``FetchManyRequest`` for all the others. Answers 
 per partition and go to each replica's own core (``PartitionReplica``), which keeps the HW,
 truncation and leader-epoch rules. A partition whose answer is an error (or whose request
 failed as a whole) backs off alone, exponentially from 50 ms up to
-``replica.fetch.backoff.ms``; the others keep fetching. The shell (``actors.replica.host``)
+``replica.fetch.backoff.ms``; the others keep fetching. Fetches run in a fetch session
+(KIP-227, ``protocols.fetch_session_handler``): after the first full request, each names
+only the partitions whose position changed, so an idle fetcher's request does not grow with
+the partitions it holds. The shell (``actors.replica.host``)
 sends the requests, calls back with answers, errors and timeouts, and adds and removes
 partitions as leadership moves. Time is an injected clock in milliseconds.
 """
@@ -17,6 +20,7 @@ from typing import Callable
 
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
 from protocols.errors import KafkaError, OffsetOutOfRangeError
+from protocols.fetch_session_handler import FetchSessionHandler
 from protocols.messages import (FetchManyRequest, FetchManyResponse,
                                 OffsetsForLeaderEpochRequest)
 
@@ -34,6 +38,9 @@ class ReplicaFetcher:
         self._epochs: dict[tuple[str, int], int] = {}
         self._backoff_until: dict[tuple[str, int], int] = {}
         self._failures: dict[tuple[str, int], int] = {}
+        self.session = FetchSessionHandler()
+        # The partitions the fetch in flight is for, and whether it was a full one.
+        self._in_flight: tuple[list[tuple[str, int]], bool] = ([], True)
 
     def __len__(self) -> int:
         return len(self.partitions)
@@ -74,17 +81,20 @@ class ReplicaFetcher:
                 truncating.append((r.topic, r.partition, epoch, r.leader_epoch))
         if truncating:
             return OffsetsForLeaderEpochRequest(self.broker_id, tuple(truncating))
-        fetches = []
+        wanted = {}
         for r in ready:
             request = r.fetch_request()
             if request is not None:
-                fetches.append((r.topic, r.partition, request))
-        if not fetches:
+                wanted[(r.topic, r.partition)] = request
+        if not wanted:
             return None
+        was_full = self.session.full
+        named, forgotten, session_id, epoch = self.session.build(wanted)
+        self._in_flight = (list(wanted), was_full)
         c = self.config
         return FetchManyRequest(self.broker_id, c.replica_fetch_wait_max_ms,
                                 c.replica_fetch_min_bytes, c.replica_fetch_response_max_bytes,
-                                tuple(fetches))
+                                named, session_id, epoch, forgotten)
 
     def next_wakeup_ms(self) -> int | None:
         """When the earliest backed-off partition may go again (None: none is waiting)."""
@@ -110,6 +120,10 @@ class ReplicaFetcher:
             self._failures.pop((topic, partition), None)
 
     def on_fetch_response(self, response: FetchManyResponse) -> None:
+        """Apply the answer to the last fetch. A session error applies nothing: the next
+        request is a full one, sent at once."""
+        if not self.session.handle_response(response, was_full=self._in_flight[1]):
+            return
         for topic, partition, result in response.results:
             r = self._current(topic, partition)
             if r is None:
@@ -123,9 +137,14 @@ class ReplicaFetcher:
     def on_error(self, request: OffsetsForLeaderEpochRequest | FetchManyRequest) -> None:
         """The request failed as a whole (the leader host is gone or restarting, or the
         request timed out): every partition in it backs off."""
-        for topic, partition, *_ in request.partitions:
-            if (topic, partition) in self.partitions:
-                self._back_off((topic, partition))
+        if isinstance(request, FetchManyRequest):
+            self.session.handle_error()
+            keys = self._in_flight[0]  # an incremental request names only some of them
+        else:
+            keys = [(topic, partition) for topic, partition, *_ in request.partitions]
+        for key in keys:
+            if key in self.partitions:
+                self._back_off(key)
 
     def _back_off(self, key: tuple[str, int]) -> None:
         failures = self._failures.get(key, 0)

@@ -39,6 +39,7 @@ class _FetcherTask:
         self.fetcher = ReplicaFetcher(manager.broker_id, manager.config, wall_ms)
         self.wake = asyncio.Event()
         self.requests_sent = 0
+        self.last_request_bytes = 0
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -60,9 +61,10 @@ class _FetcherTask:
             self.requests_sent += 1
             try:
                 if isinstance(request, FetchManyRequest):
+                    payload = encode_fetch_many_request(request)
+                    self.last_request_bytes = len(payload)
                     answer = decode_fetch_many_response(await asyncio.wait_for(
-                        self.leader_host.fetch_many.remote(encode_fetch_many_request(request)),
-                        timeout_s))
+                        self.leader_host.fetch_many.remote(payload), timeout_s))
                     fetcher.on_fetch_response(answer)
                 else:
                     answers = decode(await asyncio.wait_for(
@@ -160,9 +162,13 @@ class ReplicaFetcherManager:
                 self.follow(replica, after_ms=min(delay, FIRST_BACKOFF_MS * 4))
 
     def describe(self) -> list[dict]:
-        """One entry per fetcher: its leader host, partitions and requests sent so far."""
+        """One entry per fetcher: its leader host, partitions, requests sent so far, its
+        fetch session and the size of its last fetch request."""
         return [{"leader_host": key, "partitions": sorted(f.fetcher.partitions),
-                 "requests_sent": f.requests_sent} for key, f in self._fetchers.items()]
+                 "requests_sent": f.requests_sent,
+                 "session_id": f.fetcher.session.session_id,
+                 "last_request_bytes": f.last_request_bytes}
+                for key, f in self._fetchers.items()]
 
     def shutdown(self) -> None:
         for task in self._locating.values():

@@ -26,10 +26,11 @@ import ray
 
 from actors.process import freeze_startup_objects
 from actors.replica.fetch_many import fetch_many
+from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.hosted import HostedReplica
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
-from actors.timer.system_timer import AsyncioTimer
+from actors.timer.system_timer import AsyncioTimer, monotonic_ms
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.messages import (DeleteRecordsResult, FetchManyResponse, FetchResult,
                                 OffsetsForLeaderEpochRequest, ProduceResult,
@@ -56,6 +57,9 @@ class ReplicaHostActor:
         self.purgatories = Purgatories.create(self.timer, broker_id)
         self.config = ReplicaConfig.from_broker_config(broker_config)
         self.fetchers = ReplicaFetcherManager(namespace, broker_id, self.config)
+        # The fetch sessions of the fetchers that fetch from this host (KIP-227).
+        self.fetch_sessions = FetchSessionCache(
+            broker_config["max.incremental.fetch.session.cache.slots"], monotonic_ms)
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.cores: dict[TopicPartition, PartitionReplica] = {}
         self._opening: dict[TopicPartition, asyncio.Future] = {}
@@ -182,6 +186,14 @@ class ReplicaHostActor:
         """This host's replica fetchers (``ReplicaFetcherManager.describe``)."""
         return self.fetchers.describe()
 
+    async def describe_fetch_sessions(self) -> dict:
+        """The fetch sessions of the fetchers fetching from this host (Kafka's
+        NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached, and the evictions
+        counted by IncrementalFetchSessionEvictionsPerSec)."""
+        cache = self.fetch_sessions
+        return {"sessions": len(cache), "partitions_cached": cache.partitions_cached,
+                "evictions": cache.evictions, "slots": cache.max_entries}
+
     async def host_pid(self) -> int:
         return os.getpid()
 
@@ -211,10 +223,15 @@ class ReplicaHostActor:
         def done(response: FetchManyResponse) -> None:
             if not future.done():
                 future.set_result(response)
-        response = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done)
+        response = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
+                              self.fetch_sessions)
         if req.replica_id >= 0:
-            # The followers' positions may have moved an ISR: tell the controller.
-            for topic, partition, _ in req.partitions:
+            # The followers' positions may have moved an ISR: tell the controller. (In an
+            # incremental fetch the positions of the session's other partitions count too.)
+            session = self.fetch_sessions.get(req.session_id)
+            partitions = (req.partitions if session is None or req.session_epoch <= 0
+                          else session.fetch_partitions())
+            for topic, partition, _ in partitions:
                 replica = self.replicas.get(TopicPartition(topic, partition))
                 if replica is not None:
                     replica.maybe_alter_partition()

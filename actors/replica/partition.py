@@ -446,6 +446,20 @@ class PartitionReplica:
         """Serve a follower's or a consumer's fetch; long-poll in a DelayedFetch when fewer
         than ``min_bytes`` are there and ``max_wait_ms`` > 0."""
         done = on_done or (lambda r: None)
+        self.accept_fetch(request)
+        result = self.read_or_out_of_range(request)
+        if (result.error is not None or len(result.records) >= request.min_bytes
+                or request.max_wait_ms <= 0):
+            done(result)
+            return result
+        # Either completes at once (done gets a fresh read) or waits for an append / HW rise.
+        self.fetch_purgatory.try_complete_else_watch(DelayedFetch(self, request, done),
+                                                     [self._key])
+        return None
+
+    def accept_fetch(self, request: FetchRequest) -> None:
+        """Check a fetch against this replica's role and leader epoch (raising Kafka's
+        errors) and record a follower's position: its ISR and the HW may move."""
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
@@ -453,21 +467,16 @@ class PartitionReplica:
         if request.replica_id >= 0:
             self._update_follower(request.replica_id, request.fetch_offset,
                                   request.log_start_offset)
+
+    def read_or_out_of_range(self, request: FetchRequest) -> FetchResult:
+        """The read, or OFFSET_OUT_OF_RANGE with where the log starts and ends (a follower
+        cuts or restarts its log from them)."""
         try:
-            result = self.read_for_fetch(request)
+            return self.read_for_fetch(request)
         except OffsetOutOfRangeError as e:
-            result = FetchResult(b"", self.log.high_watermark, self.log.log_start_offset,
-                                 self.log.log_end_offset, e, self.leader_epoch,
-                                 request.fetch_offset)
-            done(result)
-            return result
-        if len(result.records) >= request.min_bytes or request.max_wait_ms <= 0:
-            done(result)
-            return result
-        # Either completes at once (done gets a fresh read) or waits for an append / HW rise.
-        self.fetch_purgatory.try_complete_else_watch(DelayedFetch(self, request, done),
-                                                     [self._key])
-        return None
+            return FetchResult(b"", self.log.high_watermark, self.log.log_start_offset,
+                               self.log.log_end_offset, e, self.leader_epoch,
+                               request.fetch_offset)
 
     def read_for_fetch(self, request: FetchRequest) -> FetchResult:
         consumer = request.replica_id < 0

@@ -36,6 +36,7 @@ class Host:
         self.root, self.broker_id, self.clock = root, broker_id, clock
         self.purgatories = Purgatories.create(timer, broker_id)
         self.cores: dict[tuple[str, int], PartitionReplica] = {}
+        self.sessions = None  # a FetchSessionCache to serve fetch sessions (KIP-227)
 
     def open(self, topic: str, partition: int) -> PartitionReplica:
         log = Log.open(self.root / f"broker-{self.broker_id}" / f"{topic}-{partition}",
@@ -47,7 +48,8 @@ class Host:
 
     def answer_fetch(self, request: FetchManyRequest) -> list[FetchManyResponse]:
         answers: list[FetchManyResponse] = []
-        fetch_many(self.cores, request, self.purgatories.fetch, self.broker_id, answers.append)
+        fetch_many(self.cores, request, self.purgatories.fetch, self.broker_id, answers.append,
+                   self.sessions)
         return answers
 
     def answer_epochs(self, request: OffsetsForLeaderEpochRequest) -> list:
@@ -62,20 +64,28 @@ class Host:
         return out
 
 
-@pytest.fixture
-def hosts(tmp_path):
+def make_hosts(root: Path, partitions, sessions=None):
+    """A leader host and a follower host sharing ``partitions`` (all led on the first), and
+    the follower host's fetcher for them. ``sessions(clock)``: the leader's session cache."""
     clock = ManualClock(1_700_000_000_000)
     timer = SystemTimer(clock)
-    leader_host, follower_host = (Host(tmp_path, LEADER, clock, timer),
-                                  Host(tmp_path, FOLLOWER, clock, timer))
+    leader_host, follower_host = (Host(root, LEADER, clock, timer),
+                                  Host(root, FOLLOWER, clock, timer))
+    if sessions is not None:
+        leader_host.sessions = sessions(clock)
     fetcher = ReplicaFetcher(FOLLOWER, ReplicaConfig(replica_fetch_wait_max_ms=500), clock)
-    for topic, partition in PARTITIONS:
+    for topic, partition in partitions:
         leader_host.open(topic, partition).become_leader(0, 0, [LEADER, FOLLOWER],
                                                          [LEADER, FOLLOWER])
         follower = follower_host.open(topic, partition)
         follower.become_follower(LEADER, 0, 0, [LEADER, FOLLOWER])
         fetcher.add_partition(follower)
     return clock, timer, leader_host, follower_host, fetcher
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    return make_hosts(tmp_path, PARTITIONS)
 
 
 def round_trip(fetcher: ReplicaFetcher, leader_host: Host, timer=None, clock=None):

@@ -115,6 +115,14 @@ def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session,
         after = sum(f["requests_sent"] for d in fetchers() for f in d)
         # 6 fetchers, a long poll of 500 ms each: ~36 requests in 3 s, not 24 x 6.
         assert after - before <= 6 * (3 / 0.5 + 2)
+        # Issue 22, step 3: each fetcher fetches in a session (KIP-227); idle, its request
+        # names no partition, so its size does not grow with the partitions it carries.
+        assert all(f["session_id"] != 0 and f["last_request_bytes"] <= 64
+                   for d in fetchers() for f in d), fetchers()
+        assert [ray.get(h.describe_fetch_sessions.remote())["sessions"] for h in hosts] == \
+            [2, 2, 2]
+        assert sum(ray.get(h.describe_fetch_sessions.remote())["partitions_cached"]
+                   for h in hosts) == 24
         # Replication through the fetchers: acks=all answers on every partition.
         for p in range(12):
             assert produce(cluster, "wide", p, b"v").error is None
