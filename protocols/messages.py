@@ -135,6 +135,43 @@ class ProduceResult:
 
 @message
 @dataclass(frozen=True)
+class ProduceManyRequest:
+    """Kafka's ProduceRequest: a producer's ready batches for every partition it sends to on
+    one replica host, one batch per partition; answered with one ``ProduceResult`` per
+    partition, in order, once each is done (acks=all: each waits in its own purgatory)."""
+
+    acks: int
+    timeout_ms: int
+    partitions: tuple  # ((topic, partition, records), ...)
+
+
+def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
+    return msgpack.packb((request.acks, request.timeout_ms, request.partitions),
+                         use_bin_type=True)
+
+
+def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
+    acks, timeout_ms, partitions = msgpack.unpackb(data, raw=False, use_list=False)
+    return ProduceManyRequest(acks, timeout_ms, partitions)
+
+
+def encode_produce_many_response(results: list) -> bytes:
+    """``[(topic, partition, ProduceResult), ...]`` as flat tuples."""
+    return msgpack.packb(
+        [(t, p, r.base_offset, r.log_append_time, r.log_start_offset,
+          None if r.error is None else encode(r.error)) for t, p, r in results],
+        use_bin_type=True)
+
+
+def decode_produce_many_response(data: bytes) -> list:
+    return [(t, p, ProduceResult(base, append_time, start,
+                                 None if error is None else decode(error)))
+            for t, p, base, append_time, start, error
+            in msgpack.unpackb(data, raw=False, use_list=False)]
+
+
+@message
+@dataclass(frozen=True)
 class AlterPartition:
     """A leader's ISR proposal to the controller, fenced by leader and partition epoch."""
 

@@ -103,6 +103,10 @@ class RecordAccumulator:
                 next_ms = due
         return ready, next_ms
 
+    def first(self, tp: TopicPartition) -> ProducerBatch:
+        """The batch ``drain`` would take next."""
+        return self.batches[tp][0]
+
     def drain(self, tp: TopicPartition) -> ProducerBatch:
         batch = self.batches[tp].popleft()
         batch.closed = True

@@ -10,9 +10,13 @@ poll drives the rebalances, starts each new partition at the group's committed o
 ``auto.offset.reset``), and with ``enable.auto.commit`` commits the positions every
 ``auto.commit.interval.ms``, before a rebalance takes partitions away and on close.
 
-The fetcher keeps one fetch in flight per assigned partition's leader replica (a long poll
-with ``fetch.min.bytes`` / ``fetch.max.wait.ms``), so the next records are on their way while
-the application handles the current ones; ``poll`` hands out at most ``max.poll.records``.
+The fetcher keeps one fetch in flight per leader replica host, for every assigned partition
+that host leads (Kafka's FetchRequest per node: a long poll with ``fetch.min.bytes`` /
+``fetch.max.wait.ms`` over the whole request, ``fetch.max.bytes`` over the response,
+``max.partition.fetch.bytes`` per partition), in a fetch session (KIP-227: after the first
+request, only the partitions whose position changed are named), so the next records are on
+their way while the application handles the current ones; ``poll`` hands out at most
+``max.poll.records``.
 It follows leader changes through metadata, and after a leader change it checks its
 position against the new leader's log by leader epoch (OffsetsForLeaderEpoch) so that a
 truncated log is detected rather than silently skipped.
@@ -30,10 +34,12 @@ from protocols.config import ConfigDef, at_least, one_of
 from actors.coordinator.offsets import OffsetAndMetadata
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError, NetworkError, OffsetOutOfRangeError)
-from protocols.messages import FetchRequest
+from protocols.fetch_session_handler import FetchSessionHandler
+from protocols.messages import (FetchManyRequest, FetchRequest, decode_fetch_many_response,
+                                encode_fetch_many_request)
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
-from protocols.wire import decode, encode
+from protocols.wire import decode
 from rafka.client_metadata import ClientMetadata
 from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
 from rafka.serde import deserializer
@@ -101,10 +107,18 @@ class _PartitionState:
     last_epoch: int = -1          # leader epoch of the last batch consumed
     leader_epoch: int = -1        # the leader epoch our fetches are sent in
     validated_epoch: int = -1     # position checked against this leader epoch
-    in_flight: Any = None         # (ref, fetch_offset)
+    in_flight: Any = None         # the _HostFetch this partition's next records come in
     # Fetched, not yet polled: [leader epoch, records, index of the next one] per batch.
     buffered: deque = field(default_factory=deque)
     retry_at: float = 0.0
+
+
+@dataclass(eq=False)
+class _HostFetch:
+    """A fetch in flight to one leader host (Kafka's FetchRequest to one node)."""
+    ref: Any
+    partitions: list[TopicPartition]   # every partition it fetches (named or in the session)
+    was_full: bool
 
 
 class Consumer:
@@ -119,6 +133,10 @@ class Consumer:
             deserializer(self.config["value.deserializer"], "value.deserializer")
         self._parts: dict[TopicPartition, _PartitionState] = {}
         self._next_fetch = -1
+        # One fetch in flight per leader replica host, each in its fetch session.
+        self._fetches: dict[str, _HostFetch] = {}
+        self._sessions: dict[str, FetchSessionHandler] = {}
+        self._request_bytes: dict[str, int] = {}
         self._closed = False
         self._group: ConsumerCoordinator | None = None
         if self.config["group.id"]:
@@ -399,20 +417,17 @@ class Consumer:
         st.validated_epoch = leader.leader_epoch
 
     def _send_fetches(self) -> None:
+        """Kafka's Fetcher.sendFetches: one fetch per leader host with none in flight, for
+        every fetchable partition it leads (assigned, not paused, nothing buffered, not
+        backing off), in that host's fetch session (KIP-227)."""
         now = time.monotonic()
-        # fetch.max.bytes bounds what is on its way at once, over all partitions (Kafka
-        # bounds one multi-partition response; here each partition is its own request).
-        per_request = min(self.config["max.partition.fetch.bytes"],
-                          self.config["fetch.max.bytes"])
-        budget = max(1, self.config["fetch.max.bytes"] // max(1, per_request))
-        budget -= sum(1 for st in self._parts.values() if st.in_flight is not None)
+        c = self.config
+        wanted: dict[str, tuple[Any, dict]] = {}
         items = list(self._parts.items())
         if items:   # start where the last round stopped, so no partition starves
             self._next_fetch = (self._next_fetch + 1) % len(items)
             items = items[self._next_fetch:] + items[:self._next_fetch]
         for tp, st in items:
-            if budget <= 0:
-                return
             if st.paused or st.in_flight is not None or st.buffered or now < st.retry_at:
                 continue
             if st.position is None:
@@ -420,20 +435,46 @@ class Consumer:
             leader = self.metadata.leader(tp)
             if leader is None:
                 self.metadata.forget(tp)
-                st.retry_at = now + self.config["retry.backoff.ms"] / 1000
+                st.retry_at = now + c["retry.backoff.ms"] / 1000
+                continue
+            host_id = leader.handle.host_id
+            if host_id in self._fetches:
                 continue
             try:
                 self._validate_position(tp, st, leader)
-                st.leader_epoch = leader.leader_epoch
-                request = FetchRequest(-1, st.position, leader.leader_epoch, per_request,
-                                       self.config["fetch.min.bytes"],
-                                       self.config["fetch.max.wait.ms"])
-                st.in_flight = (leader.handle.fetch.remote(encode(request)), st.position)
-                budget -= 1
             except OffsetOutOfRangeError:
                 raise
             except Exception as e:
                 self._backoff(tp, st, e)
+                continue
+            st.leader_epoch = leader.leader_epoch
+            wanted.setdefault(host_id, (leader.handle.host, {}))[1][tp] = FetchRequest(
+                -1, st.position, leader.leader_epoch, c["max.partition.fetch.bytes"],
+                c["fetch.min.bytes"], c["fetch.max.wait.ms"])
+        for host_id, (host, requests) in wanted.items():
+            session = self._sessions.setdefault(host_id, FetchSessionHandler())
+            fetch = _HostFetch(None, list(requests), session.full)
+            named, forgotten, session_id, epoch = session.build(requests)
+            request = FetchManyRequest(-1, c["fetch.max.wait.ms"], c["fetch.min.bytes"],
+                                       c["fetch.max.bytes"], named, session_id, epoch,
+                                       forgotten)
+            payload = encode_fetch_many_request(request)
+            self._request_bytes[host_id] = len(payload)
+            try:
+                fetch.ref = host.fetch_many.remote(payload)
+            except Exception as e:  # the host's handle is dead
+                session.handle_error()
+                for tp in requests:
+                    self._backoff(tp, self._parts[tp], e)
+                continue
+            self._fetches[host_id] = fetch
+            for tp in requests:
+                self._parts[tp].in_flight = fetch
+
+    def fetch_request_sizes(self) -> dict[str, int]:
+        """The size in bytes of the last fetch request sent to each leader host (in a fetch
+        session, an idle consumer's does not grow with its partitions)."""
+        return dict(self._request_bytes)
 
     def _backoff(self, tp: TopicPartition, st: _PartitionState, error: Exception) -> None:
         log.debug("%s: fetch failed (%r), refreshing metadata", tp, error)
@@ -445,8 +486,7 @@ class Consumer:
         """Wait up to ``timeout_s`` for a fetch answer (or one of ``also``: the group's
         JoinGroup / SyncGroup in flight) and buffer whatever fetches are answered."""
         import ray
-        pending = {st.in_flight[0]: (tp, st) for tp, st in self._parts.items()
-                   if st.in_flight is not None}
+        pending = {fetch.ref: host_id for host_id, fetch in self._fetches.items()}
         if not pending and not also:
             if timeout_s > 0:
                 time.sleep(min(timeout_s, self.config["retry.backoff.ms"] / 1000))
@@ -457,25 +497,40 @@ class Consumer:
         if done:  # take everything that is ready, not just the first
             done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
         for ref in done:
-            if ref not in pending:
-                continue
-            tp, st = pending[ref]
-            _, fetch_offset = st.in_flight
-            st.in_flight = None
-            try:
-                result = decode(ray.get(ref))
-            except Exception as e:
+            host_id = pending.get(ref)
+            if host_id is not None:
+                self._complete_fetch(self._fetches.pop(host_id), self._sessions[host_id])
+
+    def _complete_fetch(self, fetch: "_HostFetch", session: FetchSessionHandler) -> None:
+        import ray
+        mine = {}   # the partitions whose answer this fetch still is (no seek, no reset)
+        for tp in fetch.partitions:
+            st = self._parts.get(tp)
+            if st is not None and st.in_flight is fetch:
+                st.in_flight = None
+                mine[tp] = st
+        try:
+            response = decode_fetch_many_response(ray.get(fetch.ref))
+        except Exception as e:   # the leader's host died under the request
+            session.handle_error()
+            for tp, st in mine.items():
                 self._backoff(tp, st, e)
-                continue
-            if st.position != fetch_offset:
-                continue  # the user seeked meanwhile
+            return
+        if not session.handle_response(response, fetch.was_full):
+            log.debug("fetch session error %r: the next fetch is a full one", response.error)
+            return
+        for topic, partition, result in response.results:
+            tp = TopicPartition(topic, partition)
+            st = mine.get(tp)
+            if st is None or st.position != result.fetch_offset:
+                continue  # the user seeked meanwhile, or it was revoked
             if isinstance(result.error, OffsetOutOfRangeError):
                 self._reset(tp, st)
                 continue
             if result.error is not None:
                 self._backoff(tp, st, result.error)
                 continue
-            self._buffer(tp, st, result.records, fetch_offset)
+            self._buffer(tp, st, result.records, result.fetch_offset)
 
     def _buffer(self, tp: TopicPartition, st: _PartitionState, records: bytes,
                 fetch_offset: int) -> None:

@@ -6,9 +6,10 @@
 
 The pipeline is Kafka's: serializers, the partitioner (murmur2 of the key, sticky for null
 keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` with
-``max.block.ms``), and a sender thread that drains ready batches to each partition's leader
-replica with at most ``max.in.flight.requests.per.connection`` requests in flight per
-broker, retrying retriable errors (refreshing metadata when the leader moved) with
+``max.block.ms``), and a sender thread that drains ready batches into one request per leader
+replica host (Kafka's ProduceRequest: the first batch of every ready partition the host
+leads, up to ``max.request.size``, answered per partition) with at most
+``max.in.flight.requests.per.connection`` requests in flight per host, retrying retriable errors (refreshing metadata when the leader moved) with
 ``retry.backoff.ms`` until ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
 default) the cluster hands out a producer id; each partition's batches carry consecutive
 sequence numbers, so a retry is never written twice and order holds with 5 in flight.
@@ -24,9 +25,10 @@ from typing import Any, Mapping
 from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
                               OutOfOrderSequenceNumberError, RecordTooLargeError)
+from protocols.messages import (ProduceManyRequest, ProduceResult,
+                                decode_produce_many_response, encode_produce_many_request)
 from protocols.partitioner import StickyPartitionCache, partition_for_key
 from protocols.topics import TopicPartition
-from protocols.wire import decode
 from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
                                estimate_size)
 from rafka.client_metadata import ClientMetadata
@@ -110,9 +112,10 @@ class Producer:
         self._closed = False
         self._producer_id, self._producer_epoch = -1, -1
         self._next_sequence: dict[TopicPartition, int] = {}
-        self._in_flight: list[tuple[Any, ProducerBatch, int, float]] = []
-        self._in_flight_per_broker: dict[int, int] = {}
+        self._in_flight: list[_InFlight] = []
+        self._in_flight_per_host: dict[str, int] = {}
         self._sending = 0   # drained from the accumulator, not yet in flight
+        self._drain_start = 0
         if self.idempotent:
             self._init_producer_id()
         self._sender = threading.Thread(target=self._run, name="rafka-producer-sender",
@@ -268,11 +271,11 @@ class Producer:
                 ready, next_ms = self.accumulator.ready(now)
                 to_send = self._drain(ready) if not self._closed else []
                 self._sending += len(to_send)
-            for batch, leader in to_send:
-                self._send_batch(batch, leader)
+            for host, host_id, batches in to_send:
+                self._send_request(host, host_id, batches)
                 with self._lock:
                     self._sending -= 1
-            refs = [r for r, *_ in self._in_flight]
+            refs = [entry.ref for entry in self._in_flight]
             if refs:
                 wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
                 done, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
@@ -285,63 +288,83 @@ class Producer:
                         wait_s = 0.1 if next_ms is None else max(0.0, (next_ms - now) / 1000)
                         self._cond.wait(wait_s)
 
-    def _drain(self, ready: list[TopicPartition]) -> list[tuple[ProducerBatch, Any]]:
-        out = []
+    def _drain(self, ready: list[TopicPartition]) -> list[tuple[Any, str, list[ProducerBatch]]]:
+        """Kafka's RecordAccumulator.drain: for each leader host, one request with the first
+        batch of each of its ready partitions, up to max.request.size (the first batch always
+        goes), while fewer than max.in.flight.requests.per.connection requests are in flight
+        to that host. The starting partition rotates, so none starves behind a full request."""
         limit = self.config["max.in.flight.requests.per.connection"]
+        max_size = self.config["max.request.size"]
+        requests: dict[str, tuple[Any, list[ProducerBatch], list[int]]] = {}
+        if ready:
+            self._drain_start = (self._drain_start + 1) % len(ready)
+            ready = ready[self._drain_start:] + ready[:self._drain_start]
         for tp in ready:
             leader = self.metadata.leader(tp)
             if leader is None:
                 self.metadata.forget(tp)
                 continue
-            if self._in_flight_per_broker.get(leader.broker_id, 0) >= limit:
+            host_id = leader.handle.host_id
+            if self._in_flight_per_host.get(host_id, 0) >= limit:
+                continue
+            host, batches, size = requests.setdefault(host_id, (leader.handle.host, [], [0]))
+            if batches and size[0] + self.accumulator.first(tp).size > max_size:
                 continue
             batch = self.accumulator.drain(tp)
             if self.idempotent and batch.base_sequence < 0:
                 batch.producer_id, batch.producer_epoch = self._producer_id, self._producer_epoch
                 batch.base_sequence = self._next_sequence.get(tp, 0)
                 self._next_sequence[tp] = (batch.base_sequence + batch.record_count) % 2**31
-            self._in_flight_per_broker[leader.broker_id] = \
-                self._in_flight_per_broker.get(leader.broker_id, 0) + 1
-            out.append((batch, leader))
-        return out
+            batches.append(batch)
+            size[0] += batch.size
+        for host_id in requests:
+            self._in_flight_per_host[host_id] = self._in_flight_per_host.get(host_id, 0) + 1
+        return [(host, host_id, batches) for host_id, (host, batches, _) in requests.items()]
 
-    def _send_batch(self, batch: ProducerBatch, leader) -> None:
-        data = batch.builder.build(compression=self.config["compression.type"],
-                                   producer_id=batch.producer_id,
-                                   producer_epoch=batch.producer_epoch,
-                                   base_sequence=batch.base_sequence)
-        batch.attempts += 1
+    def _send_request(self, host: Any, host_id: str, batches: list[ProducerBatch]) -> None:
+        c = self.config
+        partitions = []
+        for batch in batches:
+            data = batch.builder.build(compression=c["compression.type"],
+                                       producer_id=batch.producer_id,
+                                       producer_epoch=batch.producer_epoch,
+                                       base_sequence=batch.base_sequence)
+            batch.attempts += 1
+            partitions.append((batch.tp.topic, batch.tp.partition, data))
+        request = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
         try:
-            ref = leader.handle.produce.remote(data, self.acks,
-                                               self.config["request.timeout.ms"])
+            ref = host.produce_many.remote(encode_produce_many_request(request))
         except Exception as e:  # the handle is dead: retry through fresh metadata
-            self._in_flight_per_broker[leader.broker_id] -= 1
-            self._retry_or_fail(batch, leader.broker_id, NetworkError(repr(e)))
+            self._in_flight_per_host[host_id] -= 1
+            for batch in batches:
+                self._retry_or_fail(batch, NetworkError(repr(e)))
             return
         if self.acks == 0:
             # Fire and forget, as Kafka's acks=0: no answer is awaited, offsets are unknown.
-            self._in_flight_per_broker[leader.broker_id] -= 1
-            self._succeed(batch, None)
+            self._in_flight_per_host[host_id] -= 1
+            for batch in batches:
+                self._succeed(batch, None)
             return
-        self._in_flight.append((ref, batch, leader.broker_id, time.monotonic()))
+        self._in_flight.append(_InFlight(ref, batches, host_id, time.monotonic()))
 
     def _complete(self, done: set) -> None:
         import ray
-        finished = [e for e in self._in_flight if e[0] in done]
+        finished = [e for e in self._in_flight if e.ref in done]
         for entry in finished:
-            ref, batch, broker_id, _ = entry
             try:
-                result = decode(ray.get(ref))
+                results = [r for _, _, r in decode_produce_many_response(ray.get(entry.ref))]
+            except Exception as e:  # the leader's host died mid-request
+                results = [ProduceResult(error=NetworkError(f"{type(e).__name__}: {e}"))
+                           ] * len(entry.batches)
+            self._in_flight_per_host[entry.host_id] -= 1
+            for batch, result in zip(entry.batches, results):
                 error = result.error
-            except Exception as e:  # the leader's actor died mid-request
-                result, error = None, NetworkError(f"{type(e).__name__}: {e}")
-            self._in_flight_per_broker[broker_id] -= 1
-            if error is None:
-                self._succeed(batch, result)
-            elif isinstance(error, RecordTooLargeError) and batch.record_count > 1:
-                self._split(batch)
-            else:
-                self._retry_or_fail(batch, broker_id, error)
+                if error is None:
+                    self._succeed(batch, result)
+                elif isinstance(error, RecordTooLargeError) and batch.record_count > 1:
+                    self._split(batch)
+                else:
+                    self._retry_or_fail(batch, error)
             # Only now: flush() returns once nothing is in flight, callbacks included.
             self._in_flight.remove(entry)
         with self._cond:
@@ -352,13 +375,13 @@ class Producer:
         is a duplicate the idempotent leader recognises)."""
         timeout = self.config["request.timeout.ms"] / 1000
         now = time.monotonic()
-        stale = [e for e in self._in_flight if now - e[3] > timeout]
+        stale = [e for e in self._in_flight if now - e.sent > timeout]
         for entry in stale:
-            _, batch, broker_id, _ = entry
-            self._in_flight_per_broker[broker_id] -= 1
-            self._retry_or_fail(batch, broker_id, KafkaTimeoutError(
-                f"Expiring {batch.record_count} record(s) for {batch.tp}: no answer within "
-                "request.timeout.ms"))
+            self._in_flight_per_host[entry.host_id] -= 1
+            for batch in entry.batches:
+                self._retry_or_fail(batch, KafkaTimeoutError(
+                    f"Expiring {batch.record_count} record(s) for {batch.tp}: no answer "
+                    "within request.timeout.ms"))
             self._in_flight.remove(entry)
 
     def _split(self, batch: ProducerBatch) -> None:
@@ -380,8 +403,7 @@ class Producer:
         else:
             batch.result.complete(result.base_offset, result.log_append_time, None)
 
-    def _retry_or_fail(self, batch: ProducerBatch, broker_id: int,
-                       error: BaseException) -> None:
+    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
         now = _now_ms()
         retriable = getattr(error, "retriable", False) or isinstance(
             error, (NetworkError, KafkaTimeoutError, OutOfOrderSequenceNumberError))
@@ -404,6 +426,15 @@ class Producer:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         self.accumulator.release(batch)
         batch.result.complete(-1, -1, error)
+
+
+@dataclass(eq=False)
+class _InFlight:
+    """One produce request awaiting its answer: its batches, in the request's order."""
+    ref: Any
+    batches: list[ProducerBatch]
+    host_id: str
+    sent: float  # time.monotonic()
 
 
 def _now_ms() -> int:

@@ -141,7 +141,7 @@ class ReplicaFetcherManager:
             self._locating.pop(key, None)
             return
         self._locating.pop(key, None)
-        host_key = handle.host._actor_id.hex()
+        host_key = handle.host_id
         fetcher_task = self._fetchers.get(host_key)
         if fetcher_task is None:
             fetcher_task = self._fetchers[host_key] = _FetcherTask(self, host_key, handle.host)

@@ -19,6 +19,7 @@ callers); batch methods (``checkpoint_states``, ``background``, ``isr_expiry``,
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 
@@ -34,7 +35,8 @@ from actors.timer.system_timer import AsyncioTimer, monotonic_ms
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.messages import (DeleteRecordsResult, FetchManyResponse, FetchResult,
                                 OffsetsForLeaderEpochRequest, ProduceResult,
-                                decode_fetch_many_request, encode_fetch_many_response)
+                                decode_fetch_many_request, decode_produce_many_request,
+                                encode_fetch_many_response, encode_produce_many_response)
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 
@@ -63,6 +65,8 @@ class ReplicaHostActor:
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.cores: dict[TopicPartition, PartitionReplica] = {}
         self._opening: dict[TopicPartition, asyncio.Future] = {}
+        # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
+        self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
         freeze_startup_objects()
 
@@ -194,6 +198,10 @@ class ReplicaHostActor:
         return {"sessions": len(cache), "partitions_cached": cache.partitions_cached,
                 "evictions": cache.evictions, "slots": cache.max_entries}
 
+    async def describe_requests(self) -> dict[str, int]:
+        """How many multi-partition requests this host has served, by kind."""
+        return dict(self.requests)
+
     async def host_pid(self) -> int:
         return os.getpid()
 
@@ -218,6 +226,7 @@ class ReplicaHostActor:
         """A follower host's fetch for all the partitions it follows here: answered when
         any has data (``min_bytes`` over the request) or after ``max_wait_ms``."""
         req = decode_fetch_many_request(request)
+        self.requests["Fetch"] += 1
         future = asyncio.get_running_loop().create_future()
 
         def done(response: FetchManyResponse) -> None:
@@ -252,6 +261,25 @@ class ReplicaHostActor:
             except KafkaError as e:
                 answers.append((topic, partition, e))
         return encode(answers)
+
+    async def produce_many(self, request: bytes) -> bytes:
+        """A producer's batches for many partitions of this host (Kafka's ProduceRequest):
+        each appended by its replica in the request's order, before any waits; one result
+        per partition, in order, once every acks=all append has reached its ISR."""
+        req = decode_produce_many_request(request)
+        self.requests["Produce"] += 1
+        results = []
+        for topic, partition, records in req.partitions:
+            replica = self._replica(topic, partition)
+            results.append(ProduceResult(error=self._absent(topic, partition))
+                           if replica is None
+                           else replica.produce_result(records, req.acks, req.timeout_ms))
+        waiting = [r for r in results if isinstance(r, asyncio.Future)]
+        if waiting:
+            await asyncio.gather(*waiting)
+        return encode_produce_many_response(
+            [(topic, partition, r.result() if isinstance(r, asyncio.Future) else r)
+             for (topic, partition, _), r in zip(req.partitions, results)])
 
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
                       timeout_ms: int = 30_000) -> bytes:

@@ -145,6 +145,15 @@ class HostedReplica:
 
     # ---- client requests -------------------------------------------------------------------
     async def produce(self, records: bytes, acks: int = -1, timeout_ms: int = 30_000) -> bytes:
+        result = self.produce_result(records, acks, timeout_ms)
+        if isinstance(result, asyncio.Future):
+            result = await result
+        return encode(result)
+
+    def produce_result(self, records: bytes, acks: int, timeout_ms: int
+                       ) -> "ProduceResult | asyncio.Future[ProduceResult]":
+        """Append now; the result, or a future of it when acks=all must wait for the ISR.
+        The append happens before this returns: requests keep their order."""
         future = asyncio.get_running_loop().create_future()
 
         def done(result: ProduceResult) -> None:
@@ -154,10 +163,8 @@ class HostedReplica:
             result = self.replica.produce(records, acks=acks, timeout_ms=timeout_ms,
                                           on_done=done)
         except KafkaError as e:
-            return encode(ProduceResult(error=e))
-        if result is None:
-            result = await future
-        return encode(result)
+            return ProduceResult(error=e)
+        return future if result is None else result
 
     async def fetch(self, request: bytes) -> bytes:
         """A follower's or a consumer's fetch; long-polls in the purgatory."""

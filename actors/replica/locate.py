@@ -39,6 +39,12 @@ class ReplicaHandle:
     partition: int
     broker_id: int
 
+    @property
+    def host_id(self) -> str:
+        """Which host: replicas with the same ``host_id`` are served by one actor, so one
+        request can carry them all (a fetcher's, a producer's)."""
+        return self.host._actor_id.hex()
+
     def __getattr__(self, method: str) -> _BoundMethod:
         # Only a replica's methods, never dunders or privates: pickle and copy probe those
         # on a half-built object.

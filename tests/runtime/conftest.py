@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,9 +20,19 @@ FAST = {"broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500,
         "group.initial.rebalance.delay.ms": 500}
 
 
+@contextmanager
+def cluster_with(tmp_path, config: dict | None = None, brokers: int = 3):
+    """A fresh cluster (FAST and ``config``) with its own name and data directory."""
+    c = rafka.Cluster.start(brokers, tmp_path / "data", dict(FAST, **(config or {})),
+                            name=f"t{next(_names)}")
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
 @pytest.fixture
 def cluster(ray_session, tmp_path):
     """A fresh 3-broker cluster with its own name and data directory."""
-    c = rafka.Cluster.start(3, tmp_path / "data", FAST, name=f"t{next(_names)}")
-    yield c
-    c.shutdown()
+    with cluster_with(tmp_path) as c:
+        yield c

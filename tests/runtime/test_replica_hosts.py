@@ -17,7 +17,7 @@ from protocols.errors import InvalidConfigError, NotLeaderOrFollowerError
 from protocols.messages import FetchRequest
 from protocols.records import Record, encode_batch
 from protocols.wire import decode, encode
-from tests.runtime.conftest import FAST
+from tests.runtime.conftest import FAST, cluster_with
 from tests.runtime.helpers import (check_read_back_once_in_order, produce, read_all,
                                    send_through_fault, wait_until)
 
@@ -28,10 +28,8 @@ _names = itertools.count()
 
 @pytest.fixture
 def two_host_cluster(ray_session, tmp_path):
-    c = rafka.Cluster.start(3, tmp_path / "data", dict(FAST, **{"num.replica.hosts": 2}),
-                            name=f"hosts{next(_names)}")
-    yield c
-    c.shutdown()
+    with cluster_with(tmp_path, {"num.replica.hosts": 2}) as c:
+        yield c
 
 
 def test_replicas_live_in_their_broker_s_hosts_by_the_placement_rule(two_host_cluster):

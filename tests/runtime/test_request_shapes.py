@@ -1,0 +1,111 @@
+"""Kafka's request shapes from clients (issue 22): a producer's ready batches travel in one
+request per leader replica host, answered per partition (step 1)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+import rafka
+from actors.names import replica_host_name
+from protocols.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
+from protocols.messages import (ProduceManyRequest, decode_produce_many_response,
+                                encode_produce_many_request)
+from protocols.records import Record, encode_batch
+from tests.runtime.conftest import cluster_with
+from tests.runtime.helpers import read_all
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+
+@pytest.fixture
+def one_host_cluster(ray_session, tmp_path):
+    with cluster_with(tmp_path, {"num.replica.hosts": 1}) as c:
+        yield c
+
+
+def hosts(cluster):
+    return [ray.get_actor(replica_host_name(b, 0), namespace=cluster.namespace)
+            for b in range(3)]
+
+
+def produce_requests(cluster) -> int:
+    return sum(ray.get(h.describe_requests.remote()).get("Produce", 0) for h in hosts(cluster))
+
+
+@pytest.mark.parametrize("acks", ["all", "1"])
+def test_a_producer_sends_one_request_per_leader_host_for_all_its_ready_partitions(
+        one_host_cluster, acks):
+    cluster = one_host_cluster
+    cluster.admin().create_topics([rafka.NewTopic("spread", 12, 3)])
+    leaders = {cluster.leader("spread", p)[0] for p in range(12)}
+    before = produce_requests(cluster)
+    # A long linger: every partition's batch is ready together when flush() comes.
+    with rafka.Producer(cluster, {"acks": acks, "linger.ms": 10_000}) as producer:
+        futures = [producer.send("spread", f"v{p}".encode(), partition=p) for p in range(12)]
+        producer.flush(timeout=30)
+        assert [f.result(timeout=5).offset for f in futures] == [0] * 12
+    assert produce_requests(cluster) - before == len(leaders)   # not 12
+    for p in range(12):
+        assert list(read_all(cluster.leader("spread", p)[1]).values()) == [f"v{p}".encode()]
+
+
+def test_each_partition_of_a_produce_request_is_answered_on_its_own(one_host_cluster):
+    cluster = one_host_cluster
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("ok", 3, 3),
+                         rafka.NewTopic("strict", 3, 3, {"min.insync.replicas": "4"})])
+    broker = cluster.leader("ok", 0)[0]
+    host = hosts(cluster)[broker]
+    led = [(t, p) for t in ("ok", "strict") for p in range(3)
+           if cluster.leader(t, p)[0] == broker]
+    assert {t for t, _ in led} == {"ok", "strict"}, "one broker leads partitions of both"
+    batch = encode_batch([Record(None, b"x")])
+    request = ProduceManyRequest(-1, 10_000, tuple((t, p, batch) for t, p in led)
+                                 + (("nowhere", 0, batch),))
+    results = decode_produce_many_response(
+        ray.get(host.produce_many.remote(encode_produce_many_request(request)), timeout=30))
+    assert [(t, p) for t, p, _ in results] == led + [("nowhere", 0)]
+    for topic, _, result in results:
+        if topic == "ok":            # acks=all answered once its own ISR has it
+            assert result.error is None and result.base_offset == 0
+        elif topic == "strict":      # min.insync.replicas=4 > RF: refused, alone
+            assert isinstance(result.error, NotEnoughReplicasError)
+        else:
+            assert isinstance(result.error, NotLeaderOrFollowerError)
+
+
+def fetch_requests(cluster) -> int:
+    return sum(ray.get(h.describe_requests.remote()).get("Fetch", 0) for h in hosts(cluster))
+
+
+def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_cluster):
+    """Step 2 and the consumers' half of step 3: one long-polled fetch per leader host for
+    all its partitions; idle, each names no partition (the session remembers them)."""
+    cluster = one_host_cluster
+    cluster.admin().create_topics([rafka.NewTopic("wide", 12, 1)])  # RF=1: no followers
+    with rafka.Producer(cluster, {"linger.ms": 20}) as producer:
+        for p in range(12):
+            producer.send("wide", f"v{p}".encode(), partition=p)
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
+                                        "fetch.max.wait.ms": 500})
+    consumer.assign([("wide", p) for p in range(12)])
+    got = {}
+    deadline = time.monotonic() + 30
+    while len(got) < 12 and time.monotonic() < deadline:
+        for r in consumer.poll(500):
+            got[r.partition] = r.value
+    assert got == {p: f"v{p}".encode() for p in range(12)}
+    before = fetch_requests(cluster)
+    idle_until = time.monotonic() + 3
+    while time.monotonic() < idle_until:
+        assert consumer.poll(200) == []
+    sent = fetch_requests(cluster) - before
+    # 3 hosts, a long poll of 500 ms each: ~18 requests in 3 s, not 12 partitions x 6.
+    assert 3 <= sent <= 3 * (3 / 0.5 + 2)
+    sessions = [ray.get(h.describe_fetch_sessions.remote()) for h in hosts(cluster)]
+    assert [s["sessions"] for s in sessions] == [1, 1, 1]
+    assert sum(s["partitions_cached"] for s in sessions) == 12
+    sizes = consumer.fetch_request_sizes()
+    assert len(sizes) == 3 and max(sizes.values()) <= 64, sizes
+    consumer.close()
