@@ -7,6 +7,7 @@ not one per batch.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,6 +39,9 @@ class FileRecords:
         # Tools that only read (the dump tool) must work on files they may not write.
         flags = os.O_RDONLY if read_only else os.O_RDWR | (os.O_CREAT if create else 0)
         self._fd = os.open(self.path, flags, 0o644)
+        # A raw descriptor is not closed by the garbage collector as a file object is: a
+        # log dropped without close() (a replica deleted, a test's) would keep it forever.
+        self._closer = weakref.finalize(self, os.close, self._fd)
         self._size = os.fstat(self._fd).st_size
 
     # ---- state --------------------------------------------------------------------------
@@ -156,7 +160,7 @@ class FileRecords:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
+            self._closer()  # closes once, and never again from the finalizer
             self._fd = -1
 
     def delete(self) -> None:
