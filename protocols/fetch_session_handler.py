@@ -43,7 +43,9 @@ class FetchSessionHandler:
             # Epoch 0 with our old id (if any): the leader closes it and opens a new one.
             return (tuple((t, p, r) for (t, p), r in wanted.items()), (), self.session_id,
                     INITIAL_EPOCH)
-        named = tuple((t, p, r) for (t, p), r in wanted.items() if previous.get((t, p)) != r)
+        # Identity first: a follower's unchanged partition hands back the same request.
+        named = tuple((t, p, r) for (t, p), r in wanted.items()
+                      if (old := previous.get((t, p))) is not r and old != r)
         forgotten = tuple(key for key in previous if key not in wanted)
         return named, forgotten, self.session_id, self.next_epoch
 

@@ -240,8 +240,9 @@ class ReplicaHostActor:
             session = self.fetch_sessions.get(req.session_id)
             partitions = (req.partitions if session is None or req.session_epoch <= 0
                           else session.fetch_partitions())
+            replicas = self.replicas
             for topic, partition, _ in partitions:
-                replica = self.replicas.get(TopicPartition(topic, partition))
+                replica = replicas.get((topic, partition))  # a TopicPartition's equal
                 if replica is not None:
                     replica.maybe_alter_partition()
         if response is None:

@@ -209,6 +209,9 @@ class PartitionReplica:
         self.pending_alter: AlterPartition | None = None
         self.needs_truncation = False
         self._key = (topic, partition)  # the purgatories' watch key
+        # The last fetch request built, and the state it was built from: an idle follower
+        # asks the same thing twice a second (its fetcher compares requests by identity).
+        self._fetch_request: tuple[tuple, FetchRequest] | None = None
         if purgatories is None:
             purgatories = Purgatories.create(timer, broker_id)
         self.produce_purgatory = purgatories.produce
@@ -358,10 +361,15 @@ class PartitionReplica:
     def fetch_request(self) -> FetchRequest | None:
         if self.role is not Role.FOLLOWER or self.needs_truncation:
             return None
+        state = (self.log.log_end_offset, self.leader_epoch, self.log.log_start_offset)
+        cached = self._fetch_request
+        if cached is not None and cached[0] == state:
+            return cached[1]
         c = self.config
-        return FetchRequest(self.broker_id, self.log.log_end_offset, self.leader_epoch,
-                            c.replica_fetch_max_bytes, c.replica_fetch_min_bytes,
-                            c.replica_fetch_wait_max_ms, self.log.log_start_offset)
+        request = FetchRequest(self.broker_id, state[0], state[1], c.replica_fetch_max_bytes,
+                               c.replica_fetch_min_bytes, c.replica_fetch_wait_max_ms, state[2])
+        self._fetch_request = (state, request)
+        return request
 
     def on_fetch_result(self, result: FetchResult) -> None:
         if self.role is not Role.FOLLOWER or self.needs_truncation:
@@ -493,6 +501,14 @@ class PartitionReplica:
             raise NotLeaderOrFollowerError(f"Broker {replica_id} is not a replica of "
                                            f"{self.name}")
         now = self.clock()
+        leo = self.log.log_end_offset
+        if (fetch_offset == state.log_end_offset >= leo and state.broker_id in self.isr
+                and log_start_offset == state.log_start_offset):
+            # An idle in-sync follower at our end, asking again (twice a second, for every
+            # partition of its fetch session): it stays caught up; nothing else can move.
+            state.last_caught_up_ms = state.last_fetch_ms = now
+            state.last_fetch_leader_log_end_offset = leo
+            return
         # Kafka's rule: caught up if it fetched from where our log ended at its last fetch.
         if fetch_offset >= self.log.log_end_offset:
             state.last_caught_up_ms = now
