@@ -82,6 +82,25 @@ def follower_fetches(cluster, brokers: int) -> str:
             f"{max(f['last_request_bytes'] for f in fetchers)} bytes at most")
 
 
+def consumer_fetches(cluster, topics: list[str]) -> str:
+    """What an idle consumer of every partition sends: one fetch per leader host, in a
+    fetch session, so after the first (full) request its size does not grow either."""
+    import rafka
+    image = cluster.metadata()
+    partitions = [(t, p) for t in topics for p in sorted(image["topics"][t])]
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "latest"})
+    try:
+        consumer.assign(partitions)
+        for _ in range(6):   # the first fetch is full; the ones after it, incremental
+            consumer.poll(600)
+        sizes = consumer.fetch_request_sizes()
+    finally:
+        consumer.close()
+    return (f"an idle consumer of all {len(partitions)} partitions: {len(sizes)} fetches in "
+            f"flight (one per leader host), idle fetch request {max(sizes.values())} bytes "
+            "at most")
+
+
 def measure(total: int, replication_factor: int, elapsed: float, idle_s: float) -> str:
     pids = cluster_processes()
     pss = {kind: sum(pss_mb(p) for p in members) for kind, members in pids.items()}
@@ -135,8 +154,10 @@ def main(argv=None) -> int:
                                             args.replication_factor)])
         print(measure(args.partitions, args.replication_factor, time.perf_counter() - started,
                       0 if args.sweep else args.idle_seconds), flush=True)
+        topics = ["bench-0"]
         if not args.sweep:
             print(f"  {follower_fetches(cluster, args.brokers)}", flush=True)
+            print(f"  {consumer_fetches(cluster, topics)}", flush=True)
         total = args.partitions
         for step, target in enumerate(int(x) for x in args.sweep.split(",") if x):
             add = target - total
@@ -163,9 +184,11 @@ def main(argv=None) -> int:
                 status = 2
                 break
             total = target
+            topics.append(f"bench-{step + 1}")
             print(measure(total, args.replication_factor, time.perf_counter() - started,
                           args.idle_seconds), flush=True)
             print(f"  {follower_fetches(cluster, args.brokers)}", flush=True)
+            print(f"  {consumer_fetches(cluster, topics)}", flush=True)
     finally:
         cluster.shutdown()
         if args.data_dir is None:

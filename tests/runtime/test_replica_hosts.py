@@ -177,7 +177,10 @@ def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
                               30, "the dedicated host")
             wait_until(lambda: ray.get(host.num_replicas.remote()) == 1, 30,
                        f"solo-{p} to open in its host on broker {b}")
-            pid = ray.get(cluster.replica("solo", p, b).pid.remote())
+            # ... and its broker records where it is once the host has answered the open.
+            replica = wait_until(lambda: cluster.replica("solo", p, b), 30,
+                                 f"broker {b} to know where solo-{p} is")
+            pid = ray.get(replica.pid.remote())
             assert pid == ray.get(host.host_pid.remote())
             pids.add(pid)
             assert ray.get(cluster.replica("pooled", p, b).pid.remote()) not in pids

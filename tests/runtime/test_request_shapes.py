@@ -109,3 +109,6 @@ def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_clu
     sizes = consumer.fetch_request_sizes()
     assert len(sizes) == 3 and max(sizes.values()) <= 64, sizes
     consumer.close()
+    # Closing ends its sessions (a fetch with FINAL_EPOCH): the slots are free at once.
+    assert [ray.get(h.describe_fetch_sessions.remote())["sessions"] for h in hosts(cluster)] \
+        == [0, 0, 0]
