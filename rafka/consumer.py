@@ -571,10 +571,12 @@ class Consumer:
             elif self._group is not None:
                 self._group.complete_async_commits()
             self._maybe_auto_commit()
-            self._send_fetches()
+            # Drain first, then fetch (Kafka's order): a partition whose buffer this poll
+            # empties joins the next fetch to its host at once, instead of waiting out the
+            # long poll of a fetch sent without it.
             records = self._drain_buffered()
+            self._send_fetches()   # with records: prefetch while the application works
             if records:
-                self._send_fetches()   # prefetch while the application works
                 return records
             left = deadline - time.monotonic()
             if left <= 0:
