@@ -113,6 +113,15 @@ class _PartitionState:
     buffered: deque = field(default_factory=deque)
     retry_at: float = 0.0
 
+    def next_fetch_offset(self) -> int:
+        """Where the next fetch starts: after what is buffered, else at the position."""
+        if self.buffered:
+            return self.buffered[-1][1][-1].offset + 1
+        return self.position
+
+    def buffered_records(self) -> int:
+        return sum(len(records) - start for _, records, start in self.buffered)
+
 
 @dataclass(eq=False)
 class _HostFetch:
@@ -429,8 +438,13 @@ class Consumer:
         if items:   # start where the last round stopped, so no partition starves
             self._next_fetch = (self._next_fetch + 1) % len(items)
             items = items[self._next_fetch:] + items[:self._next_fetch]
+        max_poll = c["max.poll.records"]
         for tp, st in items:
-            if st.paused or st.in_flight is not None or st.buffered or now < st.retry_at:
+            # A partition is fetched again while less than one poll's worth of its records
+            # is buffered (from after them): the next records are on their way before the
+            # application asks, and what is buffered stays bounded.
+            if (st.paused or st.in_flight is not None or now < st.retry_at
+                    or (st.buffered and st.buffered_records() >= max_poll)):
                 continue
             if st.position is None:
                 self._reset(tp, st)
@@ -451,7 +465,7 @@ class Consumer:
                 continue
             st.leader_epoch = leader.leader_epoch
             wanted.setdefault(host_id, (leader.handle.host, {}))[1][tp] = FetchRequest(
-                -1, st.position, leader.leader_epoch, c["max.partition.fetch.bytes"],
+                -1, st.next_fetch_offset(), leader.leader_epoch, c["max.partition.fetch.bytes"],
                 c["fetch.min.bytes"], c["fetch.max.wait.ms"])
         for host_id, (host, requests) in wanted.items():
             self._hosts[host_id] = host
@@ -525,10 +539,11 @@ class Consumer:
         for topic, partition, result in response.results:
             tp = TopicPartition(topic, partition)
             st = mine.get(tp)
-            if st is None or st.position != result.fetch_offset:
+            if st is None or st.next_fetch_offset() != result.fetch_offset:
                 continue  # the user seeked meanwhile, or it was revoked
             if isinstance(result.error, OffsetOutOfRangeError):
-                self._reset(tp, st)
+                if not st.buffered:  # else: once the application has what is buffered
+                    self._reset(tp, st)
                 continue
             if result.error is not None:
                 self._backoff(tp, st, result.error)
