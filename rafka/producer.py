@@ -9,8 +9,9 @@ keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` w
 ``max.block.ms``), and a sender thread that drains ready batches into one request per leader
 replica host (Kafka's ProduceRequest: the first batch of every ready partition the host
 leads, up to ``max.request.size``, answered per partition) with at most
-``max.in.flight.requests.per.connection`` requests in flight per host, retrying retriable errors (refreshing metadata when the leader moved) with
-``retry.backoff.ms`` until ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
+``max.in.flight.requests.per.connection`` requests in flight per host, retrying retriable
+errors (refreshing metadata when the leader moved) with ``retry.backoff.ms`` until
+``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
 default) the cluster hands out a producer id; each partition's batches carry consecutive
 sequence numbers, so a retry is never written twice and order holds with 5 in flight.
 """

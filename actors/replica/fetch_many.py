@@ -120,22 +120,22 @@ class DelayedFetchMany(DelayedOperation):
 
 def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: DelayedOperationPurgatory,
                broker_id: int, on_done: Callable[[FetchManyResponse], None],
-               sessions: FetchSessionCache | None = None) -> FetchManyResponse | None:
-    """Serve the request: the response when it is answered at once (``on_done`` gets it
-    too), else None and ``on_done`` gets it later, exactly once. With ``sessions``, the
-    request may open or continue a fetch session (KIP-227)."""
+               sessions: FetchSessionCache | None = None) -> tuple:
+    """Serve the request: ``on_done`` gets the response exactly once, at once or when the
+    delayed fetch completes. With ``sessions``, the request may open or continue a fetch
+    session (KIP-227). Returns the partitions it fetched, ``((topic, partition,
+    FetchRequest), ...)``: those it names, or for an incremental request all its session's
+    (a follower's position on each of them counted)."""
     context = new_context(sessions, request)
     if context.error is not None:
-        response = context.respond([])
-        on_done(response)
-        return response
+        on_done(context.respond([]))
+        return context.partitions
     results = read_partitions(replicas, context, broker_id, first=True)
     if request.max_wait_ms <= 0 or not context.partitions or _answerable(results,
                                                                          request.min_bytes):
-        response = context.respond(results)
-        on_done(response)
-        return response
+        on_done(context.respond(results))
+        return context.partitions
     op = DelayedFetchMany(replicas, context, broker_id, on_done)
     keys = [(topic, partition) for topic, partition, _ in context.partitions]
     purgatory.try_complete_else_watch(op, keys)
-    return None
+    return context.partitions

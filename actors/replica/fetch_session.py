@@ -7,8 +7,9 @@ added or changed since (a new fetch offset, leader epoch or log start offset) an
 forget; the session remembers the rest, so an idle follower's request does not grow with the
 partitions it follows. An incremental answer carries only the partitions with something new
 to say: records, an error, a high watermark or log start offset other than the last one
-sent. Every partition of the session is still read at every fetch, so a follower's position
-keeps counting for the ISR exactly as with full requests.
+sent. Every partition of the session still counts at every fetch (a follower's position
+for the ISR and HW, exactly as with full requests); only its log is not read while it has
+nothing to say.
 
 The cache holds ``max.incremental.fetch.session.cache.slots`` sessions (per replica host: a
 rafka host is where Kafka's broker-wide cache would stand). When it is full, a new session
@@ -18,7 +19,6 @@ goes on with full requests, without a session. Time is an injected clock in mill
 """
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import dataclass
 from typing import Callable
@@ -99,7 +99,6 @@ class FetchSessionCache:
         self._rng = rng or random.Random()
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
-        self._ids = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -170,10 +169,6 @@ class FetchContext:
     session: FetchSession | None = None  # an incremental request's session
     create_session: bool = False  # a full request asking for one (epoch 0)
     error: KafkaError | None = None
-
-    @property
-    def incremental(self) -> bool:
-        return self.session is not None
 
     def quiet(self, topic: str, partition: int, high_watermark: int, log_start_offset: int,
               readable_end: int) -> bool:

@@ -223,8 +223,8 @@ class ReplicaHostActor:
 
     # ---- many partitions in one request (between hosts) -----------------------------------
     async def fetch_many(self, request: bytes) -> bytes:
-        """A follower host's fetch for all the partitions it follows here: answered when
-        any has data (``min_bytes`` over the request) or after ``max_wait_ms``."""
+        """A follower host's or a consumer's fetch for all the partitions it reads here:
+        answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
         req = decode_fetch_many_request(request)
         self.requests["Fetch"] += 1
         future = asyncio.get_running_loop().create_future()
@@ -232,22 +232,16 @@ class ReplicaHostActor:
         def done(response: FetchManyResponse) -> None:
             if not future.done():
                 future.set_result(response)
-        response = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
-                              self.fetch_sessions)
+        partitions = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id,
+                                done, self.fetch_sessions)
         if req.replica_id >= 0:
-            # The followers' positions may have moved an ISR: tell the controller. (In an
-            # incremental fetch the positions of the session's other partitions count too.)
-            session = self.fetch_sessions.get(req.session_id)
-            partitions = (req.partitions if session is None or req.session_epoch <= 0
-                          else session.fetch_partitions())
+            # The followers' positions may have moved an ISR: tell the controller.
             replicas = self.replicas
             for topic, partition, _ in partitions:
                 replica = replicas.get((topic, partition))  # a TopicPartition's equal
                 if replica is not None:
                     replica.maybe_alter_partition()
-        if response is None:
-            response = await future
-        return encode_fetch_many_response(response)
+        return encode_fetch_many_response(await future)
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
         req: OffsetsForLeaderEpochRequest = decode(request)
