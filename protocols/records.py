@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 import crc32c as _crc32c
 
+from protocols import columnar
 from protocols.compression import (CODEC_IDS, COMPRESSION_TYPES, CODEC_NAMES, compress,
                                    decompress)
 from protocols.errors import CorruptRecordError, UnsupportedVersionError
@@ -412,7 +413,8 @@ class RecordBatch:
 
     def record_tuples(self, wrap: tuple | None = None) -> list[tuple]:
         """Every record as ``(offset, timestamp, key, value, headers)``: the consumer's hot
-        path, decoded in one pass over a bytes copy of the body. With ``wrap = (cls, topic,
+        path, located column by column (``columnar.py``) or, off its common path, decoded in
+        one pass over a bytes copy of the body. With ``wrap = (cls, topic,
         partition, timestamp_type, leader_epoch)`` each record is instead built directly as
         ``cls((topic, partition, offset, timestamp, timestamp_type, key, value, headers,
         leader_epoch))`` (the consumer's ConsumerRecord), saving a second pass."""
@@ -422,8 +424,13 @@ class RecordBatch:
         if codec:
             body = decompress(CODEC_NAMES[codec], body)
         append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+        count = self.record_count
+        fast = columnar.record_tuples(body, count, self.base_offset, self.base_timestamp,
+                                      append_time, wrap)
+        if fast is not None:
+            return fast
         try:
-            return _decode_records(body, self.record_count, self.base_offset,
+            return _decode_records(body, count, self.base_offset,
                                    self.base_timestamp, append_time, wrap)
         except (IndexError, struct.error, UnicodeDecodeError) as e:
             raise CorruptRecordError(f"Record batch at offset {self.base_offset} does not "

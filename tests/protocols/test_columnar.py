@@ -1,0 +1,92 @@
+"""The columnar decoder (protocols/columnar.py) against the per-record decoder: on the common
+path (no headers, ordinary varints) it gives exactly the same records; off it, and for any
+body that does not add up, it declines (None) and the per-record decoder decides."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols import columnar
+from protocols.records import (RECORDS_OFFSET, MemoryRecordsBuilder, Record, _decode_records,
+                               encode_batch, iter_batches)
+
+N = columnar.MIN_RECORDS
+
+
+def body_of(data: bytes) -> bytes:
+    return data[RECORDS_OFFSET:]
+
+
+def both(data: bytes, wrap=None, append_time=None):
+    """(columnar answer, per-record answer) for a one-batch buffer."""
+    (batch,) = iter_batches(data)
+    args = (body_of(data), batch.record_count, batch.base_offset, batch.base_timestamp,
+            append_time)
+    return columnar.record_tuples(*args, wrap), _decode_records(*args, wrap)
+
+
+plain_records = st.lists(
+    st.builds(Record, st.none() | st.binary(max_size=40),
+              st.none() | st.binary(max_size=300) | st.just(b"L" * 9_000),
+              st.integers(0, 2**42)),
+    min_size=N, max_size=80)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=plain_records, base=st.integers(0, 2**40))
+def test_records_without_headers_decode_column_by_column_exactly_as_one_by_one(records, base):
+    # Null keys and values, empty ones, 3-byte lengths (values of 8 KB and more), timestamps before
+    # the batch's first (negative deltas) and 6-byte timestamp deltas.
+    data = encode_batch(records, base_offset=base)
+    fast, slow = both(data)
+    assert fast is not None, "the common path declined a batch it covers"
+    assert fast == slow
+    assert [(key, value, ts) for _, ts, key, value, _ in fast] == \
+        [(r.key, r.value, r.timestamp) for r in records]
+
+
+def test_gaps_in_offsets_of_a_compacted_batch_are_kept():
+    builder = MemoryRecordsBuilder()
+    for i in range(N):
+        builder.append(1_000 + i, b"k%d" % i, b"v", offset_delta=i * 70)  # deltas past 63
+    fast, slow = both(builder.build(base_offset=500))
+    assert fast == slow
+    assert [offset for offset, *_ in fast] == [500 + i * 70 for i in range(N)]
+
+
+def test_the_consumers_records_are_built_directly_and_log_append_time_replaces_each_time():
+    class ConsumerRecord(tuple):
+        pass
+    records = [Record(None, b"x" * 100, 1_700_000_000_000 + i) for i in range(N * 4)]
+    wrap = (ConsumerRecord, "t", 3, 1, 7)
+    fast, slow = both(encode_batch(records, base_offset=10), wrap, append_time=42)
+    assert fast == slow and all(type(r) is ConsumerRecord for r in fast)
+    assert fast[0] == ("t", 3, 10, 42, 1, None, b"x" * 100, (), 7)
+
+
+def test_headers_small_batches_and_huge_varints_take_the_per_record_path():
+    headers = [Record(None, b"v", 0, (("h", b"1"),))] + [Record(None, b"v", 0)] * N
+    assert both(encode_batch(headers))[0] is None
+    assert both(encode_batch([Record(None, b"v", 0)] * (N - 1)))[0] is None
+    builder = MemoryRecordsBuilder()
+    builder.append(-2**62, None, b"v")
+    for i in range(N):
+        builder.append(2**62 - 1, None, b"v")   # a delta of 2**63 - 1: a 10-byte varlong
+    fast, slow = both(builder.build())
+    assert fast is None and len(slow) == N + 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=plain_records, at=st.integers(0, 10**9), byte=st.integers(0, 255))
+def test_a_damaged_body_is_never_decoded_differently(records, at, byte):
+    # Whatever one wrong byte does, the columnar path either declines or agrees with the
+    # per-record decoder (which then raises CorruptRecordError, or decodes the same records).
+    data = bytearray(encode_batch(records))
+    at = RECORDS_OFFSET + at % (len(data) - RECORDS_OFFSET)
+    data[at] = byte
+    (batch,) = iter_batches(bytes(data))
+    args = (body_of(bytes(data)), batch.record_count, batch.base_offset,
+            batch.base_timestamp, None)
+    fast = columnar.record_tuples(*args)
+    if fast is not None:
+        assert fast == _decode_records(*args)
