@@ -22,7 +22,8 @@ from actors.replica.fetch_session import FetchContext, FetchSessionCache, new_co
 from actors.replica.partition import PartitionReplica, Role
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
-from protocols.messages import FetchManyRequest, FetchManyResponse, FetchRequest, FetchResult
+from protocols.messages import (FetchManyRequest, FetchManyResponse, FetchRequest, FetchResult,
+                                OffsetsForLeaderEpochRequest)
 
 Replicas = Mapping[tuple[str, int], PartitionReplica]
 
@@ -139,3 +140,20 @@ def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: Delayed
     keys = [(topic, partition) for topic, partition, _ in context.partitions]
     purgatory.try_complete_else_watch(op, keys)
     return context.partitions
+
+
+def offsets_for_leader_epochs(replicas: Replicas, request: OffsetsForLeaderEpochRequest,
+                              broker_id: int) -> list:
+    """A follower fetcher's OffsetsForLeaderEpoch for many partitions of this host: per
+    partition ``(topic, partition, (epoch, end offset) or KafkaError)``."""
+    answers = []
+    for topic, partition, epoch, current_leader_epoch in request.partitions:
+        core = replicas.get((topic, partition))
+        try:
+            if core is None:
+                raise _not_here(topic, partition, broker_id)
+            answers.append((topic, partition,
+                            core.offsets_for_leader_epoch(epoch, current_leader_epoch)))
+        except KafkaError as e:
+            answers.append((topic, partition, e))
+    return answers

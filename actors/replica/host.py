@@ -26,15 +26,14 @@ import os
 import ray
 
 from actors.process import freeze_startup_objects
-from actors.replica.fetch_many import fetch_many
+from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.hosted import HostedReplica
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer, monotonic_ms
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
-from protocols.messages import (DeleteRecordsResult, FetchManyResponse, FetchResult,
-                                OffsetsForLeaderEpochRequest, ProduceResult,
+from protocols.messages import (DeleteRecordsResult, FetchManyResponse, FetchResult, ProduceResult,
                                 decode_fetch_many_request, decode_produce_many_request,
                                 encode_fetch_many_response, encode_produce_many_response)
 from protocols.topics import TopicPartition
@@ -244,18 +243,7 @@ class ReplicaHostActor:
         return encode_fetch_many_response(await future)
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
-        req: OffsetsForLeaderEpochRequest = decode(request)
-        answers = []
-        for topic, partition, epoch, current_leader_epoch in req.partitions:
-            core = self.cores.get(TopicPartition(topic, partition))
-            try:
-                if core is None:
-                    raise self._absent(topic, partition)
-                answers.append((topic, partition,
-                                core.offsets_for_leader_epoch(epoch, current_leader_epoch)))
-            except KafkaError as e:
-                answers.append((topic, partition, e))
-        return encode(answers)
+        return encode(offsets_for_leader_epochs(self.cores, decode(request), self.broker_id))
 
     async def produce_many(self, request: bytes) -> bytes:
         """A producer's batches for many partitions of this host (Kafka's ProduceRequest):

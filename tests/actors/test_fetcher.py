@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.replica.fetch_many import fetch_many
+from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetcher import ReplicaFetcher
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import SystemTimer
-from protocols.errors import KafkaError, NotLeaderOrFollowerError
+from protocols.errors import NotLeaderOrFollowerError
 from protocols.messages import (FetchManyRequest, FetchManyResponse,
                                 OffsetsForLeaderEpochRequest)
 from protocols.records import Record, encode_batch
@@ -53,15 +53,7 @@ class Host:
         return answers
 
     def answer_epochs(self, request: OffsetsForLeaderEpochRequest) -> list:
-        out = []
-        for topic, partition, epoch, current in request.partitions:
-            try:
-                out.append((topic, partition,
-                            self.cores[(topic, partition)].offsets_for_leader_epoch(epoch,
-                                                                                   current)))
-            except KafkaError as e:
-                out.append((topic, partition, e))
-        return out
+        return offsets_for_leader_epochs(self.cores, request, self.broker_id)
 
 
 def make_hosts(root: Path, partitions, sessions=None):

@@ -1,16 +1,23 @@
 """A deterministic, seeded simulator of a replicated topic.
 
-Three brokers hold replicas of a two-partition topic on real log directories, each with its
-own timing wheel; a real ``ControllerState`` elects leaders, expires broker sessions and
-accepts AlterPartition proposals fenced by leader and partition epoch. Everything between
-processes is a message on the simulated network (``tests.sim.network``): follower fetches
-(long polls included) and their answers, OffsetsForLeaderEpoch, AlterPartition, heartbeats,
-and the controller's LeaderAndIsr / UpdateMetadata. Links have latency and jitter (answers
-overtake each other), and the fault schedule cuts links (a broker can lose the controller and
-be fenced while it still believes it leads), slows links (slow followers), crashes brokers
-(the process dies: what was written to its files survives, nothing else) and restarts them,
-fails the controller over (what the old one sent arrives late, from a zombie).
-Producers (acks=all and acks=1) and consumers talk to whichever broker believes it leads.
+Three brokers hold replicas of a two-partition topic on real log directories, each broker
+with one replica host (its own timing wheel and purgatories); a real ``ControllerState``
+elects leaders, expires broker sessions and accepts AlterPartition proposals fenced by leader
+and partition epoch. Replication runs the production code: each host's followers fetch
+through one ``ReplicaFetcher`` per leader broker (OffsetsForLeaderEpoch truncation first,
+fetch sessions, per-partition backoff), and the leader's host answers with ``fetch_many`` and
+its ``FetchSessionCache`` (one slot, two or a thousand: evictions happen) and
+``offsets_for_leader_epochs``, as ``ReplicaHostActor`` does. Everything between processes is
+a message on the simulated network (``tests.sim.network``): fetches (long polls included)
+and their answers, OffsetsForLeaderEpoch, AlterPartition, heartbeats, the reports of failed
+replicas, and the controller's LeaderAndIsr / UpdateMetadata. Links have latency and jitter
+(answers overtake each other), and the fault schedule cuts links (a broker can lose the
+controller and be fenced while it still believes it leads), slows links (slow followers),
+crashes brokers (the process dies: what was written to its files survives, nothing else) and
+restarts them, crashes a broker's replica host alone (the broker reports its replicas and the
+controller moves leadership off them), fails the controller over (what the old one sent
+arrives late, from a zombie). Producers (acks=all and acks=1) and consumers talk to whichever
+broker believes it leads.
 
 After every step the invariants of ARCHITECTURE.md are checked; a violation raises
 ``InvariantViolation`` naming the seed and step, for replay with
@@ -20,19 +27,24 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import random
 import shutil
+from collections import Counter
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.controller.messages import check_controller_epoch
 from actors.controller.state import ControllerState
-from actors.replica.partition import (AlterPartition, FetchRequest, FetchResult,
-                                      PartitionReplica, ReplicaConfig, Role)
+from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
+from actors.replica.fetch_session import FetchSessionCache
+from actors.replica.fetcher import ReplicaFetcher
+from actors.replica.partition import (AlterPartition, FetchRequest, PartitionReplica,
+                                      Purgatories, ReplicaConfig, Role)
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (InvalidRequestError, KafkaError, StaleControllerEpochError)
-from protocols.messages import LeaderAndIsr
+from protocols.messages import FetchManyRequest, FetchManyResponse, LeaderAndIsr
 from protocols.records import Record, encode_batch, iter_batches
 from storage import Log
 from tests.sim.network import Network
@@ -59,17 +71,33 @@ class Clock:
 
 
 @dataclass
+@dataclass
+class Host:
+    """A broker's replica host (``actors.replica.host``): its replicas, their timer and
+    purgatories, the fetchers of its followers (one per leader broker) and the fetch sessions
+    of its leaders. A host crash loses all of it but the files; its broker lives on."""
+    life: int
+    timer: SystemTimer
+    purgatories: Purgatories
+    sessions: FetchSessionCache
+    replicas: dict[int, PartitionReplica] = field(default_factory=dict)
+    cores: dict[tuple[str, int], PartitionReplica] = field(default_factory=dict)
+    fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
+    # leader broker -> (the fetcher's request in flight, when it gives up on the answer)
+    in_flight: dict[int, tuple[object, int]] = field(default_factory=dict)
+
+
+@dataclass
 class Broker:
     """What one broker process holds; a crash throws all of it away but the files."""
     id: int
     life: int
-    timer: SystemTimer
-    replicas: dict[int, PartitionReplica] = field(default_factory=dict)
+    host: Host
     controller_epoch: int = 0
-    # partition -> when its outstanding fetch / OffsetsForLeaderEpoch gives up
-    fetch_deadline: dict[int, int] = field(default_factory=dict)
     # partition -> (proposal sent to the controller, when)
     alter_sent: dict[int, tuple[AlterPartition, int]] = field(default_factory=dict)
+    # partitions a host crash took down that the controller has not heard of yet
+    unreported: tuple = ()
 
 
 class Simulation:
@@ -83,8 +111,17 @@ class Simulation:
         self.clock = Clock()
         self.net = Network(self.rng, self.clock,
                            fifo=lambda s, d: CONTROLLER in (s, d) or ZOMBIE in (s, d))
-        self.config = ReplicaConfig(replica_lag_time_max_ms=LAG_TIME_MAX_MS,
-                                    leader_epoch_truncation=epochs)
+        self.config = ReplicaConfig(
+            replica_lag_time_max_ms=LAG_TIME_MAX_MS, leader_epoch_truncation=epochs,
+            replica_fetch_backoff_ms=FETCH_BACKOFF_MS,
+            replica_fetch_max_bytes=self.rng.choice([64, 300, 1 << 20]),
+            replica_fetch_response_max_bytes=self.rng.choice([300, 1 << 20]))
+        self._host_lives = itertools.count(1)
+        # max.incremental.fetch.session.cache.slots: one slot makes two followers of a
+        # leader host evict each other's sessions (FETCH_SESSION_ID_NOT_FOUND, full fetches).
+        self.session_slots = self.rng.choice([1, 2, 1000])
+        # What the schedule exercised, summed over seeds by ``tests.sim.run``.
+        self.stats: Counter = Counter()
         self.log_config = {"min.insync.replicas": 2, "segment.bytes": 4096}
         self.broker_ids = list(range(brokers))
         self.partitions = list(range(partitions))
@@ -122,17 +159,25 @@ class Simulation:
 
     def _start(self, b: int) -> Broker:
         life = self.lives[b] = self.lives.get(b, 0) + 1
-        broker = self.up[b] = Broker(b, life, SystemTimer(self.clock))
+        broker = self.up[b] = Broker(b, life, self._new_host(b))
+        # Registration rides on Ray's actor creation, not on a link that could be cut.
+        self._send_all(CONTROLLER, self.controller.register_broker(b))
+        return broker
+
+    def _new_host(self, b: int) -> Host:
+        """A replica host started on broker ``b``: its replicas open from their files."""
+        timer = SystemTimer(self.clock)
+        purgatories = Purgatories.create(timer, b)
+        host = Host(next(self._host_lives), timer, purgatories,
+                    FetchSessionCache(self.session_slots, self.clock, rng=self.rng))
         for p in self.partitions:
             log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-{p}", self.log_config,
                            clock=self.clock, high_watermark=self.hw_checkpoint.get((b, p), 0))
             self._opened.append(log)
-            broker.replicas[p] = PartitionReplica(
-                TOPIC, p, b, log, clock=self.clock, timer=broker.timer, config=self.config,
+            host.replicas[p] = host.cores[(TOPIC, p)] = PartitionReplica(
+                TOPIC, p, b, log, clock=self.clock, config=self.config, purgatories=purgatories,
                 on_high_watermark=lambda hw, k=(b, p): self.hw_checkpoint.__setitem__(k, hw))
-        # Registration rides on Ray's actor creation, not on a link that could be cut.
-        self._send_all(CONTROLLER, self.controller.register_broker(b))
-        return broker
+        return host
 
     def _alive(self, b: int, life: int | None) -> Broker | None:
         broker = self.up.get(b)
@@ -147,14 +192,15 @@ class Simulation:
             if life is not None:
                 self.net.send(src, m.broker_id, "control", m, dst_life=life)
 
-    def _reply(self, broker: Broker, dst: int, dst_life: int, kind: str, payload) -> None:
-        """Send unless the sender has died since the work began (a timer task of a dead
-        broker's purgatory must not speak for it)."""
-        if self._alive(broker.id, broker.life) is not None:
+    def _reply(self, broker: Broker, host: Host, dst: int, dst_life: int, kind: str,
+               payload) -> None:
+        """Send unless the sender's host has died since the work began (a timer task of a
+        dead host's purgatory must not speak for it)."""
+        if self._alive(broker.id, broker.life) is not None and broker.host is host:
             self.net.send(broker.id, dst, kind, payload, dst_life=dst_life)
 
     def _maybe_send_alter(self, broker: Broker, p: int) -> None:
-        proposal = broker.replicas[p].take_alter_partition()
+        proposal = broker.host.replicas[p].take_alter_partition()
         if proposal is None:
             return
         sent = broker.alter_sent.get(p)
@@ -185,22 +231,47 @@ class Simulation:
         broker.controller_epoch = msg.controller_epoch
         if not isinstance(msg, LeaderAndIsr) or msg.topic != TOPIC:
             return
-        replica = broker.replicas[msg.partition]
+        host = broker.host
+        replica = host.replicas[msg.partition]
         if msg.leader >= 0:
             seen = self.leaders_by_epoch[msg.partition].setdefault(msg.leader_epoch, msg.leader)
             if seen != msg.leader:
                 self._fail(f"partition {msg.partition}: leaders {seen} and {msg.leader} in "
                            f"epoch {msg.leader_epoch}")
         try:
-            restart = replica.apply_leader_and_isr(msg.leader, msg.leader_epoch,
-                                                   msg.partition_epoch, list(msg.isr),
-                                                   list(msg.replicas))
+            # As the host applies it (HostedReplica.become): a new leader or epoch moves the
+            # partition to the fetcher for its leader; one that no longer follows leaves.
+            if replica.apply_leader_and_isr(msg.leader, msg.leader_epoch,
+                                            msg.partition_epoch, list(msg.isr),
+                                            list(msg.replicas)):
+                self._follow(host, replica)
         except KafkaError:
             return  # FENCED_LEADER_EPOCH: an older LeaderAndIsr than what we hold
+        self._ensure_fetching(host, replica)
         if replica.take_alter_partition() is None:
             broker.alter_sent.pop(msg.partition, None)
-        if restart:
-            self._answered(broker, msg.partition, error=False)
+        self._poll_fetchers(broker)
+
+    # ---- the host's fetchers (ReplicaFetcherManager's follow / ensure / unfollow) ------------
+    def _unfollow(self, host: Host, p: int) -> None:
+        for fetcher in host.fetchers.values():
+            fetcher.remove_partition(TOPIC, p)
+
+    def _follow(self, host: Host, replica: PartitionReplica) -> None:
+        self._unfollow(host, replica.partition)
+        if replica.role is Role.FOLLOWER:
+            fetcher = host.fetchers.get(replica.leader_id)
+            if fetcher is None:
+                fetcher = host.fetchers[replica.leader_id] = ReplicaFetcher(
+                    replica.broker_id, self.config, self.clock)
+            fetcher.add_partition(replica)
+
+    def _ensure_fetching(self, host: Host, replica: PartitionReplica) -> None:
+        key = (TOPIC, replica.partition)
+        if replica.role is not Role.FOLLOWER:
+            self._unfollow(host, replica.partition)
+        elif not any(key in f.partitions for f in host.fetchers.values()):
+            self._follow(host, replica)
 
     def _on_controller_request(self, m) -> None:
         c = self.controller
@@ -214,6 +285,14 @@ class Simulation:
                 # Fenced after missed heartbeats: the broker registers again (KRaft unfences
                 # a broker that catches up; this is the same in one step).
                 self._send_all(CONTROLLER, c.register_broker(b))
+            return
+        if m.kind == "replicas_failed":
+            b, life, partitions = m.payload
+            if self._alive(b, life) is None:
+                return
+            msgs = c.replicas_failed(b, [(TOPIC, p) for p in partitions])
+            self.net.send(CONTROLLER, b, "replicas_failed_answer", partitions, dst_life=life)
+            self._send_all(CONTROLLER, msgs)
             return
         proposal, life = m.payload
         try:
@@ -232,55 +311,71 @@ class Simulation:
         if broker is None:
             return
         proposal, isr, partition_epoch, error = m.payload
-        replica = broker.replicas[proposal.partition]
+        replica = broker.host.replicas[proposal.partition]
         if replica.take_alter_partition() is not proposal:
-            return  # an answer to a proposal that a LeaderAndIsr has since replaced
+            return  # an answer to a proposal that a LeaderAndIsr (or a host crash) replaced
         broker.alter_sent.pop(proposal.partition, None)
         replica.on_alter_partition_result(isr, partition_epoch, error)
 
+    def _on_replicas_failed_answer(self, m) -> None:
+        broker = self._alive(m.dst, m.dst_life)
+        if broker is not None and broker.unreported == m.payload:
+            broker.unreported = ()
+
+    # ---- replication between hosts: the production fetcher and request handling -------------
     def _on_fetch(self, m) -> None:
-        p, request, sender_life = m.payload
+        """A follower host's FetchManyRequest at the leader broker's host: ``fetch_many``
+        with the host's fetch sessions, as ``ReplicaHostActor.fetch_many`` serves it."""
+        request, sender_life = m.payload
         leader = self.up.get(m.dst)
         if leader is None:
             return  # connection refused: the follower's request times out
-        replica = leader.replicas[p]
+        host = leader.host
 
-        def answer(result: FetchResult | KafkaError, leader=leader) -> None:
-            self._reply(leader, m.src, sender_life, "fetch_answer", (p, request, result))
-        try:
-            replica.fetch(request, on_done=answer)
-        except KafkaError as e:
-            answer(e)
-        self._maybe_send_alter(leader, p)
+        def answer(response: FetchManyResponse) -> None:
+            self._reply(leader, host, m.src, sender_life, "fetch_answer", (request, response))
+        fetched = fetch_many(host.cores, request, host.purgatories.fetch, leader.id, answer,
+                             host.sessions)
+        for _, p, _ in fetched:
+            self._maybe_send_alter(leader, p)
 
-    def _on_fetch_answer(self, m) -> None:
-        follower = self._alive(m.dst, m.dst_life)
-        if follower is None:
-            return
-        p, request, result = m.payload
-        if not isinstance(result, KafkaError):
-            follower.replicas[p].on_fetch_result(result)
-        self._answered(follower, p, isinstance(result, KafkaError))
-
-    def _on_epoch(self, m) -> None:
-        p, epoch, leader_epoch, sender_life = m.payload
+    def _on_epochs(self, m) -> None:
+        request, sender_life = m.payload
         leader = self.up.get(m.dst)
         if leader is None:
             return
-        try:
-            answer = leader.replicas[p].offsets_for_leader_epoch(epoch, leader_epoch)
-        except KafkaError as e:
-            answer = e
-        self._reply(leader, m.src, sender_life, "epoch_answer", (p, leader_epoch, answer))
+        self._reply(leader, leader.host, m.src, sender_life, "epochs_answer",
+                    (request, offsets_for_leader_epochs(leader.host.cores, request, leader.id)))
 
-    def _on_epoch_answer(self, m) -> None:
-        follower = self._alive(m.dst, m.dst_life)
-        if follower is None:
-            return
-        p, leader_epoch, answer = m.payload
-        if not isinstance(answer, KafkaError):
-            follower.replicas[p].on_leader_epoch_end_offset(*answer, leader_epoch=leader_epoch)
-        self._answered(follower, p, isinstance(answer, KafkaError))
+    def _answer_for(self, m) -> tuple[Host, ReplicaFetcher] | None:
+        """The follower host and fetcher an answer is for, if it is the answer to the request
+        that fetcher has in flight (not one it gave up on, nor one to a dead host)."""
+        follower = self.up.get(m.dst)
+        if follower is None or follower.host.life != m.dst_life:
+            return None
+        host = follower.host
+        request = m.payload[0]
+        sent = host.in_flight.get(m.src)
+        fetcher = host.fetchers.get(m.src)
+        if sent is None or sent[0] is not request or fetcher is None:
+            return None
+        del host.in_flight[m.src]
+        return host, fetcher
+
+    def _on_fetch_answer(self, m) -> None:
+        found = self._answer_for(m)
+        if found is not None:
+            response = m.payload[1]
+            if response.error is not None:
+                self.stats[type(response.error).__name__] += 1
+            found[1].on_fetch_response(response)
+            self._poll_fetchers(self.up[m.dst])
+
+    def _on_epochs_answer(self, m) -> None:
+        found = self._answer_for(m)
+        if found is not None:
+            found[1].on_epoch_end_offsets(*m.payload)
+            self._poll_fetchers(self.up[m.dst])
 
     def _fail(self, what: str) -> None:
         raise InvariantViolation(f"seed {self.seed} step {self.step_no}: {what}\n  trace: "
@@ -291,7 +386,7 @@ class Simulation:
         self.clock.now_ms = max(self.clock.now_ms, now_ms)
         for broker in list(self.up.values()):
             if self._alive(broker.id, broker.life) is not None:
-                broker.timer.advance_clock()
+                broker.host.timer.advance_clock()
                 self._poll_fetchers(broker)
 
     def run_until(self, until_ms: int) -> None:
@@ -318,6 +413,7 @@ class Simulation:
         while True:
             for b, broker in sorted(self.up.items()):
                 self.net.send(b, CONTROLLER, "heartbeat", (b, broker.life))
+                self._report_failed(broker)   # retried until the controller answers
             self.run_until(min(end, self.clock() + 1_000))
             self._send_all(CONTROLLER, self.controller.expire_sessions())
             if self.clock() >= end:
@@ -330,15 +426,15 @@ class Simulation:
         broker = self.up.get(st.leader)
         if broker is None:
             return None
-        r = broker.replicas[p]
+        r = broker.host.replicas[p]
         return r if r.role is Role.LEADER and r.leader_epoch == st.leader_epoch else None
 
     def _some_leader(self, p: int) -> PartitionReplica | None:
         """Whichever broker a client reaches that believes it leads: usually the current
         one, sometimes a deposed leader that has not heard yet."""
         current = self._current_leader(p)
-        believers = [b.replicas[p] for b in self.up.values()
-                     if b.replicas[p].role is Role.LEADER]
+        believers = [b.host.replicas[p] for b in self.up.values()
+                     if b.host.replicas[p].role is Role.LEADER]
         if current is not None and (self.rng.random() < 0.8 or not believers):
             return current
         return self.rng.choice(believers) if believers else None
@@ -364,45 +460,59 @@ class Simulation:
             pass  # NOT_ENOUGH_REPLICAS and friends: the client would retry
 
     def _poll_fetchers(self, broker: Broker) -> None:
-        """Each follower's fetcher keeps one request outstanding: the next goes out when the
-        answer arrives, when the request timed out, or when an error's backoff ended."""
+        """Each fetcher keeps one request outstanding (``fetcher_manager._FetcherTask``): the
+        next goes out when the answer arrives; one without an answer in time fails as a
+        whole. The wait of each fetch is drawn: an answer may come at once or long-polled."""
         if self._alive(broker.id, broker.life) is None:
             return
+        host = broker.host
         now = self.clock()
-        for p, replica in broker.replicas.items():
-            if replica.role is not Role.FOLLOWER or broker.fetch_deadline.get(p, 0) > now:
+        for leader_id, fetcher in host.fetchers.items():
+            sent = host.in_flight.get(leader_id)
+            if sent is not None:
+                if sent[1] > now:
+                    continue
+                del host.in_flight[leader_id]
+                fetcher.on_error(sent[0])
+            request = fetcher.next_request()
+            if request is None:
                 continue
-            broker.fetch_deadline[p] = now + REQUEST_TIMEOUT_MS
-            epoch = replica.truncation_request()
-            if epoch is not None:
-                self.net.send(broker.id, replica.leader_id, "epoch",
-                              (p, epoch, replica.leader_epoch, broker.life))
-                continue
-            request = dataclasses.replace(replica.fetch_request(),
-                                          max_wait_ms=self.rng.choice([0, 500, 500]),
-                                          max_bytes=self.rng.choice([64, 300, 1 << 20]))
-            self.net.send(broker.id, replica.leader_id, "fetch", (p, request, broker.life))
-
-    def _answered(self, broker: Broker, p: int, error: bool) -> None:
-        broker.fetch_deadline[p] = self.clock() + (FETCH_BACKOFF_MS if error else 0)
-        self._poll_fetchers(broker)
+            if isinstance(request, FetchManyRequest):
+                request = dataclasses.replace(request,
+                                              max_wait_ms=self.rng.choice([0, 500, 500]))
+                kind = "fetch"
+                self.stats["incremental fetches" if request.session_epoch > 0
+                           else "full fetches"] += 1
+            else:
+                kind = "epochs"
+                self.stats["OffsetsForLeaderEpoch requests"] += 1
+            host.in_flight[leader_id] = (request, now + REQUEST_TIMEOUT_MS)
+            self.net.send(broker.id, leader_id, kind, (request, host.life))
 
     def consume(self, p: int) -> None:
+        """A consumer's fetch, as a consumer sends it: one FetchManyRequest to the leader's
+        host, without a session here, answered at once."""
         leader = self._some_leader(p)
         if leader is None or leader.high_watermark <= leader.log.log_start_offset:
             return
+        host = next(b.host for b in self.up.values() if b.host.replicas[p] is leader)
         hw = leader.high_watermark
         offset = self.rng.randrange(leader.log.log_start_offset, hw + 1)
-        result = leader.fetch(FetchRequest(-1, offset, leader.leader_epoch))
-        for batch in iter_batches(result.records):
-            if batch.last_offset >= hw:
-                self._fail(f"partition {p}: a consumer saw offset {batch.last_offset} >= "
-                           f"HW {hw}")
+        request = FetchManyRequest(-1, 0, 1, 1 << 20, (
+            (TOPIC, p, FetchRequest(-1, offset, leader.leader_epoch)),))
+        answers: list[FetchManyResponse] = []
+        fetch_many(host.cores, request, host.purgatories.fetch, leader.broker_id,
+                   answers.append, host.sessions)
+        for _, _, result in answers[0].results:
+            for batch in iter_batches(result.records):
+                if batch.last_offset >= hw:
+                    self._fail(f"partition {p}: a consumer saw offset {batch.last_offset} >= "
+                               f"HW {hw}")
 
     def check_isr(self, b: int, p: int) -> None:
         broker = self.up.get(b)
-        if broker is not None and broker.replicas[p].role is Role.LEADER:
-            broker.replicas[p].maybe_shrink_isr()
+        if broker is not None and broker.host.replicas[p].role is Role.LEADER:
+            broker.host.replicas[p].maybe_shrink_isr()
             self._maybe_send_alter(broker, p)
 
     # ---- faults ----------------------------------------------------------------------------
@@ -414,6 +524,25 @@ class Simulation:
         del self.up[b]
         if noticed:
             self._send_all(CONTROLLER, self.controller.broker_failed(b))
+
+    def crash_host(self, b: int) -> None:
+        """Broker ``b``'s replica host dies alone: its replicas, fetchers, fetch sessions and
+        timers are gone, its files stay. The broker starts it again (the replicas reopen from
+        their files, holding no role) and reports them to the controller until it answers
+        (``BrokerActor._host_died``), whose LeaderAndIsr gives them their roles back."""
+        broker = self.up.get(b)
+        if broker is None:
+            return
+        self.stats["host crashes"] += 1
+        broker.host = self._new_host(b)
+        broker.alter_sent.clear()
+        broker.unreported = tuple(self.partitions)
+        self._report_failed(broker)
+
+    def _report_failed(self, broker: Broker) -> None:
+        if broker.unreported:
+            self.net.send(broker.id, CONTROLLER, "replicas_failed",
+                          (broker.id, broker.life, broker.unreported))
 
     def restart(self, b: int) -> None:
         if b not in self.up:
@@ -471,7 +600,7 @@ class Simulation:
                        f"in epoch {epoch}")
         self.leader_hw[p] = (st.leader_epoch, leader.high_watermark)
         for b, broker in self.up.items():
-            f = broker.replicas[p]
+            f = broker.host.replicas[p]
             if (b == st.leader or f.role is not Role.FOLLOWER or f.needs_truncation
                     or f.leader_epoch != st.leader_epoch):
                 continue
@@ -496,8 +625,10 @@ class Simulation:
             action, run = f"produce all p{p}", lambda: self.produce(p, -1)
         elif roll < 0.24:
             action, run = f"produce 1 p{p}", lambda: self.produce(p, 1)
-        elif roll < 0.54:
+        elif roll < 0.51:
             action, run = "deliver", self.deliver_next
+        elif roll < 0.54:
+            action, run = f"crash host b{b}", lambda: self.crash_host(b)
         elif roll < 0.59:
             action, run = f"consume p{p}", lambda: self.consume(p)
         elif roll < 0.64:

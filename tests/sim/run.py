@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 
 from tests.sim.cluster import InvariantViolation, Simulation
 
@@ -25,9 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
     failures, started = 0, time.perf_counter()
+    exercised: Counter = Counter()
     for i, seed in enumerate(seeds, 1):
         try:
             sim = Simulation(seed, epochs=not args.no_epochs, steps=args.steps).run()
+            exercised.update(sim.stats)
             if args.verbose:
                 print(f"seed {seed}: {' | '.join(sim.trace)}")
         except InvariantViolation as e:
@@ -36,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         if i % 1000 == 0:
             print(f"{i} seeds, {failures} failed, {time.perf_counter() - started:.0f} s",
                   flush=True)
-    print(f"{len(seeds) - failures} passed, {failures} failed")
+    elapsed = time.perf_counter() - started
+    print(f"{len(seeds) - failures} passed, {failures} failed in {elapsed:.0f} s "
+          f"({len(seeds) / elapsed:.1f} seeds/s)")
+    print("exercised (passing seeds): " + ", ".join(f"{n} {what}"
+                                                    for what, n in sorted(exercised.items())))
     return 1 if failures else 0
 
 
