@@ -11,6 +11,8 @@ from typing import NamedTuple
 from protocols.errors import InvalidTopicError
 
 MAX_NAME_LENGTH = 249
+# Kafka's internal topic of committed offsets and group metadata.
+OFFSETS_TOPIC = "__consumer_offsets"
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 from protocols.errors import KafkaError, NotControllerError, UnknownTopicOrPartitionError
 from protocols.topics import TopicPartition
 from protocols.wire import decode
+from rafka.retry import retry_until
 
 EARLIEST, LATEST = -2, -1
 
@@ -205,16 +206,14 @@ class Admin:
         for tp, spec in specs.items():
             tp = TopicPartition(*tp)
             ts = {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)
-            deadline = time.monotonic() + self.timeout_s
-            while True:
+
+            def attempt(left_s: float, tp=tp, ts=ts) -> tuple[int, int]:
                 _, handle = self.cluster.leader(tp.topic, tp.partition)
-                answer = decode(ray.get(handle.list_offsets.remote(int(ts)),
-                                        timeout=self.timeout_s))
-                if not (isinstance(answer, KafkaError) and answer.retriable
-                        and time.monotonic() < deadline):
-                    break
-                time.sleep(0.05)  # a new leader still learning its high watermark
-            offset, timestamp = _raise_if_error(answer)
+                return _raise_if_error(decode(ray.get(handle.list_offsets.remote(int(ts)),
+                                                      timeout=min(self.timeout_s, left_s))))
+            # A retriable answer: a new leader still learning its high watermark, say.
+            answer = retry_until(time.monotonic() + self.timeout_s, attempt, backoff_s=0.05)
+            offset, timestamp = answer
             out[tp] = ListOffsetsResult(offset, timestamp)
         return out
 

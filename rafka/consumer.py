@@ -43,6 +43,7 @@ from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.client_metadata import ClientMetadata
 from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from rafka.retry import retry_until
 from rafka.serde import deserializer
 
 log = logging.getLogger(__name__)
@@ -357,22 +358,20 @@ class Consumer:
     # ---- offsets ---------------------------------------------------------------------------
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         import ray
-        deadline = time.monotonic() + self.config["request.timeout.ms"] / 1000
-        while True:
+        timeout_s = self.config["request.timeout.ms"] / 1000
+
+        def attempt(left_s: float) -> tuple[int, int]:
             leader = self.metadata.leader(tp)
-            try:
-                if leader is None:
-                    raise NetworkError(f"no leader for {tp}")
-                answer = decode(ray.get(leader.handle.list_offsets.remote(timestamp),
-                                        timeout=self.config["request.timeout.ms"] / 1000))
-                if isinstance(answer, KafkaError):
-                    raise answer
-                return answer
-            except Exception as e:
-                if not getattr(e, "retriable", True) or time.monotonic() > deadline:
-                    raise
-                self.metadata.forget(tp)
-                time.sleep(self.config["retry.backoff.ms"] / 1000)
+            if leader is None:
+                raise NetworkError(f"no leader for {tp}")
+            answer = decode(ray.get(leader.handle.list_offsets.remote(timestamp),
+                                    timeout=min(timeout_s, left_s)))
+            if isinstance(answer, KafkaError):
+                raise answer
+            return answer
+        return retry_until(time.monotonic() + timeout_s, attempt,
+                           backoff_s=self.config["retry.backoff.ms"] / 1000,
+                           on_retry=lambda e: self.metadata.forget(tp))
 
     def beginning_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
         return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), -2)[0]

@@ -34,6 +34,7 @@ from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
                                estimate_size)
 from rafka.client_metadata import ClientMetadata
 from rafka.futures import FutureRecordMetadata, failed_future
+from rafka.retry import is_retriable, retry_until
 from rafka.serde import serializer
 
 log = logging.getLogger(__name__)
@@ -128,20 +129,18 @@ class Producer:
         that dies under the request (its broker stopping) is looked up again, as Kafka's
         producer retries on NOT_CONTROLLER / COORDINATOR_NOT_AVAILABLE."""
         import ray
-        deadline = time.monotonic() + self._max_block_ms / 1000
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                controller = self.cluster.controller(max(0.1, left))
-                self._producer_id, self._producer_epoch = ray.get(
-                    controller.init_producer_id.remote(), timeout=max(0.1, left))
-                break
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeoutError(
-                        f"Timeout expired after {self._max_block_ms} ms while awaiting "
-                        f"InitProducerId ({type(e).__name__})") from None
-                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+        def attempt(left_s: float) -> tuple[int, int]:
+            controller = self.cluster.controller(left_s)
+            return ray.get(controller.init_producer_id.remote(), timeout=left_s)
+        try:
+            self._producer_id, self._producer_epoch = retry_until(
+                time.monotonic() + self._max_block_ms / 1000, attempt,
+                backoff_s=min(0.1, self.config["retry.backoff.ms"] / 1000))
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+            raise KafkaTimeoutError(
+                f"Timeout expired after {self._max_block_ms} ms while awaiting "
+                f"InitProducerId ({type(e).__name__})") from None
         self._next_sequence.clear()
 
     # ---- the application's side ------------------------------------------------------------
@@ -406,8 +405,9 @@ class Producer:
 
     def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
         now = _now_ms()
-        retriable = getattr(error, "retriable", False) or isinstance(
-            error, (NetworkError, KafkaTimeoutError, OutOfOrderSequenceNumberError))
+        # An out-of-order sequence is retried too: an earlier batch of the partition failed
+        # and is being retried, and this one's turn comes after it (Kafka's producer).
+        retriable = is_retriable(error) or isinstance(error, OutOfOrderSequenceNumberError)
         if (retriable and batch.attempts <= self.config["retries"]
                 and now - batch.created_ms < self.config["delivery.timeout.ms"]
                 and not self._closed):

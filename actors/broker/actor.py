@@ -28,9 +28,9 @@ from ray.exceptions import ActorAlreadyExistsError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker.config import ClusterConfig
+from actors.broker.state import BrokerState, ControlledShutdown
 from actors.controller.actor import ControllerActor
-from actors.controller.messages import check_controller_epoch
-from actors.coordinator.actor import OFFSETS_TOPIC, GroupCoordinatorActor
+from actors.coordinator.actor import GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
 from actors.names import (CONTROLLER, coordinator_name, dedicated_host_name, namespace_for,
                           replica_host_name, timer_name)
@@ -39,8 +39,8 @@ from actors.replica.placement import default_num_replica_hosts, host_index
 from actors.timer.actor import TimerActor
 from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
                               StaleControllerEpochError, TopicAlreadyExistsError)
-from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
-from protocols.topics import TopicPartition, partition_dir_name
+from protocols.messages import LeaderAndIsr, StopReplica
+from protocols.topics import OFFSETS_TOPIC, TopicPartition, partition_dir_name
 from protocols.wire import decode, encode
 from storage.checkpoint import OffsetCheckpointFile
 from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
@@ -83,7 +83,8 @@ class BrokerActor:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.incarnation = uuid.uuid4().hex
         marker = self.dir / CLEAN_SHUTDOWN_FILE
-        self.clean_shutdown = marker.exists()
+        # The broker's decisions on what the controller sends (actors.broker.state).
+        self.state = BrokerState(broker_id, clean_shutdown=marker.exists())
         marker.unlink(missing_ok=True)  # while we run, a crash must look unclean
         self._files = {
             "hw": OffsetCheckpointFile(self.dir / REPLICATION_OFFSET_CHECKPOINT),
@@ -97,13 +98,10 @@ class BrokerActor:
         self.hosts: list[Any] = []       # the shared hosts, by placement index
         self.dedicated: dict[TopicPartition, Any] = {}  # replica.placement=dedicated
         self._watchers: dict[Any, asyncio.Task] = {}  # strong refs: the loop keeps weak ones
-        self._crashed: set[TopicPartition] = set()  # to reopen as after an unclean stop
         self.host_restarts = 0
         self._host_starts: dict[str, int] = {}  # by base name: how many times started
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
-        self.controller_epoch = 0
-        self.image: dict = {}
         self._controller = None
         self._lock = asyncio.Lock()
         self._stopping = False
@@ -186,7 +184,7 @@ class BrokerActor:
             lost = sorted(tp for tp, h in self.replicas.items() if h == host)
             for tp in lost:
                 del self.replicas[tp]
-            self._crashed.update(lost)
+            self.state.host_died(lost)
             index = next((i for i, h in enumerate(self.hosts) if h == host), None)
             if index is not None:
                 self.hosts[index] = await self._start_host(
@@ -250,9 +248,8 @@ class BrokerActor:
         return self.cfg.controller.get("broker.session.timeout.ms", 9000) / 1000
 
     async def _register(self, controller) -> None:
-        epoch = await controller.register_broker.remote(self.broker_id, self.incarnation,
-                                                         self.rack)
-        self.controller_epoch = max(self.controller_epoch, epoch)
+        self.state.on_registered(await controller.register_broker.remote(
+            self.broker_id, self.incarnation, self.rack))
 
     async def _heartbeats(self) -> None:
         interval = self.cfg.broker["broker.heartbeat.interval.ms"] / 1000
@@ -288,19 +285,14 @@ class BrokerActor:
         self.controller_batches += 1
         async with self._lock:
             try:
-                for m in messages:
-                    check_controller_epoch(self.controller_epoch, m.controller_epoch)
+                work = self.state.on_controller_batch(messages)
             except StaleControllerEpochError as e:
                 return encode(e)
-            self.controller_epoch = max(m.controller_epoch for m in messages)
-            for m in messages:
-                if isinstance(m, UpdateMetadata):
-                    await self._update_metadata(m)
-            leader_and_isr = [m for m in messages if isinstance(m, LeaderAndIsr)]
-            errors = await self._become(leader_and_isr) if leader_and_isr else []
-            stops = [m for m in messages if isinstance(m, StopReplica)]
-            if stops:
-                await self._stop_replicas(stops)
+            if work.changed_configs:
+                await self._alter_topic_configs(work.changed_configs)
+            errors = await self._become(work.leader_and_isr) if work.leader_and_isr else []
+            if work.stops:
+                await self._stop_replicas(work.stops)
             return encode(errors)
 
     def _by_host(self, tps) -> dict[Any, list]:
@@ -312,15 +304,10 @@ class BrokerActor:
                 groups.setdefault(host, []).append(item)
         return groups
 
-    async def _update_metadata(self, m: UpdateMetadata) -> None:
-        old = self.image.get("configs", {})
-        self.image = m.image
-        changed = [(topic, dict(config)) for topic, config in m.image.get("configs", {}).items()
-                   if old.get(topic, config) != config]
-        if changed:
-            # One call per host: it applies the topic's new config to every replica it holds.
-            await asyncio.gather(*[host.alter_topic_config.remote(topic, config)
-                                   for topic, config in changed for host in self._all_hosts()])
+    async def _alter_topic_configs(self, changed: list[tuple[str, dict]]) -> None:
+        # One call per host: it applies the topic's new config to every replica it holds.
+        await asyncio.gather(*[host.alter_topic_config.remote(topic, config)
+                               for topic, config in changed for host in self._all_hosts()])
 
     async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
         """LeaderAndIsr for many partitions: the replicas not open here yet are opened, and
@@ -330,16 +317,19 @@ class BrokerActor:
         answers = await asyncio.gather(*[host.become_many.remote(encode(share))
                                          for host, share in by_host.items()])
         errors: list[KafkaError] = []
+        applied: list[LeaderAndIsr] = []
         for share, answer in zip(by_host.values(), answers):
             for m, error in zip(share, decode(answer)):
                 if error is not None:
                     errors.append(error)
-                elif m.topic == OFFSETS_TOPIC:
-                    coordinator = await self._group_coordinator()
-                    if m.leader == self.broker_id:
-                        await coordinator.on_election.remote(m.partition, m.leader_epoch)
-                    else:
-                        await coordinator.on_resignation.remote(m.partition)
+                else:
+                    applied.append(m)
+        for partition, epoch in self.state.coordinator_changes(applied):
+            coordinator = await self._group_coordinator()
+            if epoch is not None:
+                await coordinator.on_election.remote(partition, epoch)
+            else:
+                await coordinator.on_resignation.remote(partition)
         return errors
 
     async def _group_coordinator(self):
@@ -356,7 +346,7 @@ class BrokerActor:
         ``__consumer_offsets`` on first use (COORDINATOR_NOT_AVAILABLE until it has a
         leader, as in Kafka)."""
         b = self.cfg.broker
-        partitions = self.image.get("topics", {}).get(OFFSETS_TOPIC)
+        partitions = self.state.image.get("topics", {}).get(OFFSETS_TOPIC)
         if not partitions:
             try:
                 controller = await self._ensure_controller()
@@ -379,34 +369,32 @@ class BrokerActor:
         return encode(leader)
 
     def _config(self, topic: str) -> dict:
-        return dict(self.image.get("configs", {}).get(topic, {}))
+        return dict(self.state.image.get("configs", {}).get(topic, {}))
 
     async def _open_replicas(self, tps: set[TopicPartition]) -> None:
         """Open this broker's replicas of ``tps`` that are not open yet, one call per host:
         a shared host by the placement rule, or a host of its own for a topic with
         ``replica.placement=dedicated``."""
-        todo = sorted(tps - self.replicas.keys())
-        dedicated = [tp for tp in todo if tp not in self.dedicated
+        todo = self.state.replicas_to_open(tps, self.replicas)
+        dedicated = [tp for tp, _ in todo if tp not in self.dedicated
                      and self._config(tp.topic).get("replica.placement") == "dedicated"]
         started = await asyncio.gather(*[
             self._start_host(dedicated_host_name(tp.topic, tp.partition, self.broker_id))
             for tp in dedicated])
         self.dedicated.update(zip(dedicated, started))
         by_host: dict[Any, list] = {}
-        for tp in todo:
+        for tp, clean in todo:
             host = self.dedicated.get(tp) or self.hosts[host_index(tp.topic, tp.partition,
                                                                    len(self.hosts))]
             by_host.setdefault(host, []).append((
                 tp.topic, tp.partition, str(self.dir / partition_dir_name(tp.topic, tp.partition)),
                 self._config(tp.topic), self.checkpoints["recovery"].get(tp, 0),
-                self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp),
-                self.clean_shutdown and tp not in self._crashed))
+                self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp), clean))
         await asyncio.gather(*[host.open_many.remote(specs) for host, specs in by_host.items()])
         for host, specs in by_host.items():
             for topic, partition, *_ in specs:
-                tp = TopicPartition(topic, partition)
-                self.replicas[tp] = host
-                self._crashed.discard(tp)
+                self.replicas[TopicPartition(topic, partition)] = host
+        self.state.opened(tp for tp, _ in todo)
 
     async def _stop_replicas(self, stops: list[StopReplica]) -> None:
         by_host = self._by_host(stops)
@@ -477,11 +465,11 @@ class BrokerActor:
 
     # ---- queries ---------------------------------------------------------------------------
     async def metadata(self) -> bytes:
-        return encode(self.image)
+        return encode(self.state.image)
 
     async def describe(self) -> dict:
         return {"broker_id": self.broker_id, "incarnation": self.incarnation,
-                "controller_epoch": self.controller_epoch, "pid": os.getpid(),
+                "controller_epoch": self.state.controller_epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "replica_hosts": len(self.hosts), "dedicated_hosts": len(self.dedicated),
                 "host_restarts": self.host_restarts,
@@ -498,7 +486,9 @@ class BrokerActor:
         checkpoints and the clean-shutdown marker."""
         b = self.cfg.broker
         if controlled and b["controlled.shutdown.enable"]:
-            for attempt in range(b["controlled.shutdown.max.retries"] + 1):
+            attempts = ControlledShutdown(b["controlled.shutdown.max.retries"],
+                                          b["controlled.shutdown.retry.backoff.ms"])
+            while True:
                 try:
                     controller = await asyncio.wait_for(self._ensure_controller(),
                                                         self._session_s())
@@ -506,10 +496,11 @@ class BrokerActor:
                 except Exception as e:
                     log.warning("broker %d: controlled shutdown attempt failed: %r",
                                 self.broker_id, e)
-                    still_leading = ["?"]
-                if not still_leading:
+                    still_leading = None
+                backoff_ms = attempts.on_answer(still_leading)
+                if backoff_ms is None:
                     break
-                await asyncio.sleep(b["controlled.shutdown.retry.backoff.ms"] / 1000)
+                await asyncio.sleep(backoff_ms / 1000)
         self._stopping = True
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()

@@ -36,12 +36,10 @@ from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvai
                               RecordTooLargeError, RebalanceInProgressError,
                               UnknownMemberIdError)
 from protocols.records import Record, encode_batch, iter_batches
-from protocols.topics import TopicPartition
+from protocols.topics import OFFSETS_TOPIC, TopicPartition
 from protocols.wire import decode, encode
 
 log = logging.getLogger(__name__)
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def wall_ms() -> int:

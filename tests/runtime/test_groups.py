@@ -13,7 +13,7 @@ import pytest
 import ray
 
 import rafka
-from actors.coordinator.actor import OFFSETS_TOPIC
+from protocols.topics import OFFSETS_TOPIC
 from actors.coordinator.group import offsets_partition_for
 from protocols.errors import GroupIdNotFoundError, NonEmptyGroupError
 from protocols.topics import TopicPartition

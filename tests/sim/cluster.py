@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.controller.messages import check_controller_epoch
+from actors.broker.state import BrokerState
 from actors.controller.state import ControllerState
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
@@ -93,7 +93,7 @@ class Broker:
     id: int
     life: int
     host: Host
-    controller_epoch: int = 0
+    state: BrokerState  # the broker's decisions on controller messages, as the actor's
     # partition -> (proposal sent to the controller, when)
     alter_sent: dict[int, tuple[AlterPartition, int]] = field(default_factory=dict)
     # partitions a host crash took down that the controller has not heard of yet
@@ -159,7 +159,7 @@ class Simulation:
 
     def _start(self, b: int) -> Broker:
         life = self.lives[b] = self.lives.get(b, 0) + 1
-        broker = self.up[b] = Broker(b, life, self._new_host(b))
+        broker = self.up[b] = Broker(b, life, self._new_host(b), BrokerState(b))
         # Registration rides on Ray's actor creation, not on a link that could be cut.
         self._send_all(CONTROLLER, self.controller.register_broker(b))
         return broker
@@ -223,14 +223,15 @@ class Simulation:
         broker = self._alive(m.dst, m.dst_life)
         if broker is None:
             return
-        msg = m.payload
         try:
-            check_controller_epoch(broker.controller_epoch, msg.controller_epoch)
+            work = broker.state.on_controller_batch([m.payload])
         except StaleControllerEpochError:
             return
-        broker.controller_epoch = msg.controller_epoch
-        if not isinstance(msg, LeaderAndIsr) or msg.topic != TOPIC:
-            return
+        for msg in work.leader_and_isr:
+            if msg.topic == TOPIC:
+                self._become(broker, msg)
+
+    def _become(self, broker: Broker, msg: LeaderAndIsr) -> None:
         host = broker.host
         replica = host.replicas[msg.partition]
         if msg.leader >= 0:
