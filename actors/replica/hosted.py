@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 
 from actors.names import CONTROLLER
+from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig, Role
 from protocols.errors import KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError
@@ -32,6 +33,9 @@ from storage.config import LogConfig
 
 log = logging.getLogger(__name__)
 
+# How long an AlterPartition waits for the controller before it is sent again (Kafka's
+# broker-to-controller channel times out at request.timeout.ms).
+ALTER_PARTITION_TIMEOUT_MS = 30_000
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
@@ -67,6 +71,10 @@ class HostedReplica:
         self.cleaner = Cleaner()
         self.first_dirty_offset: int | None = None
         self._controller = None
+        # A controller that does not answer for this long is asked again.
+        self.alter_timeout_s = ALTER_PARTITION_TIMEOUT_MS / 1000
+        self.alter_sender = AlterPartitionSender(self.replica, wall_ms,
+                                                 ALTER_PARTITION_TIMEOUT_MS)
         self._alter_task: asyncio.Task | None = None
         self._closed = False
 
@@ -238,36 +246,35 @@ class HostedReplica:
 
     # ---- leader: ISR changes go to the controller ------------------------------------------
     def maybe_alter_partition(self) -> None:
-        proposal = self.replica.take_alter_partition()
-        if proposal is not None and (self._alter_task is None or self._alter_task.done()):
+        """Send the core's pending ISR change, if any, when no request is in flight
+        (``AlterPartitionSender`` decides)."""
+        if self._closed or (self._alter_task is not None and not self._alter_task.done()):
+            return
+        proposal = self.alter_sender.next_to_send()
+        if proposal is not None:
             self._alter_task = asyncio.get_running_loop().create_task(
                 self._send_alter_partition(proposal))
 
     async def _send_alter_partition(self, proposal) -> None:
-        r = self.replica
-        while not self._closed and r.take_alter_partition() is proposal:
-            try:
-                if self._controller is None:
-                    self._controller = ray.get_actor(CONTROLLER, namespace=self.namespace)
-                answer = decode(await self._controller.alter_partition.remote(
-                    encode(proposal)))
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # no controller at the moment: try again
-                log.debug("%s: AlterPartition failed: %r", r.name, e)
-                self._controller = None
-                await asyncio.sleep(self.backoff_s)
-                continue
-            if r.take_alter_partition() is not proposal:
-                return
+        sender = self.alter_sender
+        try:
+            if self._controller is None:
+                self._controller = ray.get_actor(CONTROLLER, namespace=self.namespace)
+            answer = decode(await asyncio.wait_for(
+                self._controller.alter_partition.remote(encode(proposal)),
+                self.alter_timeout_s))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # no controller at the moment, or no answer: try again
+            log.debug("%s: AlterPartition failed: %r", self.replica.name, e)
+            self._controller = None
+            await asyncio.sleep(self.backoff_s)
+            sender.on_failure(proposal)
+        else:
             if isinstance(answer, KafkaError):
-                r.on_alter_partition_result(None, -1, answer)
+                sender.on_answer(proposal, None, -1, answer)
             else:
                 isr, partition_epoch = answer
-                r.on_alter_partition_result(list(isr), partition_epoch)
-        # A proposal that arrived while this one was in flight goes next.
-        if not self._closed:
-            proposal = r.take_alter_partition()
-            if proposal is not None:
-                self._alter_task = asyncio.get_running_loop().create_task(
-                    self._send_alter_partition(proposal))
+                sender.on_answer(proposal, list(isr), partition_epoch)
+        self._alter_task = None
+        self.maybe_alter_partition()   # a newer proposal, or this one again

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.partition import FetchRequest, PartitionReplica, ReplicaConfig
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (FencedLeaderEpochError, NotEnoughReplicasError,
@@ -192,6 +193,36 @@ def test_a_caught_up_follower_rejoins_the_isr(tmp_path):
     assert leader.take_alter_partition().new_isr == (1, 2)
     leader.on_alter_partition_result([1, 2], partition_epoch=1)
     assert leader.isr == [1, 2]
+
+
+def test_one_alter_partition_in_flight_sent_again_without_an_answer_and_stale_answers_ignored(
+        pair):
+    # Kafka's AlterPartitionManager for one partition (actors/replica/alter_partition.py).
+    c, leader, follower = pair
+    sender = AlterPartitionSender(leader, c.clock, retry_ms=3_000)
+    assert sender.next_to_send() is None          # nothing proposed
+    leader.produce(msg("a"), acks=1, timeout_ms=100)
+    c.clock.advance(30_001)
+    shrink = leader.maybe_shrink_isr()
+    assert sender.next_to_send() is shrink
+    assert sender.next_to_send() is None          # in flight: wait for its answer
+    c.clock.advance(3_000)
+    assert sender.next_to_send() is shrink        # no answer in time: again
+    sender.on_failure(shrink)
+    assert sender.next_to_send() is shrink        # the request failed: again at once
+    sender.on_answer(shrink, [1], 1)
+    assert leader.isr == [1] and sender.next_to_send() is None
+    sender.on_answer(shrink, [1], 1)              # the answer to the copy sent earlier
+    assert leader.isr == [1] and leader.partition_epoch == 1
+    fetch_once(follower, leader)                  # caught up: expand
+    fetch_once(follower, leader)
+    expand = sender.next_to_send()
+    assert expand.new_isr == (1, 2)
+    # A LeaderAndIsr withdraws the proposal: the answer to it changes nothing.
+    leader.apply_leader_and_isr(1, 1, 2, [1], [1, 2])
+    assert sender.next_to_send() is None
+    sender.on_answer(expand, [1, 2], 9)
+    assert leader.isr == [1] and leader.partition_epoch == 2
 
 
 def test_stale_leader_and_isr_is_fenced(pair):

@@ -37,11 +37,12 @@ from pathlib import Path
 
 from actors.broker.state import BrokerState
 from actors.controller.state import ControllerState
+from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher import ReplicaFetcher
-from actors.replica.partition import (AlterPartition, FetchRequest, PartitionReplica,
-                                      Purgatories, ReplicaConfig, Role)
+from actors.replica.partition import (FetchRequest, PartitionReplica, Purgatories,
+                                      ReplicaConfig, Role)
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (InvalidRequestError, KafkaError, StaleControllerEpochError)
 from protocols.messages import FetchManyRequest, FetchManyResponse, LeaderAndIsr
@@ -83,6 +84,8 @@ class Host:
     replicas: dict[int, PartitionReplica] = field(default_factory=dict)
     cores: dict[tuple[str, int], PartitionReplica] = field(default_factory=dict)
     fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
+    # partition -> its leader's AlterPartition sender
+    alter_senders: dict[int, AlterPartitionSender] = field(default_factory=dict)
     # leader broker -> (the fetcher's request in flight, when it gives up on the answer)
     in_flight: dict[int, tuple[object, int]] = field(default_factory=dict)
 
@@ -94,8 +97,6 @@ class Broker:
     life: int
     host: Host
     state: BrokerState  # the broker's decisions on controller messages, as the actor's
-    # partition -> (proposal sent to the controller, when)
-    alter_sent: dict[int, tuple[AlterPartition, int]] = field(default_factory=dict)
     # partitions a host crash took down that the controller has not heard of yet
     unreported: tuple = ()
 
@@ -174,9 +175,10 @@ class Simulation:
             log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-{p}", self.log_config,
                            clock=self.clock, high_watermark=self.hw_checkpoint.get((b, p), 0))
             self._opened.append(log)
-            host.replicas[p] = host.cores[(TOPIC, p)] = PartitionReplica(
+            replica = host.replicas[p] = host.cores[(TOPIC, p)] = PartitionReplica(
                 TOPIC, p, b, log, clock=self.clock, config=self.config, purgatories=purgatories,
                 on_high_watermark=lambda hw, k=(b, p): self.hw_checkpoint.__setitem__(k, hw))
+            host.alter_senders[p] = AlterPartitionSender(replica, self.clock, REQUEST_TIMEOUT_MS)
         return host
 
     def _alive(self, b: int, life: int | None) -> Broker | None:
@@ -200,15 +202,9 @@ class Simulation:
             self.net.send(broker.id, dst, kind, payload, dst_life=dst_life)
 
     def _maybe_send_alter(self, broker: Broker, p: int) -> None:
-        proposal = broker.host.replicas[p].take_alter_partition()
-        if proposal is None:
-            return
-        sent = broker.alter_sent.get(p)
-        if sent is not None and sent[0] is proposal and \
-                self.clock() - sent[1] < REQUEST_TIMEOUT_MS:
-            return
-        broker.alter_sent[p] = (proposal, self.clock())
-        self.net.send(broker.id, CONTROLLER, "alter", (proposal, broker.life))
+        proposal = broker.host.alter_senders[p].next_to_send()
+        if proposal is not None:
+            self.net.send(broker.id, CONTROLLER, "alter", (proposal, broker.life))
 
     # ---- delivery --------------------------------------------------------------------------
     def deliver(self, m) -> None:
@@ -249,8 +245,6 @@ class Simulation:
         except KafkaError:
             return  # FENCED_LEADER_EPOCH: an older LeaderAndIsr than what we hold
         self._ensure_fetching(host, replica)
-        if replica.take_alter_partition() is None:
-            broker.alter_sent.pop(msg.partition, None)
         self._poll_fetchers(broker)
 
     # ---- the host's fetchers (ReplicaFetcherManager's follow / ensure / unfollow) ------------
@@ -312,11 +306,9 @@ class Simulation:
         if broker is None:
             return
         proposal, isr, partition_epoch, error = m.payload
-        replica = broker.host.replicas[proposal.partition]
-        if replica.take_alter_partition() is not proposal:
-            return  # an answer to a proposal that a LeaderAndIsr (or a host crash) replaced
-        broker.alter_sent.pop(proposal.partition, None)
-        replica.on_alter_partition_result(isr, partition_epoch, error)
+        broker.host.alter_senders[proposal.partition].on_answer(proposal, isr, partition_epoch,
+                                                                error)
+        self._maybe_send_alter(broker, proposal.partition)   # a newer proposal goes now
 
     def _on_replicas_failed_answer(self, m) -> None:
         broker = self._alive(m.dst, m.dst_life)
@@ -536,7 +528,6 @@ class Simulation:
             return
         self.stats["host crashes"] += 1
         broker.host = self._new_host(b)
-        broker.alter_sent.clear()
         broker.unreported = tuple(self.partitions)
         self._report_failed(broker)
 
