@@ -205,6 +205,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=256 * 1024,
                         help="the producer's batch.size (a Ray call costs ~1 ms of CPU, so "
                              "fewer, bigger batches pay)")
+    parser.add_argument("--consume-passes", type=int, default=1,
+                        help="read the RF=1 topic this many times, each with a new consumer "
+                             "(the first pass in a process pays for warm-up)")
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--profile", action="store_true",
                         help="print CPU seconds per process (from /proc) after each run")
@@ -233,8 +236,11 @@ def main(argv=None) -> int:
             topic = fresh_topic(cluster, "rf1", 1)
             line("(a) produce RF=1 acks=1", args.records,
                  measured(produce, cluster, topic, args.records, "1", args.batch_size), peer_p)
-            seen, elapsed = measured(consume, cluster, topic, args.records)
-            line("consume (one consumer, 6 partitions)", seen, elapsed, peer_c)
+            for n in range(1, args.consume_passes + 1):
+                seen, elapsed = measured(consume, cluster, topic, args.records)
+                line("consume (one consumer, 6 partitions)" if args.consume_passes == 1
+                     else f"consume (one consumer, 6 partitions), pass {n}", seen, elapsed,
+                     peer_c)
             admin.delete_topics([topic])
             for name, acks in (("(b) produce RF=3 acks=1", "1"),
                                ("(c) produce RF=3 acks=all", "all")):
