@@ -4,7 +4,7 @@ and KafkaServer's controlled-shutdown retries, without the actor.
 
 Messages in, work out. A batch of controller messages is taken or refused whole by controller
 epoch (a zombie controller's late batch must not undo its successor's); a taken batch becomes
-a ``ControllerWork``: the new metadata image and the topics whose config it changed, the
+a ``ControllerWork``: the topics whose config the new metadata image changed, the
 LeaderAndIsr to apply (after opening the replicas not open yet, each clean or not), the
 StopReplica to apply, in that order. After the hosts applied the LeaderAndIsr, the state says
 which ``__consumer_offsets`` partitions this broker's group coordinator takes or gives up.
@@ -24,7 +24,6 @@ from protocols.topics import OFFSETS_TOPIC, TopicPartition
 class ControllerWork:
     """What one batch from the controller asks of the broker, in the order to do it."""
 
-    image: dict | None = None               # the newest metadata image, if the batch had one
     changed_configs: list[tuple[str, dict]] = field(default_factory=list)
     leader_and_isr: list[LeaderAndIsr] = field(default_factory=list)
     stops: list[StopReplica] = field(default_factory=list)
@@ -57,7 +56,7 @@ class BrokerState:
         for m in messages:
             if isinstance(m, UpdateMetadata):
                 old = self.image.get("configs", {})
-                self.image = work.image = m.image
+                self.image = m.image
                 work.changed_configs = [
                     (topic, dict(config)) for topic, config in m.image.get("configs", {}).items()
                     if old.get(topic, config) != config]
