@@ -14,7 +14,7 @@ from protocols.messages import (ProduceManyRequest, decode_produce_many_response
                                 encode_produce_many_request)
 from protocols.records import Record, encode_batch
 from tests.runtime.conftest import cluster_with
-from tests.runtime.helpers import read_all
+from tests.runtime.helpers import read_all, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -47,7 +47,9 @@ def test_a_producer_sends_one_request_per_leader_host_for_all_its_ready_partitio
         assert [f.result(timeout=5).offset for f in futures] == [0] * 12
     assert produce_requests(cluster) - before == len(leaders)   # not 12
     for p in range(12):
-        assert list(read_all(cluster.leader("spread", p)[1]).values()) == [f"v{p}".encode()]
+        # acks=1 answers before the followers have it; a consumer reads once the HW moves.
+        wait_until(lambda: list(read_all(cluster.leader("spread", p)[1]).values())
+                   == [f"v{p}".encode()], 30, f"spread-{p} readable below the HW")
 
 
 def test_each_partition_of_a_produce_request_is_answered_on_its_own(one_host_cluster):
