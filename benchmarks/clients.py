@@ -8,7 +8,7 @@ otherwise pick.
 Scenarios (100-byte values, one producer thread, a 6-partition topic, 3 brokers):
 (a) RF=1 acks=1, (b) RF=3 acks=1, (c) RF=3 acks=all; one consumer reading what (a) wrote;
 end-to-end latency at a fixed moderate rate (a producer at --rate records/s, a consumer
-polling; latency = consume time - produce timestamp). Redis Streams: XADD pipelined 1000 at a
+polling in a process of its own; latency = consume time - produce timestamp). Redis Streams: XADD pipelined 1000 at a
 time, XREAD 5000 at a time, same values, redis-server on loopback.
 """
 from __future__ import annotations
@@ -159,28 +159,48 @@ def consume(cluster, topic: str, records: int) -> tuple[int, float]:
     return seen, elapsed
 
 
+class _LatencyReader:
+    """The end-to-end consumer, in a process of its own (a Ray actor): a reader thread beside
+    the producer would share its GIL and measure the producer's pauses, not rafka's
+    (PEERS.md). Both processes read the same wall clock."""
+
+    def __init__(self, cluster_name: str, topic: str):
+        import rafka
+        self.consumer = rafka.Consumer(rafka.Cluster.connect(cluster_name),
+                                       {"auto.offset.reset": "latest"})
+        self.consumer.assign([(topic, p) for p in range(6)])
+        for p in range(6):
+            self.consumer.position((topic, p))
+        # Two flat arrays, not a list of tuples: a million tracked objects would make the
+        # reader's own garbage collections (tens of ms, GIL held) part of what is measured.
+        self.timestamps, self.latencies = array("d"), array("d")
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while not self.stop.is_set():
+            for r in self.consumer.poll(50):
+                self.timestamps.append(r.timestamp)
+                self.latencies.append(time.time() * 1000 - r.timestamp)
+
+    def finish(self) -> tuple[bytes, bytes]:
+        self.stop.set()
+        self.thread.join()
+        self.consumer.close()
+        return self.timestamps.tobytes(), self.latencies.tobytes()
+
+
 def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float) -> list[float]:
     """Latencies (ms) of the records produced after ``warmup`` seconds at ``rate``: the
     first second or so pays for connections and actor-handle lookups, which a long-running
     producer pays once."""
+    import ray
+
     import rafka
     from rafka.throttle import ThroughputThrottler
-    # Two flat arrays, not a list of tuples: a million tracked objects would make the
-    # driver's own garbage collections (tens of ms, GIL held) part of what is measured.
-    timestamps, latencies = array("d"), array("d")
-    stop = threading.Event()
-    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "latest"})
-    consumer.assign([(topic, p) for p in range(6)])
-    for p in range(6):
-        consumer.position((topic, p))
-
-    def read():
-        while not stop.is_set():
-            for r in consumer.poll(50):
-                timestamps.append(r.timestamp)
-                latencies.append(time.time() * 1000 - r.timestamp)
-    reader = threading.Thread(target=read)
-    reader.start()
+    reader = ray.remote(num_cpus=0)(_LatencyReader).remote(cluster.name, topic)
+    ray.get(reader.__ray_ready__.remote())
     with rafka.Producer(cluster, {"acks": "all"}) as producer:   # linger.ms=5, Kafka 4's
         measured_from_ms = time.time() * 1000 + warmup * 1000
         throttler = ThroughputThrottler(rate)
@@ -189,9 +209,11 @@ def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float) ->
             throttler.throttle(i + 1)
         producer.flush()
     time.sleep(1)
-    stop.set()
-    reader.join()
-    consumer.close()
+    raw_ts, raw_lat = ray.get(reader.finish.remote())
+    ray.kill(reader)
+    timestamps, latencies = array("d"), array("d")
+    timestamps.frombytes(raw_ts)
+    latencies.frombytes(raw_lat)
     return sorted(lat for ts, lat in zip(timestamps, latencies) if ts >= measured_from_ms)
 
 
