@@ -2,11 +2,12 @@
 
 Each follower replica of the host is placed in the ``ReplicaFetcher`` of the host holding its
 leader: one fetcher, one task and one request in flight per (this host, leader host) pair,
-however many partitions they share. The fetchers decide; this shell finds leader hosts
-(``actors.replica.locate``), sends the requests, hands back answers, errors and timeouts,
-and moves partitions between fetchers as leadership moves. A fetcher whose leader host stops
-answering lets its partitions go to be located again (the leader's broker may have
-restarted, with new hosts).
+however many partitions they share. The fetchers and their placement
+(``fetcher_placement``) decide; this shell finds leader hosts (``actors.replica.locate``),
+sends the requests, hands back answers, errors and timeouts. A request that fails or gets
+no answer in time backs its partitions off in their fetcher; a fetcher whose leader host
+died lets its partitions go to be located again (the leader's broker may have restarted,
+with new hosts).
 """
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import logging
 import time
 from typing import Any
 
+from ray.exceptions import ActorUnavailableError, RayActorError
+
 from actors.replica.fetcher import FIRST_BACKOFF_MS, ReplicaFetcher
+from actors.replica.fetcher_placement import FetcherPlacement
 from actors.replica.locate import locate_replica_async
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
 from protocols.messages import (FetchManyRequest, decode_fetch_many_response,
@@ -32,11 +36,12 @@ def wall_ms() -> int:
 class _FetcherTask:
     """One ReplicaFetcher and the task that drives it against one leader host."""
 
-    def __init__(self, manager: "ReplicaFetcherManager", key: str, leader_host: Any):
+    def __init__(self, manager: "ReplicaFetcherManager", key: str, leader_host: Any,
+                 fetcher: ReplicaFetcher):
         self.manager = manager
         self.key = key
         self.leader_host = leader_host
-        self.fetcher = ReplicaFetcher(manager.broker_id, manager.config, wall_ms)
+        self.fetcher = fetcher
         self.wake = asyncio.Event()
         self.requests_sent = 0
         self.last_request_bytes = 0
@@ -73,10 +78,16 @@ class _FetcherTask:
                     fetcher.on_epoch_end_offsets(request, answers)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
-                log.debug("fetcher %s: request failed: %r", self.key, e)
+            except RayActorError as e:
+                if isinstance(e, ActorUnavailableError):  # restarting or unreachable: retry
+                    fetcher.on_error(request)
+                    continue
+                log.debug("fetcher %s: leader host died: %r", self.key, e)
                 self.manager._leader_host_failed(self)
                 return
+            except Exception as e:  # no answer in time, or a failed call: back off, retry
+                log.debug("fetcher %s: request failed: %r", self.key, e)
+                fetcher.on_error(request)
 
 
 class ReplicaFetcherManager:
@@ -84,8 +95,9 @@ class ReplicaFetcherManager:
         self.namespace = namespace
         self.broker_id = broker_id
         self.config = config
-        self._fetchers: dict[str, _FetcherTask] = {}
-        self._placed: dict[tuple[str, int], str] = {}
+        self.placement: FetcherPlacement[str] = FetcherPlacement(
+            lambda: ReplicaFetcher(broker_id, config, wall_ms))
+        self._tasks: dict[str, _FetcherTask] = {}
         self._locating: dict[tuple[str, int], asyncio.Task] = {}
 
     def follow(self, replica: PartitionReplica, after_ms: int = 0) -> None:
@@ -102,22 +114,16 @@ class ReplicaFetcherManager:
         key = (replica.topic, replica.partition)
         if replica.role is not Role.FOLLOWER:
             self.unfollow(*key)
-        elif key not in self._placed and key not in self._locating:
+        elif not self.placement.is_placed(*key) and key not in self._locating:
             self.follow(replica)
 
     def unfollow(self, topic: str, partition: int) -> None:
-        key = (topic, partition)
-        locating = self._locating.pop(key, None)
+        locating = self._locating.pop((topic, partition), None)
         if locating is not None:
             locating.cancel()
-        placed = self._placed.pop(key, None)
-        if placed is not None:
-            fetcher_task = self._fetchers.get(placed)
-            if fetcher_task is not None:
-                fetcher_task.fetcher.remove_partition(topic, partition)
-                if not len(fetcher_task.fetcher):
-                    fetcher_task.task.cancel()
-                    del self._fetchers[placed]
+        emptied = self.placement.remove(topic, partition)
+        if emptied is not None:
+            self._tasks.pop(emptied).task.cancel()
 
     async def _locate_and_add(self, replica: PartitionReplica, after_ms: int) -> None:
         key = (replica.topic, replica.partition)
@@ -142,24 +148,20 @@ class ReplicaFetcherManager:
             return
         self._locating.pop(key, None)
         host_key = handle.host_id
-        fetcher_task = self._fetchers.get(host_key)
-        if fetcher_task is None:
-            fetcher_task = self._fetchers[host_key] = _FetcherTask(self, host_key, handle.host)
-        fetcher_task.fetcher.add_partition(replica)
-        self._placed[key] = host_key
-        fetcher_task.wake.set()
+        fetcher, created = self.placement.place(replica, host_key)
+        if created:
+            self._tasks[host_key] = _FetcherTask(self, host_key, handle.host, fetcher)
+        self._tasks[host_key].wake.set()
 
     def _leader_host_failed(self, fetcher_task: _FetcherTask) -> None:
-        """Its request failed as a whole: let every partition find its leader's host again
-        (after its backoff), as the old host may be gone for good."""
-        if self._fetchers.get(fetcher_task.key) is not fetcher_task:
+        """Its leader host died: let every partition find its leader's host again (after
+        its backoff), as the old host is gone for good."""
+        if self._tasks.get(fetcher_task.key) is not fetcher_task:
             return
-        del self._fetchers[fetcher_task.key]
-        delay = self.config.replica_fetch_backoff_ms
-        for key, replica in list(fetcher_task.fetcher.partitions.items()):
-            self._placed.pop(key, None)
-            if replica.role is Role.FOLLOWER:
-                self.follow(replica, after_ms=min(delay, FIRST_BACKOFF_MS * 4))
+        del self._tasks[fetcher_task.key]
+        delay = min(self.config.replica_fetch_backoff_ms, FIRST_BACKOFF_MS * 4)
+        for replica in self.placement.release(fetcher_task.key):
+            self.follow(replica, after_ms=delay)
 
     def describe(self) -> list[dict]:
         """One entry per fetcher: its leader host, partitions, requests sent so far, its
@@ -168,13 +170,13 @@ class ReplicaFetcherManager:
                  "requests_sent": f.requests_sent,
                  "session_id": f.fetcher.session.session_id,
                  "last_request_bytes": f.last_request_bytes}
-                for key, f in self._fetchers.items()]
+                for key, f in self._tasks.items()]
 
     def shutdown(self) -> None:
         for task in self._locating.values():
             task.cancel()
-        for fetcher_task in self._fetchers.values():
+        for fetcher_task in self._tasks.values():
             fetcher_task.task.cancel()
         self._locating.clear()
-        self._fetchers.clear()
-        self._placed.clear()
+        self._tasks.clear()
+        self.placement.clear()

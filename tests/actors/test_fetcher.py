@@ -223,3 +223,52 @@ def test_the_compact_wire_form_of_a_fetch_round_trips(hosts):
     error = back.results[1][2].error
     assert isinstance(error, OffsetOutOfRangeError) and str(error) == "gone"
     assert back.results[1][2].log_end_offset == 9
+
+
+# ---- FetcherPlacement: which fetcher each follower is in (Kafka's AbstractFetcherManager) --
+
+def make_placement(clock):
+    from actors.replica.fetcher_placement import FetcherPlacement
+    return FetcherPlacement(lambda: ReplicaFetcher(FOLLOWER, ReplicaConfig(), clock))
+
+
+def test_followers_sharing_a_leader_host_share_one_fetcher_and_an_emptied_one_goes(tmp_path):
+    clock, timer, leader_host, follower_host, _ = make_hosts(tmp_path, PARTITIONS)
+    placement = make_placement(clock)
+    a0, a1, b0 = (follower_host.cores[tp] for tp in PARTITIONS)
+    first, created = placement.place(a0, "host-1")
+    assert created
+    assert placement.place(a1, "host-1") == (first, False)
+    other, created = placement.place(b0, "host-3")
+    assert created and other is not first
+    assert sorted(first.partitions) == [("a", 0), ("a", 1)]
+    assert placement.remove("a", 0) is None              # host-1's fetcher still has a-1
+    assert placement.remove("a", 1) == "host-1"          # now empty: the shell stops it
+    assert set(placement.fetchers) == {"host-3"} and not placement.is_placed("a", 1)
+    assert placement.remove("a", 1) is None              # removing twice is harmless
+
+
+def test_a_partition_moves_between_fetchers_only_by_being_removed_first(tmp_path):
+    clock, timer, leader_host, follower_host, _ = make_hosts(tmp_path, PARTITIONS)
+    placement = make_placement(clock)
+    a0 = follower_host.cores[("a", 0)]
+    placement.place(a0, "host-1")
+    with pytest.raises(ValueError, match="remove it first"):
+        placement.place(a0, "host-3")
+    placement.place(a0, "host-1")                       # a new epoch, same leader host
+    assert placement.remove("a", 0) == "host-1"
+    placement.place(a0, "host-3")
+    assert set(placement.fetchers) == {"host-3"}
+
+
+def test_a_dead_leader_hosts_followers_are_released_to_be_placed_again(tmp_path):
+    clock, timer, leader_host, follower_host, _ = make_hosts(tmp_path, PARTITIONS)
+    placement = make_placement(clock)
+    for tp in PARTITIONS:
+        placement.place(follower_host.cores[tp], "host-1")
+    follower_host.cores[("b", 0)].become_leader(1, 1, [FOLLOWER], [LEADER, FOLLOWER])
+    released = placement.release("host-1")
+    # b-0 leads now: it has no leader host to find; the two that still follow are returned.
+    assert sorted((r.topic, r.partition) for r in released) == [("a", 0), ("a", 1)]
+    assert not placement.fetchers and not placement.placed
+    assert placement.release("host-1") == []

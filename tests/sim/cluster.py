@@ -4,7 +4,8 @@ Three brokers hold replicas of a two-partition topic on real log directories, ea
 with one replica host (its own timing wheel and purgatories); a real ``ControllerState``
 elects leaders, expires broker sessions and accepts AlterPartition proposals fenced by leader
 and partition epoch. Replication runs the production code: each host's followers fetch
-through one ``ReplicaFetcher`` per leader broker (OffsetsForLeaderEpoch truncation first,
+through one ``ReplicaFetcher`` per leader broker, placed by the production
+``FetcherPlacement`` (OffsetsForLeaderEpoch truncation first,
 fetch sessions, per-partition backoff), and the leader's host answers with ``fetch_many`` and
 its ``FetchSessionCache`` (one slot, two or a thousand: evictions happen) and
 ``offsets_for_leader_epochs``, as ``ReplicaHostActor`` does. Everything between processes is
@@ -41,6 +42,7 @@ from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher import ReplicaFetcher
+from actors.replica.fetcher_placement import FetcherPlacement
 from actors.replica.partition import (FetchRequest, PartitionReplica, Purgatories,
                                       ReplicaConfig, Role)
 from actors.timer.system_timer import SystemTimer
@@ -72,7 +74,6 @@ class Clock:
 
 
 @dataclass
-@dataclass
 class Host:
     """A broker's replica host (``actors.replica.host``): its replicas, their timer and
     purgatories, the fetchers of its followers (one per leader broker) and the fetch sessions
@@ -81,9 +82,9 @@ class Host:
     timer: SystemTimer
     purgatories: Purgatories
     sessions: FetchSessionCache
+    fetchers: FetcherPlacement[int]  # keyed by the leader's broker id
     replicas: dict[int, PartitionReplica] = field(default_factory=dict)
     cores: dict[tuple[str, int], PartitionReplica] = field(default_factory=dict)
-    fetchers: dict[int, ReplicaFetcher] = field(default_factory=dict)
     # partition -> its leader's AlterPartition sender
     alter_senders: dict[int, AlterPartitionSender] = field(default_factory=dict)
     # leader broker -> (the fetcher's request in flight, when it gives up on the answer)
@@ -170,7 +171,8 @@ class Simulation:
         timer = SystemTimer(self.clock)
         purgatories = Purgatories.create(timer, b)
         host = Host(next(self._host_lives), timer, purgatories,
-                    FetchSessionCache(self.session_slots, self.clock, rng=self.rng))
+                    FetchSessionCache(self.session_slots, self.clock, rng=self.rng),
+                    FetcherPlacement(lambda: ReplicaFetcher(b, self.config, self.clock)))
         for p in self.partitions:
             log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-{p}", self.log_config,
                            clock=self.clock, high_watermark=self.hw_checkpoint.get((b, p), 0))
@@ -248,24 +250,22 @@ class Simulation:
         self._poll_fetchers(broker)
 
     # ---- the host's fetchers (ReplicaFetcherManager's follow / ensure / unfollow) ------------
+    # Placement is the production FetcherPlacement; locating a leader's host, which the actors
+    # do through Ray, is knowing its broker id here.
     def _unfollow(self, host: Host, p: int) -> None:
-        for fetcher in host.fetchers.values():
-            fetcher.remove_partition(TOPIC, p)
+        emptied = host.fetchers.remove(TOPIC, p)
+        if emptied is not None:
+            host.in_flight.pop(emptied, None)  # its task is cancelled: no answer is awaited
 
     def _follow(self, host: Host, replica: PartitionReplica) -> None:
         self._unfollow(host, replica.partition)
         if replica.role is Role.FOLLOWER:
-            fetcher = host.fetchers.get(replica.leader_id)
-            if fetcher is None:
-                fetcher = host.fetchers[replica.leader_id] = ReplicaFetcher(
-                    replica.broker_id, self.config, self.clock)
-            fetcher.add_partition(replica)
+            host.fetchers.place(replica, replica.leader_id)
 
     def _ensure_fetching(self, host: Host, replica: PartitionReplica) -> None:
-        key = (TOPIC, replica.partition)
         if replica.role is not Role.FOLLOWER:
             self._unfollow(host, replica.partition)
-        elif not any(key in f.partitions for f in host.fetchers.values()):
+        elif not host.fetchers.is_placed(TOPIC, replica.partition):
             self._follow(host, replica)
 
     def _on_controller_request(self, m) -> None:
@@ -349,7 +349,7 @@ class Simulation:
         host = follower.host
         request = m.payload[0]
         sent = host.in_flight.get(m.src)
-        fetcher = host.fetchers.get(m.src)
+        fetcher = host.fetchers.fetchers.get(m.src)
         if sent is None or sent[0] is not request or fetcher is None:
             return None
         del host.in_flight[m.src]
@@ -460,7 +460,7 @@ class Simulation:
             return
         host = broker.host
         now = self.clock()
-        for leader_id, fetcher in host.fetchers.items():
+        for leader_id, fetcher in host.fetchers.fetchers.items():
             sent = host.in_flight.get(leader_id)
             if sent is not None:
                 if sent[1] > now:
