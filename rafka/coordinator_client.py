@@ -14,6 +14,7 @@ from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvai
                               KafkaError, KafkaTimeoutError, NotCoordinatorError,
                               RequestTimedOutError)
 from protocols.wire import decode
+from rafka.retry import retry_until
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +79,26 @@ class CoordinatorClient:
 
     def call(self, method: str, *args: Any, deadline: float) -> Any:
         """One request; retriable coordinator errors are retried until ``deadline``, other
-        errors come back as values."""
+        errors come back as values (the last retriable one too, once time is up)."""
         import ray
-        while True:
+
+        def attempt(_left_s: float) -> Any:
             coordinator = self.handle(deadline)
             try:
                 answer = decode(ray.get(getattr(coordinator, method).remote(*args),
                                         timeout=self.request_s))
             except Exception as e:   # the coordinator's broker went away
                 answer = CoordinatorNotAvailableError(repr(e))
-            if isinstance(answer, COORDINATOR_MOVED):
-                self.unknown(answer)
-            elif not isinstance(answer, RETRY_SAME):
-                return answer
-            if time.monotonic() > deadline:
-                return answer
-            time.sleep(self.retry_s)
+            if isinstance(answer, COORDINATOR_MOVED + RETRY_SAME):
+                raise answer
+            return answer
+
+        def on_retry(error: BaseException) -> None:
+            if isinstance(error, COORDINATOR_MOVED):
+                self.unknown(error)
+
+        try:
+            return retry_until(deadline, attempt, backoff_s=self.retry_s, on_retry=on_retry)
+        except COORDINATOR_MOVED + RETRY_SAME as e:
+            on_retry(e)
+            return e

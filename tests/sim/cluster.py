@@ -15,7 +15,8 @@ replicas, and the controller's LeaderAndIsr / UpdateMetadata. Links have latency
 (answers overtake each other), and the fault schedule cuts links (a broker can lose the
 controller and be fenced while it still believes it leads), slows links (slow followers),
 crashes brokers (the process dies: what was written to its files survives, nothing else) and
-restarts them, crashes a broker's replica host alone (the broker reports its replicas and the
+restarts them, stops them with a controlled shutdown (``ControlledShutdown``'s retries
+against the controller's answers), crashes a broker's replica host alone (the broker reports its replicas and the
 controller moves leadership off them), fails the controller over (what the old one sent
 arrives late, from a zombie). Producers (acks=all and acks=1) and consumers talk to whichever
 broker believes it leads.
@@ -36,7 +37,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.broker.state import BrokerState
+from actors.broker.state import BrokerState, ControlledShutdown
 from actors.controller.state import ControllerState
 from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
@@ -100,6 +101,11 @@ class Broker:
     state: BrokerState  # the broker's decisions on controller messages, as the actor's
     # partitions a host crash took down that the controller has not heard of yet
     unreported: tuple = ()
+    # a controlled stop under way (BrokerActor.shutdown): its attempts, the deadline of the
+    # attempt in flight, when the next attempt goes
+    stopping: ControlledShutdown | None = None
+    stop_deadline_ms: int | None = None
+    stop_retry_at_ms: int | None = None
 
 
 class Simulation:
@@ -281,6 +287,16 @@ class Simulation:
                 # a broker that catches up; this is the same in one step).
                 self._send_all(CONTROLLER, c.register_broker(b))
             return
+        if m.kind == "controlled_shutdown":
+            b, life = m.payload
+            if self._alive(b, life) is None:
+                return
+            # ControllerActor.controlled_shutdown: move leadership off, answer what it leads.
+            msgs = c.controlled_shutdown(b)
+            still = [p for (_, p), st in c.partitions.items() if st.leader == b]
+            self.net.send(CONTROLLER, b, "controlled_shutdown_answer", still, dst_life=life)
+            self._send_all(CONTROLLER, msgs)
+            return
         if m.kind == "replicas_failed":
             b, life, partitions = m.payload
             if self._alive(b, life) is None:
@@ -309,6 +325,11 @@ class Simulation:
         broker.host.alter_senders[proposal.partition].on_answer(proposal, isr, partition_epoch,
                                                                 error)
         self._maybe_send_alter(broker, proposal.partition)   # a newer proposal goes now
+
+    def _on_controlled_shutdown_answer(self, m) -> None:
+        broker = self._alive(m.dst, m.dst_life)
+        if broker is not None and broker.stop_deadline_ms is not None:
+            self._stop_attempt_done(broker, m.payload)
 
     def _on_replicas_failed_answer(self, m) -> None:
         broker = self._alive(m.dst, m.dst_life)
@@ -381,6 +402,7 @@ class Simulation:
             if self._alive(broker.id, broker.life) is not None:
                 broker.host.timer.advance_clock()
                 self._poll_fetchers(broker)
+                self._drive_stop(broker)
 
     def run_until(self, until_ms: int) -> None:
         """Let time pass: every message due by then arrives, in order, timers fire."""
@@ -536,6 +558,46 @@ class Simulation:
             self.net.send(broker.id, CONTROLLER, "replicas_failed",
                           (broker.id, broker.life, broker.unreported))
 
+    def controlled_stop(self, b: int) -> None:
+        """The broker is stopped (``rafka server stop``, ``BrokerActor.shutdown``): it asks
+        the controller to move leadership off it, again while it still leads something or
+        an attempt gets no answer, up to Kafka's controlled.shutdown.max.retries (3),
+        controlled.shutdown.retry.backoff.ms (5 s) apart; then it stops and tells the
+        controller. Meanwhile it serves as before."""
+        broker = self.up.get(b)
+        if broker is None or broker.stopping is not None or len(self.up) == 1:
+            return
+        self.stats["controlled stops"] += 1
+        broker.stopping = ControlledShutdown(max_retries=3, backoff_ms=5_000)
+        self._send_controlled_shutdown(broker)
+
+    def _send_controlled_shutdown(self, broker: Broker) -> None:
+        broker.stop_retry_at_ms = None
+        broker.stop_deadline_ms = self.clock() + REQUEST_TIMEOUT_MS
+        self.net.send(broker.id, CONTROLLER, "controlled_shutdown", (broker.id, broker.life))
+
+    def _drive_stop(self, broker: Broker) -> None:
+        now = self.clock()
+        if broker.stop_deadline_ms is not None and now >= broker.stop_deadline_ms:
+            self._stop_attempt_done(broker, None)          # no answer in time
+        elif broker.stop_retry_at_ms is not None and now >= broker.stop_retry_at_ms:
+            self._send_controlled_shutdown(broker)
+
+    def _stop_attempt_done(self, broker: Broker, still_leading: list | None) -> None:
+        broker.stop_deadline_ms = None
+        wait_ms = broker.stopping.on_answer(still_leading)
+        if wait_ms is not None:
+            broker.stop_retry_at_ms = self.clock() + wait_ms
+            return
+        if len(self.up) == 1:
+            broker.stopping = None  # as crash: the simulation always keeps one broker up
+            return
+        if still_leading == []:
+            self.stats["controlled stops with nothing led"] += 1
+        # Stopped: the logs are closed (what they hold stays), and the controller is told.
+        del self.up[broker.id]
+        self._send_all(CONTROLLER, self.controller.broker_failed(broker.id))
+
     def restart(self, b: int) -> None:
         if b not in self.up:
             self._start(b)
@@ -628,10 +690,12 @@ class Simulation:
         elif roll < 0.78:
             ms = rng.choice([10, 100, 500, 2_500])
             action, run = f"advance {ms}", lambda: self.advance(ms)
-        elif roll < 0.82:
+        elif roll < 0.805:
             noticed = rng.random() < 0.6
             action = f"crash b{b}{'' if noticed else ' (unnoticed)'}"
             run = lambda: self.crash(b, noticed)  # noqa: E731
+        elif roll < 0.82:
+            action, run = f"controlled stop b{b}", lambda: self.controlled_stop(b)
         elif roll < 0.87:
             action, run = f"restart b{b}", lambda: self.restart(b)
         elif roll < 0.90:
