@@ -183,7 +183,9 @@ def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
             pid = ray.get(replica.pid.remote())
             assert pid == ray.get(host.host_pid.remote())
             pids.add(pid)
-            assert ray.get(cluster.replica("pooled", p, b).pid.remote()) not in pids
+            pooled = wait_until(lambda: cluster.replica("pooled", p, b), 30,
+                                f"broker {b} to know where pooled-{p} is")
+            assert ray.get(pooled.pid.remote()) not in pids
         assert ray.get(cluster.broker(b).describe.remote())["dedicated_hosts"] == 2
     assert len(pids) == 6
     for p in range(2):
