@@ -22,12 +22,11 @@ import numpy as np
 
 from protocols.varint import decode_unsigned_varint
 
-__all__ = ["RecordColumns", "locate_records", "record_tuples"]
+__all__ = ["RecordColumns", "locate_records", "record_columns", "record_tuples"]
 
 # Below this many records numpy's fixed cost per call outweighs the per-record loop it saves.
 MIN_RECORDS = 16
 
-_new = tuple.__new__
 # The longest timestamp delta taken here: 9 bytes hold 63 bits, all an int64 column holds.
 _MAX_VARLONG = 9
 
@@ -150,23 +149,29 @@ def _slices(body: bytes, start: np.ndarray, length: np.ndarray, count: int) -> l
     return [None if n < 0 else body[s:e] for s, e, n in zip(starts, ends, length.tolist())]
 
 
-def record_tuples(body: bytes, count: int, base_offset: int, base_ts: int,
-                  append_time: int | None, wrap: tuple | None = None) -> list[tuple] | None:
-    """What ``records._decode_records`` returns for the same arguments, or None when the
-    batch is off the common path (and that decoder must run)."""
+def record_columns(body: bytes, count: int, base_offset: int, base_ts: int,
+                   append_time: int | None) -> tuple[list, list, list, list] | None:
+    """``(offsets, timestamps, keys, values)`` of the batch's records as lists (a batch on
+    the common path has no headers), or None when the batch is off the common path (and
+    ``records._decode_records`` must run)."""
     if count < MIN_RECORDS:
         return None
     columns = locate_records(body, count)
     if columns is None:
         return None
     offsets = (columns.offset_delta + base_offset).tolist()
-    timestamps = (repeat(append_time, count) if append_time is not None
+    timestamps = ([append_time] * count if append_time is not None
                   else (columns.timestamp_delta + base_ts).tolist())
     keys = _slices(body, columns.key_start, columns.key_length, count)
     values = _slices(body, columns.value_start, columns.value_length, count)
-    if wrap is None:
-        return list(zip(offsets, timestamps, keys, values, repeat(())))
-    cls, topic, partition, ts_type, epoch = wrap
-    return list(map(_new, repeat(cls, count),
-                    zip(repeat(topic), repeat(partition), offsets, timestamps, repeat(ts_type),
-                        keys, values, repeat(()), repeat(epoch))))
+    return offsets, timestamps, keys, values
+
+
+def record_tuples(body: bytes, count: int, base_offset: int, base_ts: int,
+                  append_time: int | None) -> list[tuple] | None:
+    """What ``records._decode_records`` returns for the same arguments, or None when the
+    batch is off the common path (and that decoder must run)."""
+    columns = record_columns(body, count, base_offset, base_ts, append_time)
+    if columns is None:
+        return None
+    return list(zip(*columns, repeat(())))

@@ -411,30 +411,47 @@ class RecordBatch:
         for offset, ts, key, value, headers in self.record_tuples():
             yield Record(key, value, ts, headers, offset)
 
-    def record_tuples(self, wrap: tuple | None = None) -> list[tuple]:
-        """Every record as ``(offset, timestamp, key, value, headers)``: the consumer's hot
-        path, located column by column (``columnar.py``) or, off its common path, decoded in
-        one pass over a bytes copy of the body. With ``wrap = (cls, topic,
-        partition, timestamp_type, leader_epoch)`` each record is instead built directly as
-        ``cls((topic, partition, offset, timestamp, timestamp_type, key, value, headers,
-        leader_epoch))`` (the consumer's ConsumerRecord), saving a second pass."""
+    def _body(self) -> bytes:
+        """The records' bytes, decompressed (a copy either way)."""
         start = self._start
         body = bytes(memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size])
         codec = self.attributes & COMPRESSION_MASK
-        if codec:
-            body = decompress(CODEC_NAMES[codec], body)
-        append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
-        count = self.record_count
-        fast = columnar.record_tuples(body, count, self.base_offset, self.base_timestamp,
-                                      append_time, wrap)
-        if fast is not None:
-            return fast
+        return decompress(CODEC_NAMES[codec], body) if codec else body
+
+    def _append_time(self) -> int | None:
+        return self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+
+    def _decode(self, body: bytes) -> list[tuple]:
         try:
-            return _decode_records(body, count, self.base_offset,
-                                   self.base_timestamp, append_time, wrap)
+            return _decode_records(body, self.record_count, self.base_offset,
+                                   self.base_timestamp, self._append_time())
         except (IndexError, struct.error, UnicodeDecodeError) as e:
             raise CorruptRecordError(f"Record batch at offset {self.base_offset} does not "
                                      f"decode: {e}") from None
+
+    def record_tuples(self) -> list[tuple]:
+        """Every record as ``(offset, timestamp, key, value, headers)``, located column by
+        column (``columnar.py``) or, off its common path, decoded in one pass over a bytes
+        copy of the body."""
+        body = self._body()
+        fast = columnar.record_tuples(body, self.record_count, self.base_offset,
+                                      self.base_timestamp, self._append_time())
+        return fast if fast is not None else self._decode(body)
+
+    def record_columns(self) -> tuple[list, list, list, list, list | None]:
+        """The records as columns: ``(offsets, timestamps, keys, values, headers)``, lists in
+        offset order, ``headers`` None when no record has any. The consumer's hot path: no
+        object per record until the application takes them."""
+        body = self._body()
+        fast = columnar.record_columns(body, self.record_count, self.base_offset,
+                                       self.base_timestamp, self._append_time())
+        if fast is not None:
+            return (*fast, None)
+        records = self._decode(body)
+        if not records:
+            return [], [], [], [], None
+        offsets, timestamps, keys, values, headers = map(list, zip(*records))
+        return offsets, timestamps, keys, values, headers if any(headers) else None
 
     def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
@@ -443,15 +460,12 @@ class RecordBatch:
 
 
 def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
-                    append_time: int | None, wrap: tuple | None = None) -> list[tuple]:
+                    append_time: int | None) -> list[tuple]:
     # Nearly every varint in a record is one or two bytes (a 100-byte value's length, offset
     # deltas past 63, timestamp deltas past 63 ms are two): those are read inline, longer
     # ones by decode_varint. Zig-zag of z is (z >> 1) ^ -(z & 1).
     out = []
     append = out.append
-    if wrap is not None:
-        cls, topic, partition, ts_type, epoch = wrap
-        new = tuple.__new__
     pos = 0
     size = len(body)
     for _ in range(count):
@@ -550,11 +564,7 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             raise CorruptRecordError(f"Record in batch {base_offset} has {end - pos} bytes "
                                      "unaccounted for")
         ts = append_time if append_time is not None else base_ts + ts_delta
-        if wrap is None:
-            append((base_offset + off_delta, ts, key, value, headers))
-        else:
-            append(new(cls, (topic, partition, base_offset + off_delta, ts, ts_type, key, value,
-                             headers, epoch)))
+        append((base_offset + off_delta, ts, key, value, headers))
     return out
 
 

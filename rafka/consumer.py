@@ -26,8 +26,10 @@ from __future__ import annotations
 import logging
 import re
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from protocols.config import ConfigDef, at_least, one_of
@@ -102,6 +104,23 @@ class OffsetAndTimestamp:
     timestamp: int
 
 
+@dataclass(eq=False, slots=True)
+class _Chunk:
+    """The records of one fetched batch not yet polled, kept as columns: a ConsumerRecord is
+    made only when poll hands it out. (ConsumerRecords are tuple subclasses, which CPython's
+    collector tracks for as long as they live: tens of thousands of them waiting in a
+    buffer were promoted to the oldest generation and made every full collection slower, a
+    third of the consumer's time at a million records a second.)"""
+    epoch: int                     # the batch's partition leader epoch
+    timestamp_type: int
+    offsets: list
+    timestamps: list
+    keys: list
+    values: list
+    headers: list | None           # None: no record has headers
+    start: int = 0                 # the next one to hand out
+
+
 @dataclass
 class _PartitionState:
     position: int | None = None
@@ -110,18 +129,18 @@ class _PartitionState:
     leader_epoch: int = -1        # the leader epoch our fetches are sent in
     validated_epoch: int = -1     # position checked against this leader epoch
     in_flight: Any = None         # the _HostFetch this partition's next records come in
-    # Fetched, not yet polled: [leader epoch, records, index of the next one] per batch.
-    buffered: deque = field(default_factory=deque)
+    buffered: deque = field(default_factory=deque)   # fetched, not yet polled: _Chunks
+    last_fetched: int = 0         # how many records the last fetch brought
     retry_at: float = 0.0
 
     def next_fetch_offset(self) -> int:
         """Where the next fetch starts: after what is buffered, else at the position."""
         if self.buffered:
-            return self.buffered[-1][1][-1].offset + 1
+            return self.buffered[-1].offsets[-1] + 1
         return self.position
 
     def buffered_records(self) -> int:
-        return sum(len(records) - start for _, records, start in self.buffered)
+        return sum(len(c.offsets) - c.start for c in self.buffered)
 
 
 @dataclass(eq=False)
@@ -433,17 +452,23 @@ class Consumer:
         now = time.monotonic()
         c = self.config
         wanted: dict[str, tuple[Any, dict]] = {}
+        needed: set[str] = set()
         items = list(self._parts.items())
         if items:   # start where the last round stopped, so no partition starves
             self._next_fetch = (self._next_fetch + 1) % len(items)
             items = items[self._next_fetch:] + items[:self._next_fetch]
         max_poll = c["max.poll.records"]
         for tp, st in items:
-            # A partition is fetched again while less than one poll's worth of its records
-            # is buffered (from after them): the next records are on their way before the
-            # application asks, and what is buffered stays bounded.
-            if (st.paused or st.in_flight is not None or now < st.retry_at
-                    or (st.buffered and st.buffered_records() >= max_poll)):
+            # A host is fetched from again (from after what is buffered) once one of its
+            # partitions has less than half of what its last fetch brought, or less than
+            # one poll's worth, left: the next records are on their way while the
+            # application still has some. The fetch then carries each of the host's
+            # partitions with less than a whole fetch's worth left, so one round trip
+            # serves them all, and no partition buffers more than two fetches' worth.
+            if st.paused or st.in_flight is not None or now < st.retry_at:
+                continue
+            left = st.buffered_records() if st.buffered else 0
+            if left >= max(max_poll, st.last_fetched):
                 continue
             if st.position is None:
                 self._reset(tp, st)
@@ -463,10 +488,14 @@ class Consumer:
                 self._backoff(tp, st, e)
                 continue
             st.leader_epoch = leader.leader_epoch
+            if left < max(max_poll, st.last_fetched // 2):
+                needed.add(host_id)
             wanted.setdefault(host_id, (leader.handle.host, {}))[1][tp] = FetchRequest(
                 -1, st.next_fetch_offset(), leader.leader_epoch, c["max.partition.fetch.bytes"],
                 c["fetch.min.bytes"], c["fetch.max.wait.ms"])
         for host_id, (host, requests) in wanted.items():
+            if host_id not in needed:
+                continue
             self._hosts[host_id] = host
             session = self._sessions.setdefault(host_id, FetchSessionHandler())
             fetch = _HostFetch(None, list(requests), session.full)
@@ -551,26 +580,30 @@ class Consumer:
 
     def _buffer(self, tp: TopicPartition, st: _PartitionState, records: bytes,
                 fetch_offset: int) -> None:
-        topic, partition = tp
         key_de, value_de = self._key_de, self._value_de
         check_crcs = self.config["check.crcs"]
+        before = st.buffered_records()
         for batch in iter_batches(records):
             if check_crcs:
                 batch.ensure_valid()
             header = batch.header()
-            ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
-            epoch = header.partition_leader_epoch
-            if key_de is None and value_de is None:
-                chunk = batch.record_tuples((ConsumerRecord, topic, partition, ts_type, epoch))
-                if chunk and chunk[0].offset < fetch_offset:  # the fetch began inside it
-                    chunk = [r for r in chunk if r.offset >= fetch_offset]
-            else:
-                chunk = [_new_record(ConsumerRecord, (
-                    topic, partition, off, ts, ts_type, k if key_de is None else key_de(k),
-                    v if value_de is None else value_de(v), h, epoch))
-                    for off, ts, k, v, h in batch.record_tuples() if off >= fetch_offset]
-            if chunk:
-                st.buffered.append([epoch, chunk, 0])
+            offsets, timestamps, keys, values, headers = batch.record_columns()
+            if not offsets or offsets[-1] < fetch_offset:
+                continue
+            if offsets[0] < fetch_offset:   # the fetch began inside the batch
+                i = bisect_left(offsets, fetch_offset)
+                offsets, timestamps, keys, values = (offsets[i:], timestamps[i:], keys[i:],
+                                                     values[i:])
+                headers = headers[i:] if headers is not None else None
+            if key_de is not None:
+                keys = list(map(key_de, keys))
+            if value_de is not None:
+                values = list(map(value_de, values))
+            st.buffered.append(_Chunk(
+                header.partition_leader_epoch,
+                1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
+                offsets, timestamps, keys, values, headers))
+        st.last_fetched = st.buffered_records() - before
 
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned, unpaused partitions (at most max.poll.records),
@@ -600,20 +633,27 @@ class Consumer:
     def _drain_buffered(self) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
         limit = self.config["max.poll.records"]
-        for st in self._parts.values():
+        for (topic, partition), st in self._parts.items():
             buffered = st.buffered
             while buffered and len(out) < limit and not st.paused:
-                chunk = buffered[0]
-                epoch, records, start = chunk
-                taken = records[start:start + limit - len(out)]
-                out += taken
-                if start + len(taken) >= len(records):
+                c = buffered[0]
+                start = c.start
+                end = min(len(c.offsets), start + limit - len(out))
+                n = end - start
+                # One ConsumerRecord per record, built in C from the columns.
+                out += map(_new_record, repeat(ConsumerRecord, n), zip(
+                    repeat(topic, n), repeat(partition, n), c.offsets[start:end],
+                    c.timestamps[start:end], repeat(c.timestamp_type, n), c.keys[start:end],
+                    c.values[start:end],
+                    repeat((), n) if c.headers is None else c.headers[start:end],
+                    repeat(c.epoch, n)))
+                if end >= len(c.offsets):
                     buffered.popleft()
                 else:
-                    chunk[2] = start + len(taken)
-                st.position = taken[-1].offset + 1
-                if epoch > st.last_epoch:
-                    st.last_epoch = epoch
+                    c.start = end
+                st.position = c.offsets[end - 1] + 1
+                if c.epoch > st.last_epoch:
+                    st.last_epoch = c.epoch
         return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:

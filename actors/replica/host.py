@@ -25,7 +25,7 @@ import os
 
 import ray
 
-from actors.process import freeze_startup_objects
+from actors.process import freeze_startup_objects, keep_freed_memory
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
@@ -67,6 +67,7 @@ class ReplicaHostActor:
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
+        keep_freed_memory()
         freeze_startup_objects()
 
     # ---- the broker's calls ----------------------------------------------------------------
