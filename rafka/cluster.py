@@ -24,6 +24,7 @@ from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, Kafk
                               KafkaTimeoutError, LeaderNotAvailableError,
                               UnknownTopicOrPartitionError)
 from protocols.wire import decode
+from rafka.retry import is_retriable
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,14 @@ class Cluster:
             except KeyError:
                 raise UnknownTopicOrPartitionError(
                     f"Unknown partition {topic}-{partition}") from None
+            except Exception as e:
+                # The controller died under the request (fenced by the brokers, restarted):
+                # its successor answers the next one, as Kafka's clients go on to the next
+                # controller.
+                if not is_retriable(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+                continue
             if p["leader"] >= 0:
                 try:
                     handle = self.replica(topic, partition, p["leader"])
