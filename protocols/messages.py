@@ -10,6 +10,13 @@ import msgpack
 from protocols.errors import KafkaError
 from protocols.wire import decode, encode, message
 
+# ListOffsets' timestamp sentinels (Kafka's ListOffsetsRequest): instead of a time, ask for the
+# high watermark (what a consumer can read up to), the log start offset, or the offset of the
+# record with the largest timestamp (KIP-734).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
 
 # ---- replication (broker to broker) ----------------------------------------------------------
 @message

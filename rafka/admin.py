@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from protocols.errors import KafkaError, NotControllerError, UnknownTopicOrPartitionError
+from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.retry import retry_until
 
-EARLIEST, LATEST = -2, -1
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ class Admin:
         out = {}
         for tp, spec in specs.items():
             tp = TopicPartition(*tp)
-            ts = {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)
+            ts = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}.get(spec, spec)
 
             def attempt(left_s: float, tp=tp, ts=ts) -> tuple[int, int]:
                 _, handle = self.cluster.leader(tp.topic, tp.partition)

@@ -287,19 +287,19 @@ class Cluster:
         from actors.controller.actor import forget_snapshot
 
         ray = _ray()
-        handles = []
+        handles = {}   # broker id -> handle, for the brokers running
         for b in sorted(self.broker_nodes):
             try:
-                handles.append(self.broker(b))
+                handles[b] = self.broker(b)
             except KafkaError:
                 continue
-        refs = [h.shutdown.remote(False) for h in handles]
-        for b, ref in zip(sorted(self.broker_nodes), refs):
+        refs = {b: h.shutdown.remote(False) for b, h in handles.items()}
+        for b, ref in refs.items():
             try:
                 ray.get(ref, timeout=60)
             except Exception as e:  # it is killed below anyway; its next start recovers
                 log.warning("broker %d did not shut down cleanly: %r", b, e)
-        for h in handles:
+        for h in handles.values():
             ray.kill(h, no_restart=True)
         forget_snapshot(self.name)
         _kv_del(INFO_KEY.format(name=self.name))

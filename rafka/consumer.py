@@ -38,7 +38,8 @@ from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOff
                               KafkaError, NetworkError, OffsetOutOfRangeError)
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
-from protocols.messages import (FetchManyRequest, FetchRequest, decode_fetch_many_response,
+from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchManyRequest,
+                                FetchRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
@@ -393,11 +394,13 @@ class Consumer:
                            on_retry=lambda e: self.metadata.forget(tp))
 
     def beginning_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), -2)[0]
+        return {TopicPartition(*tp):
+                self._list_offset(TopicPartition(*tp), EARLIEST_TIMESTAMP)[0]
                 for tp in partitions}
 
     def end_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp): self._list_offset(TopicPartition(*tp), -1)[0]
+        return {TopicPartition(*tp):
+                self._list_offset(TopicPartition(*tp), LATEST_TIMESTAMP)[0]
                 for tp in partitions}
 
     def offsets_for_times(self, timestamps: Mapping) -> dict[TopicPartition,
@@ -419,7 +422,8 @@ class Consumer:
         if policy == "none":
             raise NoOffsetForPartitionError(f"Undefined offset with no reset policy for "
                                             f"partition: {tp}")
-        st.position = self._list_offset(tp, -2 if policy == "earliest" else -1)[0]
+        st.position = self._list_offset(
+            tp, EARLIEST_TIMESTAMP if policy == "earliest" else LATEST_TIMESTAMP)[0]
         st.buffered, st.in_flight = deque(), None
 
     # ---- fetching --------------------------------------------------------------------------

@@ -103,8 +103,9 @@ class Producer:
         self._max_block_ms = c["max.block.ms"]
         self._ignore_keys = c["partitioner.ignore.keys"]
         self._tps: dict[tuple[str, int], TopicPartition] = {}
-        # A batch never outgrows one request (Kafka splits a batch the broker finds too
-        # large; capping it here means there is nothing to split).
+        # A batch never outgrows one request; one the broker still finds too large
+        # (MESSAGE_TOO_LARGE under a topic's smaller max.message.bytes) is split and sent
+        # again (``_split``), as Kafka's sender does.
         self.accumulator = RecordAccumulator(min(c["batch.size"], c["max.request.size"]),
                                              c["linger.ms"], c["buffer.memory"],
                                              c["delivery.timeout.ms"], _now_ms)

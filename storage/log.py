@@ -22,6 +22,7 @@ from protocols.errors import (CorruptIndexError, CorruptRecordError, InvalidOffs
                               OffsetOutOfRangeError, RecordListTooLargeError,
                               RecordTooLargeError)
 from protocols.compression import CODEC_NAMES
+from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from protocols.records import (LOG_OVERHEAD, BatchHeader, RecordBatch, encode_batch,
                                iter_batches, set_base_offset, set_log_append_time,
                                set_partition_leader_epoch)
@@ -514,16 +515,17 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets by time);
-        -2 means earliest and -1 latest, as in Kafka's ListOffsets. None if no such record."""
+        the sentinels of ``protocols.messages`` mean earliest, latest (the log end here) and
+        the largest timestamp, as in Kafka's ListOffsets. None if no such record."""
         found = self.fetch_offset_by_timestamp(timestamp)
         return None if found is None else found[1]
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        if timestamp == -2:
+        if timestamp == EARLIEST_TIMESTAMP:
             return (-1, self.log_start_offset)
-        if timestamp == -1:
+        if timestamp == LATEST_TIMESTAMP:
             return (-1, self._log_end_offset)
-        if timestamp == -3:  # MAX_TIMESTAMP
+        if timestamp == MAX_TIMESTAMP:
             best = None
             for s in self._segments:
                 if s.max_timestamp_so_far >= 0 and (best is None or

@@ -22,8 +22,8 @@ import ray
 from actors.names import CONTROLLER
 from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetcher_manager import ReplicaFetcherManager
-from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig, Role
-from protocols.errors import KafkaError, NotLeaderOrFollowerError, OffsetNotAvailableError
+from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
+from protocols.errors import KafkaError
 from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
                                 ProduceResult)
 from protocols.wire import decode, encode
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 # How long an AlterPartition waits for the controller before it is sent again (Kafka's
 # broker-to-controller channel times out at request.timeout.ms).
 ALTER_PARTITION_TIMEOUT_MS = 30_000
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 
 
 def wall_ms() -> int:
@@ -201,32 +199,9 @@ class HostedReplica:
             return encode(e)
 
     async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1) -> bytes:
-        """ListOffsets: -2 the log start offset, -1 the high watermark (what a consumer can
-        read up to), else the first offset whose timestamp is >= ``timestamp``
-        (``(offset, timestamp)``; offset -1 when there is none)."""
-        r = self.replica
+        """ListOffsets (``PartitionReplica.list_offsets``)."""
         try:
-            if r.role is not Role.LEADER:
-                raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader "
-                                               f"of {r.name}")
-            r._check_fetch_epoch(current_leader_epoch)
-            if timestamp == EARLIEST_TIMESTAMP:
-                return encode((r.log.log_start_offset, -1))
-            epoch_start = next((e.start_offset for e in r.log.leader_epoch_cache.epoch_entries()
-                                if e.epoch == r.leader_epoch), 0)
-            if r.high_watermark < epoch_start:
-                # KIP-207: a new leader does not know the committed end until its followers
-                # have fetched in its epoch; "latest" now could go backwards.
-                raise OffsetNotAvailableError(
-                    f"The high watermark of {r.name} is not yet known in leader epoch "
-                    f"{r.leader_epoch}; retry")
-            if timestamp == LATEST_TIMESTAMP:
-                return encode((r.high_watermark, -1))
-            found = r.log.fetch_offset_by_timestamp(timestamp)
-            if found is None or found[1] >= r.high_watermark:
-                return encode((-1, -1))
-            found_timestamp, offset = found
-            return encode((offset, found_timestamp))
+            return encode(self.replica.list_offsets(timestamp, current_leader_epoch))
         except KafkaError as e:
             return encode(e)
 

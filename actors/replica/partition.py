@@ -15,10 +15,11 @@ from typing import Callable
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError, KafkaError,
                               NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
-                              NotLeaderOrFollowerError, OffsetOutOfRangeError,
-                              RequestTimedOutError, UnknownLeaderEpochError)
-from protocols.messages import (AlterPartition, DeleteRecordsResult, FetchRequest,
-                                 FetchResult, ProduceResult)
+                              NotLeaderOrFollowerError, OffsetNotAvailableError,
+                              OffsetOutOfRangeError, RequestTimedOutError,
+                              UnknownLeaderEpochError)
+from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AlterPartition,
+                                DeleteRecordsResult, FetchRequest, FetchResult, ProduceResult)
 from storage import Log
 from storage.epoch import UNDEFINED_EPOCH
 
@@ -617,6 +618,34 @@ class PartitionReplica:
         return None
 
     # ==== other requests ==================================================================
+    def list_offsets(self, timestamp: int, current_leader_epoch: int = -1) -> tuple[int, int]:
+        """ListOffsets on the leader: ``(offset, timestamp)``. EARLIEST_TIMESTAMP gives the
+        log start offset, LATEST_TIMESTAMP the high watermark (what a consumer can read up
+        to), any other time the first offset at or after it below the high watermark
+        (``(-1, -1)`` when there is none)."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
+                                           f"{self.name}")
+        self._check_fetch_epoch(current_leader_epoch)
+        log = self.log
+        if timestamp == EARLIEST_TIMESTAMP:
+            return log.log_start_offset, -1
+        epoch_start = next((e.start_offset for e in log.leader_epoch_cache.epoch_entries()
+                            if e.epoch == self.leader_epoch), 0)
+        if self.high_watermark < epoch_start:
+            # KIP-207: a new leader does not know the committed end until its followers have
+            # fetched in its epoch; "latest" now could go backwards.
+            raise OffsetNotAvailableError(
+                f"The high watermark of {self.name} is not yet known in leader epoch "
+                f"{self.leader_epoch}; retry")
+        if timestamp == LATEST_TIMESTAMP:
+            return self.high_watermark, -1
+        found = log.fetch_offset_by_timestamp(timestamp)
+        if found is None or found[1] >= self.high_watermark:
+            return -1, -1
+        found_timestamp, offset = found
+        return offset, found_timestamp
+
     def offsets_for_leader_epoch(self, requested_epoch: int,
                                  current_leader_epoch: int = -1) -> tuple[int, int]:
         if self.role is not Role.LEADER:

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 
-EARLIEST, LATEST = -2, -1
 
 
 class SparkSourceError(ValueError):
@@ -110,7 +110,7 @@ def parse_offsets(value: str | None, default: str, *, option: str,
     except (ValueError, TypeError, AttributeError):
         raise SparkSourceError(f"Expected e.g. {{\"topicA\":{{\"0\":23,\"1\":-1}},"
                                f"\"topicB\":{{\"0\":-2}}}}, got {value} for {option}") from None
-    if not allow_earliest and any(o == EARLIEST for o in offsets.values()):
+    if not allow_earliest and any(o == EARLIEST_TIMESTAMP for o in offsets.values()):
         raise SparkSourceError(f"{option}: -2 (earliest) is not allowed as an ending offset")
     return offsets
 
@@ -129,7 +129,8 @@ def resolve(spec: str | Mapping[TopicPartition, int], partitions: list[TopicPart
     out = {}
     for tp in partitions:
         o = spec[tp]
-        out[tp] = earliest[tp] if o == EARLIEST else latest[tp] if o == LATEST else o
+        out[tp] = (earliest[tp] if o == EARLIEST_TIMESTAMP
+                   else latest[tp] if o == LATEST_TIMESTAMP else o)
     return out
 
 

@@ -15,8 +15,10 @@ from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.partition import FetchRequest, PartitionReplica, ReplicaConfig
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (FencedLeaderEpochError, NotEnoughReplicasError,
-                              NotLeaderOrFollowerError, OffsetOutOfRangeError,
-                              RequestTimedOutError, UnknownLeaderEpochError)
+                              NotLeaderOrFollowerError, OffsetNotAvailableError,
+                              OffsetOutOfRangeError, RequestTimedOutError,
+                              UnknownLeaderEpochError)
+from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.records import Record, encode_batch, iter_batches
 from storage import Log
 from tests.clock import ManualClock
@@ -129,6 +131,38 @@ def test_follower_logs_are_byte_identical_below_the_high_watermark(pair):
     assert hw == 5
     assert leader.log.read(0, 1 << 20, max_offset=hw) == follower.log.read(0, 1 << 20,
                                                                            max_offset=hw)
+
+
+# ---- ListOffsets --------------------------------------------------------------------------
+def test_list_offsets_earliest_latest_and_by_time_stop_at_the_high_watermark(pair):
+    c, leader, follower = pair
+    for i, ts in enumerate((1_000, 2_000, 3_000)):
+        leader.produce(encode_batch([Record(None, f"m{i}".encode(), ts)]), acks=1,
+                       timeout_ms=100)
+    fetch_once(follower, leader)
+    fetch_once(follower, leader)
+    assert leader.high_watermark == 3
+    leader.produce(encode_batch([Record(None, b"above", 4_000)]), acks=1, timeout_ms=100)
+    assert leader.list_offsets(EARLIEST_TIMESTAMP) == (0, -1)
+    assert leader.list_offsets(LATEST_TIMESTAMP) == (3, -1)    # the HW, not the LEO 4
+    assert leader.list_offsets(1_500) == (1, 2_000)             # first at or after
+    assert leader.list_offsets(4_000) == (-1, -1)               # only above the HW
+    with pytest.raises(UnknownLeaderEpochError):     # a client ahead of this leader
+        leader.list_offsets(LATEST_TIMESTAMP, current_leader_epoch=1)
+    with pytest.raises(NotLeaderOrFollowerError):
+        follower.list_offsets(LATEST_TIMESTAMP)
+
+
+def test_a_new_leader_answers_latest_only_once_its_high_watermark_is_in_its_epoch(pair):
+    """KIP-207: until the followers have fetched in the new epoch the HW it holds may be
+    behind what the old leader answered: OFFSET_NOT_AVAILABLE, retriable."""
+    c, leader, follower = pair
+    leader.produce(msg("a"), acks=1, timeout_ms=100)
+    fetch_once(follower, leader)
+    follower.become_leader(1, 1, isr=[1, 2], replicas=[1, 2])
+    with pytest.raises(OffsetNotAvailableError):
+        follower.list_offsets(LATEST_TIMESTAMP)
+    assert follower.list_offsets(EARLIEST_TIMESTAMP) == (0, -1)
 
 
 # ---- consumers ----------------------------------------------------------------------------
