@@ -10,18 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from rafka.topics_cli import add_cluster_options
+from rafka.topics_cli import add_cluster_options, parse_key_values
 from rafka.throttle import ThroughputThrottler
-
-
-def _props(pairs: list[str], option: str) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"{option} wants KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value
-    return out
 
 
 def _connect(args):
@@ -82,8 +72,8 @@ def run_server(args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     if args.wait_for_nodes > 1:
         _wait_for_nodes(args.wait_for_nodes, args.address, stop)
-    cluster = rafka.Cluster.start(args.num_brokers, args.data_dir,
-                                  _props(args.override, "--override"), name=args.name,
+    overrides = parse_key_values(args.override, "--override")
+    cluster = rafka.Cluster.start(args.num_brokers, args.data_dir, overrides, name=args.name,
                                   address=args.address)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
@@ -115,11 +105,12 @@ def configure_console_producer(parser: argparse.ArgumentParser) -> None:
 def run_console_producer(args: argparse.Namespace) -> int:
     import rafka
 
-    props = _props(args.property, "--property")
+    props = parse_key_values(args.property, "--property")
     parse_key = props.get("parse.key", "false").lower() == "true"
     separator = props.get("key.separator", "\t")
     cluster = _connect(args)
-    with rafka.Producer(cluster, _props(args.producer_property, "--producer-property")) as p:
+    config = parse_key_values(args.producer_property, "--producer-property")
+    with rafka.Producer(cluster, config) as p:
         futures = []
         for line in sys.stdin:
             line = line.rstrip("\n")
@@ -159,11 +150,11 @@ def configure_console_consumer(parser: argparse.ArgumentParser) -> None:
 def run_console_consumer(args: argparse.Namespace) -> int:
     import rafka
 
-    props = _props(args.property, "--property")
+    props = parse_key_values(args.property, "--property")
     flag = lambda k: props.get(k, "false").lower() == "true"  # noqa: E731
     separator = props.get("key.separator", "\t")
     cluster = _connect(args)
-    config = _props(args.consumer_property, "--consumer-property")
+    config = parse_key_values(args.consumer_property, "--consumer-property")
     config.setdefault("auto.offset.reset", "earliest" if args.from_beginning else "latest")
     if args.group:
         config["group.id"] = args.group
@@ -280,7 +271,8 @@ def run_producer_perf(args: argparse.Namespace) -> int:
     cluster = _connect(args)
     payload = b"x" * args.record_size
     stats = _Stats(args.num_records, args.reporting_interval)
-    with rafka.Producer(cluster, _props(args.producer_props, "--producer-props")) as producer:
+    config = parse_key_values(args.producer_props, "--producer-props")
+    with rafka.Producer(cluster, config) as producer:
         throttler = ThroughputThrottler(args.throughput) if args.throughput > 0 else None
         for i in range(args.num_records):
             sent_at = time.monotonic()
@@ -310,7 +302,7 @@ def run_consumer_perf(args: argparse.Namespace) -> int:
     import rafka
 
     cluster = _connect(args)
-    config = _props(args.consumer_props, "--consumer-props")
+    config = parse_key_values(args.consumer_props, "--consumer-props")
     config.setdefault("auto.offset.reset", "earliest")
     consumer = rafka.Consumer(cluster, config)
     consumer.assign([(args.topic, p) for p in consumer.metadata.partitions_for(args.topic)])

@@ -36,13 +36,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="explicit replicas: partitions separated by ',', brokers by ':'")
 
 
-def _configs(pairs: list[str]) -> dict[str, str]:
+def parse_key_values(pairs: list[str], option: str) -> dict[str, str]:
+    """Repeated KEY=VALUE options (``--config``, ``--producer-property``, ...) as a dict."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--config wants KEY=VALUE, got {pair!r}")
-        out[key] = value
+            raise SystemExit(f"{option} wants KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
     return out
 
 
@@ -75,15 +76,15 @@ def run(args: argparse.Namespace) -> int:
             if args.replica_assignment:
                 assignment = {p: [int(b) for b in part.split(":")]
                               for p, part in enumerate(args.replica_assignment.split(","))}
+            config = parse_key_values(args.config, "--config")
             admin.create_topics([rafka.NewTopic(args.topic, args.partitions,
-                                                args.replication_factor,
-                                                _configs(args.config), assignment)])
+                                                args.replication_factor, config, assignment)])
             print(f"Created topic {args.topic}.")
         elif args.alter:
             if args.partitions:
                 admin.create_partitions({args.topic: args.partitions})
             if args.config:
-                admin.alter_configs({args.topic: _configs(args.config)})
+                admin.alter_configs({args.topic: parse_key_values(args.config, "--config")})
         elif args.delete:
             admin.delete_topics([args.topic])
         return 0
