@@ -8,8 +8,9 @@ otherwise pick.
 Scenarios (100-byte values, one producer thread, a 6-partition topic, 3 brokers):
 (a) RF=1 acks=1, (b) RF=3 acks=1, (c) RF=3 acks=all; one consumer reading what (a) wrote;
 end-to-end latency at a fixed moderate rate (a producer at --rate records/s, a consumer
-polling in a process of its own; latency = consume time - produce timestamp). Redis Streams: XADD pipelined 1000 at a
-time, XREAD 5000 at a time, same values, redis-server on loopback.
+polling in a process of its own; latency = consume time - produce timestamp). Redis
+Streams: XADD pipelined 1000 at a time, XREAD 5000 at a time, same values, redis-server on
+loopback.
 """
 from __future__ import annotations
 

@@ -2,24 +2,24 @@
 
 Three brokers hold replicas of a two-partition topic on real log directories, each broker
 with one replica host (its own timing wheel and purgatories); a real ``ControllerState``
-elects leaders, expires broker sessions and accepts AlterPartition proposals fenced by leader
-and partition epoch. Replication runs the production code: each host's followers fetch
-through one ``ReplicaFetcher`` per leader broker, placed by the production
-``FetcherPlacement`` (OffsetsForLeaderEpoch truncation first,
-fetch sessions, per-partition backoff), and the leader's host answers with ``fetch_many`` and
-its ``FetchSessionCache`` (one slot, two or a thousand: evictions happen) and
-``offsets_for_leader_epochs``, as ``ReplicaHostActor`` does. Everything between processes is
-a message on the simulated network (``tests.sim.network``): fetches (long polls included)
-and their answers, OffsetsForLeaderEpoch, AlterPartition, heartbeats, the reports of failed
-replicas, and the controller's LeaderAndIsr / UpdateMetadata. Links have latency and jitter
-(answers overtake each other), and the fault schedule cuts links (a broker can lose the
-controller and be fenced while it still believes it leads), slows links (slow followers),
-crashes brokers (the process dies: what was written to its files survives, nothing else) and
-restarts them, stops them with a controlled shutdown (``ControlledShutdown``'s retries
-against the controller's answers), crashes a broker's replica host alone (the broker reports its replicas and the
+elects leaders, expires broker sessions and accepts AlterPartition proposals fenced by
+leader and partition epoch. Replication runs the production code: each host's followers
+fetch through one ``ReplicaFetcher`` per leader broker, placed by the production
+``FetcherPlacement`` (OffsetsForLeaderEpoch truncation first, fetch sessions, per-partition
+backoff), and the leader's host answers with ``fetch_many`` and its ``FetchSessionCache``
+(one slot, two or a thousand: evictions happen) and ``offsets_for_leader_epochs``, as
+``ReplicaHostActor`` does. Everything between processes is a message on the simulated
+network (``tests.sim.network``): fetches (long polls included) and their answers,
+OffsetsForLeaderEpoch, AlterPartition, heartbeats, the reports of failed replicas, and the
+controller's LeaderAndIsr / UpdateMetadata. Links have latency and jitter (answers overtake
+each other), and the fault schedule cuts links (a broker can lose the controller and be
+fenced while it still believes it leads), slows links (slow followers), crashes brokers (the
+process dies: what was written to its files survives, nothing else) and restarts them, stops
+them with a controlled shutdown (``ControlledShutdown``'s retries against the controller's
+answers), crashes a broker's replica host alone (the broker reports its replicas and the
 controller moves leadership off them), fails the controller over (what the old one sent
-arrives late, from a zombie). Producers (acks=all and acks=1) and consumers talk to whichever
-broker believes it leads.
+arrives late, from a zombie). Producers (acks=all and acks=1) and consumers talk to
+whichever broker believes it leads.
 
 After every step the invariants of ARCHITECTURE.md are checked; a violation raises
 ``InvariantViolation`` naming the seed and step, for replay with
