@@ -39,26 +39,35 @@ def _not_here(topic: str, partition: int, broker_id: int) -> NotLeaderOrFollower
 
 
 def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
-                    first: bool) -> list:
+                    moved: list | None = None) -> list:
     """Read every partition of the request (of its session, for an incremental one):
-    ``[(topic, partition, FetchResult), ...]``. ``first``: as the request arrives (positions
-    are recorded); otherwise when a delayed fetch completes (reads only). The answer is
-    ``context.respond(results)``, made once, when it is sent."""
+    ``[(topic, partition, FetchResult), ...]``. With ``moved`` (a list), as the request
+    arrives: the positions are recorded and the partitions where one moved what the leader
+    knows (its ISR or HW may change) are added to it. Without, when a delayed fetch
+    completes: reads only. The answer is ``context.respond(results)``, made once, when it
+    is sent."""
     budget = context.request.max_bytes
+    first = moved is not None
+    # In an incremental fetch, what the session last told each partition's fetcher.
+    told = context.session.partitions if context.session is not None else {}
     results = []
     for topic, partition, req in context.partitions:
-        core = replicas.get((topic, partition))
+        key = (topic, partition)
+        core = replicas.get(key)
         try:
             if core is None:
                 raise _not_here(topic, partition, broker_id)
             if first:
-                core.accept_fetch(req)
+                if core.accept_fetch(req):
+                    moved.append(key)
             elif core.role is not Role.LEADER:
                 raise NotLeaderOrFollowerError(f"Leadership of {core.name} moved while a "
                                                "fetch waited")
             log = core.log
             end = log.log_end_offset if req.replica_id >= 0 else log.high_watermark
-            if context.quiet(topic, partition, log.high_watermark, log.log_start_offset, end):
+            cached = told.get(key)
+            if (cached is not None and end == cached.request.fetch_offset
+                    and cached.quiet(log.high_watermark, log.log_start_offset)):
                 continue  # an idle partition of a session: no read, nothing to say
             result = core.read_or_out_of_range(req)
         except KafkaError as e:
@@ -113,7 +122,7 @@ class DelayedFetchMany(DelayedOperation):
 
     def on_complete(self) -> None:
         self.on_done(self.context.respond(
-            read_partitions(self.replicas, self.context, self.broker_id, first=False)))
+            read_partitions(self.replicas, self.context, self.broker_id)))
 
     def on_expiration(self) -> None:
         pass
@@ -121,25 +130,29 @@ class DelayedFetchMany(DelayedOperation):
 
 def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: DelayedOperationPurgatory,
                broker_id: int, on_done: Callable[[FetchManyResponse], None],
-               sessions: FetchSessionCache | None = None) -> tuple:
+               sessions: FetchSessionCache | None = None) -> list:
     """Serve the request: ``on_done`` gets the response exactly once, at once or when the
     delayed fetch completes. With ``sessions``, the request may open or continue a fetch
-    session (KIP-227). Returns the partitions it fetched, ``((topic, partition,
-    FetchRequest), ...)``: those it names, or for an incremental request all its session's
-    (a follower's position on each of them counted)."""
+    session (KIP-227). Returns the partitions, ``[(topic, partition), ...]``, where a
+    follower's position moved what the leader knows of it: their ISR may have changed (an
+    idle in-sync follower's fetch moves nothing, so an idle session costs no ISR check).
+
+    The host's event loop is the only thread where appends, HW moves and leadership changes
+    happen, so the delayed fetch is watched without checking it again: this call's read
+    has just found it incomplete."""
     context = new_context(sessions, request)
     if context.error is not None:
         on_done(context.respond([]))
-        return context.partitions
-    results = read_partitions(replicas, context, broker_id, first=True)
+        return []
+    moved: list = []
+    results = read_partitions(replicas, context, broker_id, moved)
     if request.max_wait_ms <= 0 or not context.partitions or _answerable(results,
                                                                          request.min_bytes):
         on_done(context.respond(results))
-        return context.partitions
+        return moved
     op = DelayedFetchMany(replicas, context, broker_id, on_done)
-    keys = [(topic, partition) for topic, partition, _ in context.partitions]
-    purgatory.try_complete_else_watch(op, keys)
-    return context.partitions
+    purgatory.watch(op, [(topic, partition) for topic, partition, _ in context.partitions])
+    return moved
 
 
 def offsets_for_leader_epochs(replicas: Replicas, request: OffsetsForLeaderEpochRequest,

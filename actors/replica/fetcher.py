@@ -65,27 +65,28 @@ class ReplicaFetcher:
             return None
         return r
 
-    def _ready(self, now: int) -> list[PartitionReplica]:
-        return [r for key, r in self.partitions.items()
-                if self._backoff_until.get(key, 0) <= now and self._current(*key) is r]
-
     # ---- what to send ----------------------------------------------------------------------
     def next_request(self) -> OffsetsForLeaderEpochRequest | FetchManyRequest | None:
         """Truncation first, for the partitions that need it; else one fetch for all the
         ready partitions; None when no partition is ready (see ``next_wakeup_ms``)."""
-        ready = self._ready(self.clock())
-        truncating = []
-        for r in ready:
+        now = self.clock()
+        backoff_until, epochs = self._backoff_until, self._epochs
+        truncating, wanted = [], {}
+        # One pass (an idle fetcher of a thousand partitions runs it twice a second), with
+        # _current's rule and the backoff inline.
+        for key, r in self.partitions.items():
+            if (r.role is not Role.FOLLOWER or r.leader_epoch != epochs[key]
+                    or (backoff_until and backoff_until.get(key, 0) > now)):
+                continue
             epoch = r.truncation_request()
             if epoch is not None:
                 truncating.append((r.topic, r.partition, epoch, r.leader_epoch))
+            elif not truncating:
+                request = r.fetch_request()
+                if request is not None:
+                    wanted[key] = request
         if truncating:
             return OffsetsForLeaderEpochRequest(self.broker_id, tuple(truncating))
-        wanted = {}
-        for r in ready:
-            request = r.fetch_request()
-            if request is not None:
-                wanted[(r.topic, r.partition)] = request
         if not wanted:
             return None
         was_full = self.session.full

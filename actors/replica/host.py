@@ -232,15 +232,14 @@ class ReplicaHostActor:
         def done(response: FetchManyResponse) -> None:
             if not future.done():
                 future.set_result(response)
-        partitions = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id,
-                                done, self.fetch_sessions)
-        if req.replica_id >= 0:
-            # The followers' positions may have moved an ISR: tell the controller.
-            replicas = self.replicas
-            for topic, partition, _ in partitions:
-                replica = replicas.get((topic, partition))  # a TopicPartition's equal
-                if replica is not None:
-                    replica.maybe_alter_partition()
+        moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
+                           self.fetch_sessions)
+        # The followers' positions may have moved an ISR: tell the controller.
+        replicas = self.replicas
+        for key in moved:
+            replica = replicas.get(key)  # a TopicPartition's equal
+            if replica is not None:
+                replica.maybe_alter_partition()
         return encode_fetch_many_response(await future)
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:

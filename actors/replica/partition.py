@@ -466,16 +466,19 @@ class PartitionReplica:
                                                      [self._key])
         return None
 
-    def accept_fetch(self, request: FetchRequest) -> None:
+    def accept_fetch(self, request: FetchRequest) -> bool:
         """Check a fetch against this replica's role and leader epoch (raising Kafka's
-        errors) and record a follower's position: its ISR and the HW may move."""
+        errors) and record a follower's position: its ISR and the HW may move. False when
+        nothing could have moved (a consumer's fetch, or an in-sync follower asking again
+        from our log end): no ISR change to send."""
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
         self._check_fetch_epoch(request.current_leader_epoch)
         if request.replica_id >= 0:
-            self._update_follower(request.replica_id, request.fetch_offset,
-                                  request.log_start_offset)
+            return self._update_follower(request.replica_id, request.fetch_offset,
+                                         request.log_start_offset)
+        return False
 
     def read_or_out_of_range(self, request: FetchRequest) -> FetchResult:
         """The read, or OFFSET_OUT_OF_RANGE with where the log starts and ends (a follower
@@ -496,7 +499,7 @@ class PartitionReplica:
                            request.fetch_offset)
 
     def _update_follower(self, replica_id: int, fetch_offset: int,
-                         log_start_offset: int = -1) -> None:
+                         log_start_offset: int = -1) -> bool:
         state = self.followers.get(replica_id)
         if state is None:
             raise NotLeaderOrFollowerError(f"Broker {replica_id} is not a replica of "
@@ -509,7 +512,7 @@ class PartitionReplica:
             # partition of its fetch session): it stays caught up; nothing else can move.
             state.last_caught_up_ms = state.last_fetch_ms = now
             state.last_fetch_leader_log_end_offset = leo
-            return
+            return False
         # Kafka's rule: caught up if it fetched from where our log ended at its last fetch.
         if fetch_offset >= self.log.log_end_offset:
             state.last_caught_up_ms = now
@@ -523,6 +526,7 @@ class PartitionReplica:
         state.last_fetch_leader_log_end_offset = self.log.log_end_offset
         self._maybe_expand_isr(state)
         self.maybe_increment_high_watermark()
+        return True
 
     # ==== high watermark and ISR ==========================================================
     def _maximal_isr(self) -> list[int]:

@@ -129,19 +129,43 @@ class DelayedOperationPurgatory(Generic[T]):
         with operation.lock:
             if operation.try_complete():
                 return True
-            watched = 0
-            for key in keys:
-                if operation.is_completed:
-                    break
-                self._watch(key, operation)
-                watched += 1
-            if watched:
-                # Counted per watch entry, not per operation: a fetch for a thousand idle
-                # partitions leaves a thousand entries behind when it completes.
-                with self._lock:
-                    self._estimated_total_operations += watched
+            self._watch_all(operation, keys)
             if operation.try_complete():
                 return True
+        self._time(operation)
+        return False
+
+    def watch(self, operation: T, watch_keys: Iterable[Hashable]) -> None:
+        """Watch and time ``operation`` without checking it: for a caller that has just
+        found it incomplete on the thread where every event on its keys happens (a replica
+        host's event loop). Nothing can have moved between that check and the watch, so
+        ``try_complete_else_watch``'s two checks around it would only repeat the caller's
+        work (for a fetch of a thousand partitions, twice a second per fetcher)."""
+        keys = list(watch_keys)
+        if not keys:
+            raise ValueError("the watch key list can't be empty")
+        with operation.lock:
+            self._watch_all(operation, keys)
+        self._time(operation)
+
+    def _watch_all(self, operation: T, keys: list[Hashable]) -> None:
+        """Under the operation's lock (held by the caller), which every completion takes:
+        it cannot complete while its keys are being added, so all are added at once."""
+        if operation.is_completed:
+            return
+        watchers_by_key = self._watchers_by_key
+        with self._lock:
+            for key in keys:
+                watchers = watchers_by_key.get(key)
+                if watchers is None:
+                    watchers_by_key[key] = [operation]
+                else:
+                    watchers.append(operation)
+            # Counted per watch entry, not per operation: a fetch for a thousand idle
+            # partitions leaves a thousand entries behind when it completes.
+            self._estimated_total_operations += len(keys)
+
+    def _time(self, operation: T) -> None:
         if not operation.is_completed:
             if self._timer_enabled:
                 self._timer.add(operation)
@@ -149,7 +173,6 @@ class DelayedOperationPurgatory(Generic[T]):
                 # Completed by another thread between the check and the add.
                 operation.cancel()
         self._maybe_purge()
-        return False
 
     def check_and_complete(self, key: Hashable) -> int:
         """An event on ``key``: try to complete its watchers; how many this call completed."""
@@ -228,14 +251,6 @@ class DelayedOperationPurgatory(Generic[T]):
         """Stop expiring: shut the timer down (pending operations are dropped with it)."""
         self._shut_down = True
         self._timer.shutdown()
-
-    def _watch(self, key: Hashable, operation: T) -> None:
-        with self._lock:
-            watchers = self._watchers_by_key.get(key)
-            if watchers is None:
-                self._watchers_by_key[key] = [operation]
-            else:
-                watchers.append(operation)
 
     def _maybe_purge(self) -> Optional[int]:
         # Completed-but-still-watched operations are estimated as those watched since the last

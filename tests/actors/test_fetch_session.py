@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from actors.replica.fetch_many import fetch_many
 from actors.replica.fetch_session import EVICTION_MS, CachedPartition, FetchSessionCache
 from protocols.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from protocols.fetch_session_handler import FINAL_EPOCH, INITIAL_EPOCH
@@ -88,6 +89,27 @@ def test_quiet_partitions_still_count_as_fetching_for_the_isr(hosts):
     for tp in PARTITIONS:
         core = leader_host.cores[tp]
         assert core.maybe_shrink_isr() is None and core.isr == [LEADER, FOLLOWER]
+
+
+def test_an_idle_fetch_moves_no_isr_and_a_follower_that_moved_is_checked(hosts):
+    # fetch_many names the partitions whose ISR may have changed (the host sends their
+    # AlterPartition): an in-sync follower asking again from the log end moves nothing, so
+    # an idle session of a thousand partitions costs no ISR check.
+    clock, timer, leader_host, _, fetcher = hosts
+    round_trip(fetcher, leader_host, timer, clock)
+    answers = []
+    moved = fetch_many(leader_host.cores, fetcher.next_request(), leader_host.purgatories.fetch,
+                       LEADER, answers.append, leader_host.sessions)
+    assert moved == []
+    clock.advance(500)
+    timer.advance_clock()
+    fetcher.on_fetch_response(answers[0])
+    leader = leader_host.cores[("b", 0)]
+    leader.isr = [LEADER]                                   # say the follower had fallen out
+    moved = fetch_many(leader_host.cores, fetcher.next_request(), leader_host.purgatories.fetch,
+                       LEADER, lambda response: None, leader_host.sessions)
+    assert moved == [("b", 0)]                              # caught up again: expand the ISR
+    assert leader.pending_alter.new_isr == (LEADER, FOLLOWER)
 
 
 def test_an_unknown_session_id_gets_fetch_session_id_not_found_and_a_full_fetch_follows(hosts):

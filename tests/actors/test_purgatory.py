@@ -184,6 +184,25 @@ def test_fetch_watched_on_several_partitions_completes_on_any_of_them(purgatory,
     assert purgatory.watched == 0 and purgatory.watch_keys == []
 
 
+def test_watch_without_a_check_waits_for_an_event_on_any_key_or_its_expiry(purgatory, clock):
+    # A replica host's fetch has just read its partitions on the host's only thread:
+    # ``watch`` adds it without checking it twice more.
+    p0, p1 = PartitionState(bytes_available=100), PartitionState()
+    op = DelayedFetchModel(500, [p0, p1], min_bytes=100)
+    purgatory.watch(op, [("t", 0), ("t", 1)])
+    assert not op.is_completed                     # not checked: its caller just did
+    assert purgatory.watched == 2 and purgatory.delayed == 1
+    assert purgatory.check_and_complete(("t", 1)) == 1
+    assert op.completions == 1 and not op.expired
+    idle = DelayedFetchModel(500, [PartitionState()], min_bytes=1)
+    purgatory.watch(idle, [("t", 2)])
+    clock.now_ms = 500
+    purgatory.advance_clock(0)
+    assert idle.completions == 1 and idle.expired
+    with pytest.raises(ValueError):
+        purgatory.watch(TimeoutOnly(10), [])
+
+
 def test_fetch_without_enough_bytes_returns_on_max_wait(purgatory, clock):
     p0 = PartitionState(bytes_available=10)
     op = DelayedFetchModel(500, [p0], min_bytes=100)

@@ -348,9 +348,9 @@ class Simulation:
 
         def answer(response: FetchManyResponse) -> None:
             self._reply(leader, host, m.src, sender_life, "fetch_answer", (request, response))
-        fetched = fetch_many(host.cores, request, host.purgatories.fetch, leader.id, answer,
-                             host.sessions)
-        for _, p, _ in fetched:
+        moved = fetch_many(host.cores, request, host.purgatories.fetch, leader.id, answer,
+                           host.sessions)
+        for _, p in moved:
             self._maybe_send_alter(leader, p)
 
     def _on_epochs(self, m) -> None:
