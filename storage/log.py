@@ -1,5 +1,10 @@
 """Log: a partition's ordered list of segments on one broker's disk (Kafka's UnifiedLog).
 
+Kafka's split: ``log_loader`` opens the segments (and recovers them after a crash),
+``log_validator`` checks appends and assigns the leader's offsets, ``log_segments`` keeps the
+segments in order; the log holds the offsets (log start, log end, HW, recovery point) and
+does appends, reads, truncation, retention, flushes and delayed deletion with them.
+
 The log never decodes records on its hot paths: appends read batch headers, check CRC-32C and
 sizes, patch baseOffset / partitionLeaderEpoch in place, and write; reads return whole batches
 as bytes. Time comes from an injected clock; delayed file deletion is a list of due
@@ -8,7 +13,6 @@ here is deterministic under test.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import random
 import shutil
@@ -18,20 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from protocols.errors import (CorruptIndexError, CorruptRecordError, InvalidOffsetError, InvalidRecordError,
-                              OffsetOutOfRangeError, RecordListTooLargeError,
-                              RecordTooLargeError)
 from protocols.compression import CODEC_NAMES
+from protocols.errors import InvalidOffsetError, OffsetOutOfRangeError
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
-from protocols.records import (LOG_OVERHEAD, BatchHeader, RecordBatch, encode_batch,
-                               iter_batches, set_base_offset, set_log_append_time,
-                               set_partition_leader_epoch)
+from protocols.records import LOG_OVERHEAD, iter_batches
 from storage.checkpoint import LeaderEpochCheckpointFile
 from storage.config import LogConfig
 from storage.epoch import LeaderEpochFileCache
 from storage.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT,
-                           LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file,
-                           segment_file)
+                           LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, segment_file)
+from storage.log_loader import LogLoader
+from storage.log_segments import LogSegments
+from storage.log_validator import assign_offsets, validate_as_leader, validate_batches
 from storage.producer_state import ProducerStateManager, snapshot_path
 from storage.segment import BatchInfo, FetchDataInfo, LogSegment
 
@@ -81,8 +83,7 @@ class Log:
         self.clock = clock
         self.scheduler = scheduler
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        self._segments = LogSegments()
         self._pending_deletions: list[tuple[int, list[Path]]] = []
         self._random = random.Random()
         self.log_start_offset = 0
@@ -126,104 +127,14 @@ class Log:
                                rolling_jitter_ms=jitter, now_ms=self.clock(), suffix=suffix)
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        swap_files: list[Path] = []
-        cleaned_offsets: list[int] = []
-        for path in sorted(self.dir.iterdir()):
-            name = path.name
-            if not path.is_file():
-                continue
-            if name.endswith(DELETED_SUFFIX):
-                path.unlink()  # a deletion that was scheduled before the restart
-            elif name.endswith(CLEANED_SUFFIX):
-                cleaned_offsets.append(offset_from_file(path))
-                path.unlink()  # an unfinished compaction: it is simply redone later
-            elif name.endswith(SWAP_SUFFIX):
-                swap_files.append(path)
-        # A .swap newer than an unfinished .cleaned may be incomplete (Kafka's rule).
-        min_cleaned = min(cleaned_offsets, default=None)
-        for path in list(swap_files):
-            if min_cleaned is not None and offset_from_file(path) >= min_cleaned:
-                path.unlink()
-                swap_files.remove(path)
-
-        segments: dict[int, LogSegment] = {}
-        for path in sorted(self.dir.glob(f"*{LOG_SUFFIX}")):
-            base = offset_from_file(path)
-            index_missing = not segment_file(self.dir, base, INDEX_SUFFIX).exists()
-            time_missing = not segment_file(self.dir, base, TIME_INDEX_SUFFIX).exists()
-            segment = self._new_segment(base)
-            needs_rebuild = index_missing or time_missing
-            if not needs_rebuild:
-                try:
-                    segment.sanity_check()
-                except CorruptIndexError as e:
-                    log.warning("%s: rebuilding index of segment %d: %s", self.dir, base, e)
-                    needs_rebuild = True
-            if needs_rebuild:
-                segment.recover(self.config.max_message_bytes, self._on_recovered_batch)
-            segments[base] = segment
-        for suffix_path in (*self.dir.glob(f"*{INDEX_SUFFIX}"),
-                            *self.dir.glob(f"*{TIME_INDEX_SUFFIX}")):
-            if not segment_file(self.dir, offset_from_file(suffix_path), LOG_SUFFIX).exists():
-                suffix_path.unlink()  # an index without its log is garbage
-
-        for path in swap_files:
-            if not path.name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-                continue
-            base = offset_from_file(path)
-            swap = self._new_segment(base, suffix=SWAP_SUFFIX)
-            swap.recover(self.config.max_message_bytes)
-            next_offset = swap.read_next_offset()
-            for old_base in [b for b in segments if base <= b < max(next_offset, base + 1)]:
-                segments.pop(old_base).delete()
-            swap.change_suffixes(SWAP_SUFFIX, "")
-            segments[base] = swap
-        for path in self.dir.glob(f"*{SWAP_SUFFIX}"):
-            path.unlink()  # index swaps whose log swap was handled (or never written)
-
-        self._segments = [segments[b] for b in sorted(segments)]
-        self._bases = sorted(segments)
-
-        if not clean_shutdown:
-            self._recover_from(recovery_point)
-        if not self._segments:
-            start = max(log_start_offset, 0)
-            self._add_segment(self._new_segment(start))
-        self._log_end_offset = self.active_segment.read_next_offset()
-        self.recovery_point = min(max(recovery_point, 0), self._log_end_offset) \
-            if not clean_shutdown else self._log_end_offset
-        for segment in self._segments[:-1]:
-            segment.on_become_inactive()  # recovery preallocated their indexes
-        self.active_segment.resize_indexes(self.config.segment_index_bytes)
-        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
-        if self.log_start_offset > self._log_end_offset:
-            self.log_start_offset = self._log_end_offset
-        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        loaded = LogLoader(self.dir, self.config, self._new_segment,
+                           self.leader_epoch_cache).load(recovery_point, log_start_offset,
+                                                         clean_shutdown)
+        self._segments = loaded.segments
+        self._log_end_offset = loaded.log_end_offset
+        self.recovery_point = loaded.recovery_point
+        self.log_start_offset = loaded.log_start_offset
         self._rebuild_producer_state(self._log_end_offset)
-
-    def _on_recovered_batch(self, batch: RecordBatch) -> None:
-        epoch = batch.partition_leader_epoch
-        latest = self.leader_epoch_cache.latest_epoch
-        if epoch >= 0 and (latest is None or epoch > latest):
-            self.leader_epoch_cache.assign(epoch, batch.base_offset)
-
-    def _recover_from(self, recovery_point: int) -> None:
-        idx = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
-        i = idx
-        while i < len(self._segments):
-            segment = self._segments[i]
-            truncated = segment.recover(self.config.max_message_bytes, self._on_recovered_batch)
-            if truncated > 0:
-                log.warning("%s: found invalid bytes at the end of segment %d; truncated %d "
-                            "bytes and dropped %d later segments", self.dir,
-                            segment.base_offset, truncated, len(self._segments) - i - 1)
-                for later in self._segments[i + 1:]:
-                    later.delete()
-                del self._segments[i + 1:]
-                del self._bases[i + 1:]
-                break
-            i += 1
 
     def _rebuild_producer_state(self, end_offset: int) -> None:
         """The newest producer-state snapshot at or below ``end_offset``, then the batches
@@ -250,11 +161,11 @@ class Log:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return self._segments.values()
 
     @property
     def num_segments(self) -> int:
@@ -262,7 +173,7 @@ class Log:
 
     @property
     def size(self) -> int:
-        return sum(s.size for s in self._segments)
+        return self._segments.size_in_bytes
 
     @property
     def name(self) -> str:
@@ -278,8 +189,7 @@ class Log:
             return self._high_watermark
 
     def segment_for(self, offset: int) -> LogSegment | None:
-        i = bisect.bisect_right(self._bases, offset) - 1
-        return self._segments[i] if i >= 0 else None
+        return self._segments.floor(offset)
 
     # ==== appends =========================================================================
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
@@ -288,13 +198,7 @@ class Log:
         leader epoch (and LogAppendTime if configured), and append."""
         now = self.clock() if now_ms is None else now_ms
         buf = bytearray(records)  # patched in place; the caller's bytes stay untouched
-        batches = self._validate(buf, leader=True)
-        target = self.config.compression_type
-        if target != "producer":
-            codec = "none" if target == "uncompressed" else target
-            if any(b.compression != codec for b, _ in batches):
-                buf = self._recompress([b for b, _ in batches], codec)
-                batches = self._validate(buf, leader=True)
+        buf, batches = validate_as_leader(buf, self.config, self.name)
         append_time = now if self.config.log_append_time else -1
         with self._lock:
             for _, h in batches:
@@ -308,27 +212,15 @@ class Log:
                                              duplicate.timestamp, duplicate.last_offset,
                                              -1, self.log_start_offset, 0, 0, 0,
                                              leader_epoch, duplicate=True)
-            first = offset = self._log_end_offset
-            infos: list[BatchInfo] = []
-            records = 0
-            for batch, h in batches:
-                pos = batch.position
-                set_base_offset(buf, pos, offset)
-                set_partition_leader_epoch(buf, pos, leader_epoch)
-                if append_time >= 0:
-                    set_log_append_time(buf, pos, append_time)
-                last = offset + h.last_offset_delta
-                infos.append(BatchInfo(last, h.max_timestamp if append_time < 0
-                                       else append_time, h.batch_length + LOG_OVERHEAD))
-                records += h.record_count
-                offset = last + 1
+            first = self._log_end_offset
+            infos, records = assign_offsets(buf, batches, first, leader_epoch, append_time)
             return self._append(buf, infos, first, ((leader_epoch, first),), records, now,
                                 append_time, batches[0][1].attributes)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader verbatim, keeping the leader's offsets."""
         buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
-        batches = self._validate(buf, leader=False)
+        batches = validate_batches(buf, self.config, self.name, leader=False)
         with self._lock:
             if not batches:
                 return self._empty_info()
@@ -352,62 +244,6 @@ class Log:
 
     def _empty_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, -1, -1, -1, self.log_start_offset, 0, 0, 0, -1)
-
-    def _validate(self, buf: bytes | bytearray,
-                  leader: bool) -> list[tuple[RecordBatch, BatchHeader]]:
-        batches: list[tuple[RecordBatch, BatchHeader]] = []
-        end = 0
-        max_bytes = self.config.max_message_bytes
-        compact = self.config.compact
-        for batch in iter_batches(buf):
-            h = batch.header()
-            size = h.batch_length + LOG_OVERHEAD
-            if size > max_bytes:
-                raise RecordTooLargeError(
-                    f"The record batch at offset {h.base_offset} is {size} bytes, larger "
-                    f"than max.message.bytes={max_bytes} of {self.name}")
-            if h.crc != batch.compute_checksum():
-                batch.ensure_valid()  # raises CorruptRecordError with the details
-            if leader:
-                count = h.record_count
-                if count <= 0:
-                    raise InvalidRecordError(f"A record batch produced to {self.name} "
-                                             "has no records")
-                if h.last_offset_delta != count - 1:
-                    raise InvalidRecordError(
-                        f"A record batch produced to {self.name} has lastOffsetDelta "
-                        f"{h.last_offset_delta} for {count} records")
-                if compact and not batch.is_control:
-                    for record in batch.records():
-                        if record.key is None:
-                            raise InvalidRecordError(
-                                f"Compacted topic cannot accept message without key in "
-                                f"topic partition {self.name}.")
-            batches.append((batch, h))
-            end = batch.position + size
-        if end != len(buf):
-            raise CorruptRecordError(
-                f"{len(buf) - end} trailing bytes in an append to {self.name} do not form a "
-                "complete record batch")
-        if leader and not batches:
-            raise InvalidRecordError(f"An append to {self.name} holds no record batch")
-        if end > self.config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"Message batch size is {end} bytes in append to partition {self.name} which "
-                f"exceeds the maximum configured segment size of {self.config.segment_bytes}.")
-        return batches
-
-    @staticmethod
-    def _recompress(batches: list[RecordBatch], codec: str) -> bytearray:
-        """The topic's compression.type overrides the producer's codec (Kafka recompresses)."""
-        out = bytearray()
-        for b in batches:
-            out += encode_batch(list(b.records()), base_offset=0, compression=codec,
-                                timestamp_type=b.timestamp_type, producer_id=b.producer_id,
-                                producer_epoch=b.producer_epoch, base_sequence=b.base_sequence,
-                                partition_leader_epoch=b.partition_leader_epoch,
-                                transactional=b.is_transactional, control=b.is_control)
-        return out
 
     def _append(self, buf: bytes | bytearray, infos: list[BatchInfo], first_offset: int,
                 epoch_starts, records: int, now: int, log_append_time: int,
@@ -469,22 +305,8 @@ class Log:
                     log.warning("%s: removing stale file %s before roll", self.dir, stale)
                     stale.unlink()
             segment = self._new_segment(new_offset)
-            self._add_segment(segment)
+            self._segments.add(segment)
             return segment
-
-    def _add_segment(self, segment: LogSegment) -> None:
-        i = bisect.bisect_left(self._bases, segment.base_offset)
-        if i < len(self._bases) and self._bases[i] == segment.base_offset:
-            self._segments[i] = segment
-        else:
-            self._bases.insert(i, segment.base_offset)
-            self._segments.insert(i, segment)
-
-    def _remove_segment(self, segment: LogSegment) -> None:
-        i = bisect.bisect_left(self._bases, segment.base_offset)
-        if i < len(self._segments) and self._segments[i] is segment:
-            del self._segments[i]
-            del self._bases[i]
 
     # ==== reads ===========================================================================
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
@@ -496,22 +318,20 @@ class Log:
 
     def read_info(self, offset: int, max_bytes: int, max_offset: int | None = None,
                   min_one_message: bool = True) -> FetchDataInfo:
-        segments, bases = self._segments, self._bases
+        segments = self._segments
         leo = self._log_end_offset
         if offset == leo or (max_offset is not None and offset >= max_offset
                              and offset <= leo and offset >= self.log_start_offset):
-            return FetchDataInfo(offset, segments[-1].base_offset, -1, b"", offset, offset)
+            return FetchDataInfo(offset, segments.active.base_offset, -1, b"", offset, offset)
         if offset < self.log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
                 f"Received request for offset {offset} for partition {self.name}, but we only "
                 f"have log segments in the range {self.log_start_offset} to {leo}.")
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
-        while i < len(segments):
-            info = segments[i].read(offset, max_bytes, max_offset, min_one_message)
+        for segment in segments.from_floor(offset):
+            info = segment.read(offset, max_bytes, max_offset, min_one_message)
             if info is not None:
                 return info
-            i += 1
-        return FetchDataInfo(offset, segments[-1].base_offset, -1, b"", offset, offset)
+        return FetchDataInfo(offset, segments.active.base_offset, -1, b"", offset, offset)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets by time);
@@ -555,7 +375,7 @@ class Log:
                 return True
             doomed = [s for s in self._segments if s.base_offset > target_offset]
             for s in doomed:
-                self._remove_segment(s)
+                self._segments.remove(s)
             self._schedule_deletion(doomed)
             active = self.active_segment
             loc = active.translate_offset(target_offset)
@@ -576,10 +396,8 @@ class Log:
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``new_offset``."""
         with self._lock:
-            doomed = list(self._segments)
-            self._segments, self._bases = [], []
-            self._schedule_deletion(doomed)
-            self._add_segment(self._new_segment(new_offset))
+            self._schedule_deletion(self._segments.clear())
+            self._segments.add(self._new_segment(new_offset))
             self.leader_epoch_cache.clear_and_flush()
             self.log_start_offset = self._log_end_offset = new_offset
             self.recovery_point = self._high_watermark = new_offset
@@ -626,9 +444,7 @@ class Log:
                          reason: str) -> int:
         with self._lock:
             deletable: list[LogSegment] = []
-            segs = self._segments
-            for i, seg in enumerate(segs):
-                nxt = segs[i + 1] if i + 1 < len(segs) else None
+            for seg, nxt in self._segments.with_next():
                 upper = nxt.base_offset if nxt is not None else self._log_end_offset
                 last_and_empty = nxt is None and seg.size == 0
                 if self._high_watermark >= upper and not last_and_empty and predicate(seg, nxt):
@@ -641,7 +457,7 @@ class Log:
                 # Every segment expired: roll a fresh active segment first (Kafka).
                 self.roll()
             for seg in deletable:
-                self._remove_segment(seg)
+                self._segments.remove(seg)
             log.info("%s: deleting %d segment(s) due to %s: %s", self.dir, len(deletable),
                      reason, [s.base_offset for s in deletable])
             self._schedule_deletion(deletable)
@@ -721,13 +537,13 @@ class Log:
                 self.fault_injector("replace.swap-renamed")
             live = [s for s in old_segments if self.segment_for(s.base_offset) is s]
             for s in live:
-                self._remove_segment(s)
+                self._segments.remove(s)
             self._schedule_deletion(live)
             if self.fault_injector:
                 self.fault_injector("replace.old-deleted")
             for seg in new_segments:
                 seg.change_suffixes(SWAP_SUFFIX, "")
-                self._add_segment(seg)
+                self._segments.add(seg)
 
     # ==== flushing ========================================================================
     def flush(self, offset: int | None = None) -> None:
@@ -738,9 +554,8 @@ class Log:
                                                                     self._log_end_offset)
             if upto <= self.recovery_point and offset is not None:
                 return
-            for i, seg in enumerate(self._segments):
-                nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
-                if nxt is not None and nxt <= self.recovery_point:
+            for seg, nxt in self._segments.with_next():
+                if nxt is not None and nxt.base_offset <= self.recovery_point:
                     continue  # already flushed before the recovery point
                 if seg.base_offset >= upto:
                     break
@@ -770,9 +585,8 @@ class Log:
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""
         with self._lock:
-            for seg in self._segments:
+            for seg in self._segments.clear():
                 seg.close_handlers()
-            self._segments, self._bases = [], []
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "Log":
