@@ -2,24 +2,23 @@
 
 One subcommand per tool, with Kafka's option names where Kafka has the tool. A subcommand is
 a ``Subcommand`` in ``SUBCOMMANDS``: its name, one line of help, a function that adds its
-arguments to its parser and a function that runs it and returns the exit status. Adding a
-tool is writing those two functions and appending one entry. Subcommands import what they
-need inside ``run``, so a quick tool such as ``dump-log`` does not pay for importing Ray or
-Spark.
+arguments to its parser and a function that runs it and returns the exit status. Every tool
+is registered with ``_lazy``: its module is imported only when it runs (or its --help is
+asked for), so a quick tool such as ``dump-log`` does not pay for importing Ray or Spark.
+Adding a tool is writing those two functions in its module and appending one entry.
+Exit codes and the argument helpers tools share are in ``rafka.cli_args``.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+from rafka.cli_args import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 @dataclass(frozen=True)
@@ -31,172 +30,42 @@ class Subcommand:
     description: str | None = None
 
 
-# ---- dump-log -----------------------------------------------------------------------------
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {value}")
-    return value
-
-
-def _configure_dump_log(parser: argparse.ArgumentParser) -> None:
-    from storage.dump import DEFAULT_MAX_MESSAGE_SIZE, UNLIMITED_BYTES
-
-    parser.add_argument("paths", nargs="*", metavar="FILE",
-                        help="segment files to dump: .log, .index, .timeindex")
-    parser.add_argument("--files", action="append", default=[], metavar="file1,file2,...",
-                        help="comma separated list of data and index log files to dump "
-                             "(Kafka's spelling; may be combined with FILE arguments)")
-    parser.add_argument("-d", "--print-data-log", action="store_true",
-                        help="print each record's key and payload (implies --deep-iteration)")
-    parser.add_argument("--deep-iteration", action="store_true",
-                        help="print a line per record, not only per batch")
-    parser.add_argument("--skip-record-metadata", action="store_true",
-                        help="leave out offset, timestamp, sizes and headers on record lines")
-    parser.add_argument("--verify-index-only", action="store_true",
-                        help="check index entries against the log without printing them")
-    parser.add_argument("--index-sanity-check", action="store_true",
-                        help="run the broker's startup sanity check on index files and "
-                             "print only its verdict")
-    parser.add_argument("--max-message-size", type=_positive_int,
-                        default=DEFAULT_MAX_MESSAGE_SIZE, metavar="SIZE",
-                        help="size of the largest batch, when checking an offset index "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-bytes", type=_positive_int, default=UNLIMITED_BYTES,
-                        metavar="SIZE",
-                        help="read at most this many bytes of each .log file "
-                             "(default: %(default)s)")
-
-
-def dump_log_files(args: argparse.Namespace) -> list[str]:
-    files = list(args.paths)
-    for listed in args.files:
-        files.extend(f for f in listed.split(",") if f)
-    return files
-
-
-def _run_dump_log(args: argparse.Namespace) -> int:
-    from storage.dump import DumpOptions, LogDumper
-
-    files = dump_log_files(args)
-    if not files:
-        print("rafka dump-log: error: no files given (FILE... or --files a,b,...)",
-              file=sys.stderr)
-        return EXIT_USAGE
-    dumper = LogDumper(DumpOptions(
-        print_data_log=args.print_data_log,
-        deep_iteration=args.deep_iteration,
-        verify_index_only=args.verify_index_only,
-        index_sanity_check=args.index_sanity_check,
-        skip_record_metadata=args.skip_record_metadata,
-        max_message_size=args.max_message_size,
-        max_bytes=args.max_bytes,
-    ))
-    for line in dumper.dump(files):
-        if line.stderr:
-            # Keep the two streams in order on a terminal.
-            sys.stdout.flush()
-            print(line.text, file=sys.stderr, flush=True)
-        else:
-            print(line.text)
-    return EXIT_FAILURE if dumper.failed else EXIT_OK
-
-
-DUMP_LOG = Subcommand(
-    name="dump-log",
-    help="print the batches, records and index entries of segment files",
-    description="Parse segment files and print their contents, like Kafka's "
-                "kafka-dump-log.sh: batches and records of .log files, entries of .index "
-                "and .timeindex files, with index entries checked against the log.",
-    configure=_configure_dump_log,
-    run=_run_dump_log,
-)
-
-
-# ---- demo ---------------------------------------------------------------------------------
-
-def _configure_demo(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", default="./data",
-                        help="where the brokers' log directories go (default ./data)")
-    parser.add_argument("--records", type=_positive_int, default=10_000,
-                        help="records to append to each partition (default 10000)")
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from rafka.demo import run_demo
-    run_demo(Path(args.data_dir), records_per_partition=args.records)
-    return EXIT_OK
-
-
-DEMO = Subcommand(
-    name="demo",
-    help="run the main job on embedded defaults (data under --data-dir)",
-    configure=_configure_demo,
-    run=_run_demo,
-)
-
-# ---- topics -------------------------------------------------------------------------------
-
-def _configure_topics(parser: argparse.ArgumentParser) -> None:
-    from rafka import topics_cli
-    topics_cli.configure(parser)
-
-
-def _run_topics(args: argparse.Namespace) -> int:
-    from rafka import topics_cli
-    return topics_cli.run(args)
-
-
-TOPICS = Subcommand(
-    "topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
-    _configure_topics, _run_topics)
-
-
-def _configure_consumer_groups(parser: argparse.ArgumentParser) -> None:
-    from rafka import consumer_groups_cli
-    consumer_groups_cli.configure(parser)
-
-
-def _run_consumer_groups(args: argparse.Namespace) -> int:
-    from rafka import consumer_groups_cli
-    return consumer_groups_cli.run(args)
-
-
-CONSUMER_GROUPS = Subcommand(
-    "consumer-groups", "list, describe, reset offsets of and delete consumer groups "
-    "(kafka-consumer-groups.sh)", _configure_consumer_groups, _run_consumer_groups)
-
-
-def _tool(name: str, help_: str, configure: str, run: str) -> Subcommand:
-    """A tool from rafka.tools, imported only when it runs (or its --help is asked for)."""
+def _lazy(name: str, help_: str, module: str, configure: str = "configure",
+          run: str = "run", description: str | None = None) -> Subcommand:
+    """A tool whose module is imported only when it runs (or its --help is asked for):
+    ``module.<configure>(parser)`` adds its arguments, ``module.<run>(args)`` runs it."""
     def _configure(parser: argparse.ArgumentParser) -> None:
-        from rafka import tools
-        getattr(tools, configure)(parser)
+        getattr(importlib.import_module(module), configure)(parser)
 
     def _run(args: argparse.Namespace) -> int:
-        from rafka import tools
-        return getattr(tools, run)(args)
-    return Subcommand(name, help_, _configure, _run)
+        return getattr(importlib.import_module(module), run)(args)
+    return Subcommand(name, help_, _configure, _run, description)
 
 
-SERVER = _tool("server", "run a rafka cluster in the foreground (server start)",
-               "configure_server", "run_server")
-CONSOLE_PRODUCER = _tool("console-producer", "send lines from stdin (kafka-console-producer.sh)",
-                         "configure_console_producer", "run_console_producer")
-CONSOLE_CONSUMER = _tool("console-consumer", "print records (kafka-console-consumer.sh)",
-                         "configure_console_consumer", "run_console_consumer")
-PRODUCER_PERF = _tool("producer-perf-test", "producer throughput and latency "
-                      "(kafka-producer-perf-test.sh)", "configure_producer_perf",
+SERVER = _lazy("server", "run a rafka cluster in the foreground (server start)",
+               "rafka.tools", "configure_server", "run_server")
+TOPICS = _lazy("topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
+               "rafka.topics_cli")
+CONSUMER_GROUPS = _lazy("consumer-groups", "list, describe, reset offsets of and delete "
+                        "consumer groups (kafka-consumer-groups.sh)", "rafka.consumer_groups_cli")
+CONSOLE_PRODUCER = _lazy("console-producer", "send lines from stdin (kafka-console-producer.sh)",
+                         "rafka.tools", "configure_console_producer", "run_console_producer")
+CONSOLE_CONSUMER = _lazy("console-consumer", "print records (kafka-console-consumer.sh)",
+                         "rafka.tools", "configure_console_consumer", "run_console_consumer")
+PRODUCER_PERF = _lazy("producer-perf-test", "producer throughput and latency "
+                      "(kafka-producer-perf-test.sh)", "rafka.tools", "configure_producer_perf",
                       "run_producer_perf")
-CONSUMER_PERF = _tool("consumer-perf-test", "consumer throughput "
-                      "(kafka-consumer-perf-test.sh)", "configure_consumer_perf",
+CONSUMER_PERF = _lazy("consumer-perf-test", "consumer throughput "
+                      "(kafka-consumer-perf-test.sh)", "rafka.tools", "configure_consumer_perf",
                       "run_consumer_perf")
+DUMP_LOG = _lazy("dump-log", "print the batches, records and index entries of segment files",
+                 "rafka.dump_log_cli",
+                 description="Parse segment files and print their contents, like Kafka's "
+                             "kafka-dump-log.sh: batches and records of .log files, entries "
+                             "of .index and .timeindex files, with index entries checked "
+                             "against the log.")
+DEMO = _lazy("demo", "run the main job on embedded defaults (data under --data-dir)",
+             "rafka.demo", "configure_cli", "run_cli")
 
 SUBCOMMANDS: list[Subcommand] = [SERVER, TOPICS, CONSUMER_GROUPS, CONSOLE_PRODUCER,
                                  CONSOLE_CONSUMER, PRODUCER_PERF, CONSUMER_PERF, DUMP_LOG,

@@ -14,6 +14,8 @@ import signal
 import time
 from pathlib import Path
 
+from rafka.cli_args import EXIT_OK, positive_int
+
 
 TOPIC = "demo-events"
 PARTITIONS = 3
@@ -113,3 +115,16 @@ def run_demo(data_dir: Path, records_per_partition: int = 2_000, batch_records: 
     if not ray_was_running:
         ray.shutdown()
     return recovered
+
+
+def configure_cli(parser) -> None:
+    """``rafka demo``'s options."""
+    parser.add_argument("--data-dir", default="./data",
+                        help="where the brokers' log directories go (default ./data)")
+    parser.add_argument("--records", type=positive_int, default=10_000,
+                        help="records to append to each partition (default 10000)")
+
+
+def run_cli(args) -> int:
+    run_demo(Path(args.data_dir), records_per_partition=args.records)
+    return EXIT_OK

@@ -10,12 +10,12 @@ import threading
 import time
 from pathlib import Path
 
-from rafka.topics_cli import add_cluster_options, parse_key_values
+from rafka.cli_args import add_cluster_options, parse_key_values
 from rafka.throttle import ThroughputThrottler
 
 
 def _connect(args):
-    from rafka.topics_cli import connect_cluster
+    from rafka.cli_args import connect_cluster
     return connect_cluster(args)
 
 

@@ -5,21 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-
-def add_cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", default="default",
-                        help="the rafka cluster's name (default: default)")
-    parser.add_argument("--address", default=None,
-                        help="Ray address (default: RAY_ADDRESS, else the running local one)")
-
-
-def connect_cluster(args: argparse.Namespace):
-    """The cluster named by --cluster / --address. A tool's stdout is its output (records,
-    tables), so the Ray workers' log lines are not forwarded to it."""
-    import rafka
-    from rafka.ray_support import ensure_ray
-    ensure_ray(args.address or "auto", log_to_driver=False)
-    return rafka.Cluster.connect(args.cluster, address=args.address)
+from rafka.cli_args import add_cluster_options, connect_cluster, parse_key_values
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,17 +20,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a topic config override (repeatable)")
     parser.add_argument("--replica-assignment", metavar="B:B,B:B",
                         help="explicit replicas: partitions separated by ',', brokers by ':'")
-
-
-def parse_key_values(pairs: list[str], option: str) -> dict[str, str]:
-    """Repeated KEY=VALUE options (``--config``, ``--producer-property``, ...) as a dict."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"{option} wants KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -439,8 +439,12 @@ class BrokerActor:
     async def checkpoint(self) -> None:
         """replica.high.watermark.checkpoint.interval.ms: HWs, recovery points and log start
         offsets of every replica to the directory's checkpoint files."""
-        answers = await asyncio.gather(*[h.checkpoint_states.remote()
-                                         for h in self._all_hosts()],
+        await self._save_checkpoints(lambda host: host.checkpoint_states.remote())
+
+    async def _save_checkpoints(self, call) -> None:
+        """Write the checkpoint files from what every host answers ``call(host)`` with:
+        (topic, partition, checkpoint triple) lists."""
+        answers = await asyncio.gather(*[call(h) for h in self._all_hosts()],
                                        return_exceptions=True)
         self._remember_all(answers)
         self._write_checkpoints()
@@ -506,10 +510,7 @@ class BrokerActor:
             self._heartbeat_task.cancel()
         async with self._lock:
             hosts = self._all_hosts()
-            answers = await asyncio.gather(*[h.stop_all.remote() for h in hosts],
-                                           return_exceptions=True)
-            self._remember_all(answers)
-            self._write_checkpoints()
+            await self._save_checkpoints(lambda host: host.stop_all.remote())
             (self.dir / CLEAN_SHUTDOWN_FILE).touch()
             if controlled and self._controller is not None:
                 try:

@@ -48,26 +48,29 @@ def assign_replicas_to_brokers(brokers: Sequence[int] | Mapping[int, str | None]
                          start_partition_id, rng)
 
 
-def _start(n: int, fixed_start_index: int, rng: random.Random) -> tuple[int, int]:
+def _walk(n: int, n_partitions: int, fixed_start_index: int, start_partition_id: int,
+          rng: random.Random):
+    """Kafka's walk over ``n`` brokers, shared by both placements: per partition, the index
+    of its first replica and the shift of the others (one more after every ``n``
+    partitions), from a random start unless ``fixed_start_index`` is given."""
     if fixed_start_index >= 0:
-        return fixed_start_index, fixed_start_index
-    return rng.randrange(n), rng.randrange(n)
+        start_index = shift = fixed_start_index
+    else:
+        start_index, shift = rng.randrange(n), rng.randrange(n)
+    for partition in range(max(0, start_partition_id),
+                           max(0, start_partition_id) + n_partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        yield partition, (partition + start_index) % n, shift
 
 
 def _rack_unaware(ids: list[int], n_partitions: int, rf: int, fixed_start_index: int,
                   start_partition_id: int, rng: random.Random) -> dict[int, list[int]]:
     n = len(ids)
-    start_index, shift = _start(n, fixed_start_index, rng)
-    partition = max(0, start_partition_id)
-    out: dict[int, list[int]] = {}
-    for _ in range(n_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start_index) % n
-        out[partition] = [ids[first]] + [ids[_replica_index(first, shift, j, n)]
-                                          for j in range(rf - 1)]
-        partition += 1
-    return out
+    return {partition: [ids[first]] + [ids[_replica_index(first, shift, j, n)]
+                                       for j in range(rf - 1)]
+            for partition, first, shift in _walk(n, n_partitions, fixed_start_index,
+                                                 start_partition_id, rng)}
 
 
 def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
@@ -91,13 +94,9 @@ def _rack_aware(racks: Mapping[int, str], n_partitions: int, rf: int, fixed_star
     arranged = rack_alternated_brokers(racks)
     n = len(arranged)
     n_racks = len(set(racks.values()))
-    start_index, shift = _start(n, fixed_start_index, rng)
-    partition = max(0, start_partition_id)
     out: dict[int, list[int]] = {}
-    for _ in range(n_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start_index) % n
+    for partition, first, shift in _walk(n, n_partitions, fixed_start_index,
+                                         start_partition_id, rng):
         leader = arranged[first]
         replicas = [leader]
         racks_used = {racks[leader]}
@@ -115,5 +114,4 @@ def _rack_aware(racks: Mapping[int, str], n_partitions: int, rf: int, fixed_star
                     brokers_used.add(broker)
                     break
         out[partition] = replicas
-        partition += 1
     return out

@@ -29,11 +29,11 @@ from actors.process import freeze_startup_objects, keep_freed_memory
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
-from actors.replica.hosted import HostedReplica
+from actors.replica.hosted import HostedReplica, answer_future
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer, monotonic_ms
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
-from protocols.messages import (DeleteRecordsResult, FetchManyResponse, FetchResult, ProduceResult,
+from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceResult,
                                 decode_fetch_many_request, decode_produce_many_request,
                                 encode_fetch_many_response, encode_produce_many_response)
 from protocols.topics import TopicPartition
@@ -227,11 +227,7 @@ class ReplicaHostActor:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
         req = decode_fetch_many_request(request)
         self.requests["Fetch"] += 1
-        future = asyncio.get_running_loop().create_future()
-
-        def done(response: FetchManyResponse) -> None:
-            if not future.done():
-                future.set_result(response)
+        future, done = answer_future()
         moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
                            self.fetch_sessions)
         # The followers' positions may have moved an ISR: tell the controller.

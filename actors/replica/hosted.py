@@ -16,6 +16,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import ray
 
@@ -40,6 +41,17 @@ ALTER_PARTITION_TIMEOUT_MS = 30_000
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def answer_future() -> tuple[asyncio.Future, Callable[[Any], None]]:
+    """A future on the running loop, and the ``on_done`` callback a core's delayed operation
+    answers through: it completes the future once (a later call finds it done)."""
+    future = asyncio.get_running_loop().create_future()
+
+    def done(result) -> None:
+        if not future.done():
+            future.set_result(result)
+    return future, done
 
 
 class HostedReplica:
@@ -160,11 +172,7 @@ class HostedReplica:
                        ) -> "ProduceResult | asyncio.Future[ProduceResult]":
         """Append now; the result, or a future of it when acks=all must wait for the ISR.
         The append happens before this returns: requests keep their order."""
-        future = asyncio.get_running_loop().create_future()
-
-        def done(result: ProduceResult) -> None:
-            if not future.done():
-                future.set_result(result)
+        future, done = answer_future()
         try:
             result = self.replica.produce(records, acks=acks, timeout_ms=timeout_ms,
                                           on_done=done)
@@ -175,11 +183,7 @@ class HostedReplica:
     async def fetch(self, request: bytes) -> bytes:
         """A follower's or a consumer's fetch; long-polls in the purgatory."""
         req: FetchRequest = decode(request)
-        future = asyncio.get_running_loop().create_future()
-
-        def done(result: FetchResult) -> None:
-            if not future.done():
-                future.set_result(result)
+        future, done = answer_future()
         try:
             result = self.replica.fetch(req, on_done=done)
         except KafkaError as e:
@@ -206,11 +210,7 @@ class HostedReplica:
             return encode(e)
 
     async def delete_records(self, offset: int, timeout_ms: int = 30_000) -> bytes:
-        future = asyncio.get_running_loop().create_future()
-
-        def done(result: DeleteRecordsResult) -> None:
-            if not future.done():
-                future.set_result(result)
+        future, done = answer_future()
         try:
             result = self.replica.delete_records(offset, timeout_ms, on_done=done)
         except KafkaError as e:

@@ -188,21 +188,12 @@ def _disown(entry: TimerTaskEntry) -> None:
         task._timer_task_entry = None
 
 
-class AsyncioTimer:
-    """A ``SystemTimer`` on the monotonic clock, driven by an asyncio event loop.
+class _TimerDriver:
+    """What both drivers of a ``SystemTimer`` on the monotonic clock offer: the timer's
+    ``Timer`` protocol (for purgatories) and ``schedule`` (for callbacks). A driver wakes when
+    the earliest task is due; ``advance_clock`` never blocks (the driver does the waiting)."""
 
-    Build it inside the loop (or pass ``loop``). Tasks run on the loop. ``add`` may be called
-    from any thread; from another thread the re-arm is handed to the loop thread-safely.
-    """
-
-    def __init__(self, *, tick_ms: int = 1, wheel_size: int = 20,
-                 loop: Optional[asyncio.AbstractEventLoop] = None, name: str = "asyncio-timer"):
-        self._loop = loop if loop is not None else asyncio.get_running_loop()
-        self._handle: Optional[asyncio.TimerHandle] = None
-        self._armed_for_ms: Optional[int] = None
-        self._closed = False
-        self.timer = SystemTimer(monotonic_ms, tick_ms=tick_ms, wheel_size=wheel_size,
-                                 wakeup=self._on_new_head, name=name)
+    timer: SystemTimer
 
     @property
     def size(self) -> int:
@@ -218,6 +209,23 @@ class AsyncioTimer:
         task = TimerTask(delay_ms, callback)
         self.timer.add(task)
         return task
+
+
+class AsyncioTimer(_TimerDriver):
+    """A ``SystemTimer`` on the monotonic clock, driven by an asyncio event loop.
+
+    Build it inside the loop (or pass ``loop``). Tasks run on the loop. ``add`` may be called
+    from any thread; from another thread the re-arm is handed to the loop thread-safely.
+    """
+
+    def __init__(self, *, tick_ms: int = 1, wheel_size: int = 20,
+                 loop: Optional[asyncio.AbstractEventLoop] = None, name: str = "asyncio-timer"):
+        self._loop = loop if loop is not None else asyncio.get_running_loop()
+        self._handle: Optional[asyncio.TimerHandle] = None
+        self._armed_for_ms: Optional[int] = None
+        self._closed = False
+        self.timer = SystemTimer(monotonic_ms, tick_ms=tick_ms, wheel_size=wheel_size,
+                                 wakeup=self._on_new_head, name=name)
 
     def _on_new_head(self, expiration_ms: int) -> None:
         if self._closed:
@@ -262,7 +270,7 @@ class AsyncioTimer:
         self.timer.shutdown()
 
 
-class ThreadedTimer:
+class ThreadedTimer(_TimerDriver):
     """A ``SystemTimer`` on the monotonic clock, driven by a daemon thread (for clients)."""
 
     def __init__(self, *, tick_ms: int = 1, wheel_size: int = 20, name: str = "rafka-timer"):
@@ -272,21 +280,6 @@ class ThreadedTimer:
                                  wakeup=lambda _ms: self._wake.set(), name=name)
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
-
-    @property
-    def size(self) -> int:
-        return self.timer.size
-
-    def add(self, task: TimerTask) -> None:
-        self.timer.add(task)
-
-    def advance_clock(self, timeout_ms: int = 0) -> bool:
-        return self.timer.advance_clock(0)
-
-    def schedule(self, delay_ms: int, callback: Callable[[], object]) -> TimerTask:
-        task = TimerTask(delay_ms, callback)
-        self.timer.add(task)
-        return task
 
     def _work(self) -> None:
         while not self._stopped:
