@@ -4,6 +4,7 @@ stays raw RecordBatch bytes."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 
@@ -228,3 +229,33 @@ class UpdateMetadata:
     controller_epoch: int
     broker_id: int
     image: dict = field(compare=False)
+
+
+# ---- consumer groups (client to coordinator) ---------------------------------------------------
+@message
+@dataclass(frozen=True)
+class JoinResponse:
+    error: KafkaError | None
+    generation_id: int = -1
+    protocol_name: str | None = None
+    leader_id: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, str | None, Any], ...] = ()   # the leader's: (id, instance, meta)
+
+
+@message
+@dataclass(frozen=True)
+class SyncResponse:
+    error: KafkaError | None
+    assignment: Any = None
+    protocol_name: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed offset (Kafka's OffsetAndMetadata): what the coordinator stores and
+    OffsetFetch answers, and what ``Consumer.commit`` takes."""
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1

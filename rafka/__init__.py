@@ -4,7 +4,7 @@
     cluster = rafka.Cluster.start(num_brokers=3, data_dir="rafka-data")
     cluster.admin().create_topics([rafka.NewTopic("events", 6, 3)])
 """
-from actors.coordinator.offsets import OffsetAndMetadata
+from protocols.messages import OffsetAndMetadata
 from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
                          ConsumerGroupListing, ListOffsetsResult, MemberDescription, NewTopic,
                          PartitionInfo, TopicDescription)

@@ -264,7 +264,7 @@ class Admin:
                                     ) -> dict[TopicPartition, Any]:
         """The group's committed ``OffsetAndMetadata`` per partition (all committed
         partitions when ``partitions`` is None)."""
-        from actors.coordinator.offsets import OffsetAndMetadata
+        from protocols.messages import OffsetAndMetadata
         wanted = None if partitions is None else [list(tp) for tp in partitions]
         rows, _ = self._group_call(group_id, "fetch_offsets", wanted)
         return {TopicPartition(t, p): OffsetAndMetadata(o, e, m)

@@ -33,7 +33,7 @@ from itertools import repeat
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from protocols.config import ConfigDef, at_least, one_of
-from actors.coordinator.offsets import OffsetAndMetadata
+from protocols.messages import OffsetAndMetadata
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError, NetworkError, OffsetOutOfRangeError)
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,

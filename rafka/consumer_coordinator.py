@@ -16,8 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from actors.coordinator.group import JoinResponse, SyncResponse
-from actors.coordinator.offsets import OffsetAndMetadata
+from protocols.messages import JoinResponse, OffsetAndMetadata, SyncResponse
 from protocols.assignors import Subscription, assignor_for
 from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdError,
                               IllegalGenerationError, KafkaError, KafkaTimeoutError,

@@ -23,7 +23,7 @@ from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdErro
                               InconsistentGroupProtocolError, InvalidSessionTimeoutError,
                               KafkaError, MemberIdRequiredError, RebalanceInProgressError,
                               UnknownMemberIdError)
-from protocols.wire import message
+from protocols.messages import JoinResponse, SyncResponse
 
 
 class GroupState(Enum):
@@ -59,25 +59,6 @@ class MemberMetadata:
 
     def metadata_for(self, protocol: str) -> Any:
         return next(m for name, m in self.protocols if name == protocol)
-
-
-@message
-@dataclass(frozen=True)
-class JoinResponse:
-    error: KafkaError | None
-    generation_id: int = -1
-    protocol_name: str | None = None
-    leader_id: str = ""
-    member_id: str = ""
-    members: tuple[tuple[str, str | None, Any], ...] = ()   # the leader's: (id, instance, meta)
-
-
-@message
-@dataclass(frozen=True)
-class SyncResponse:
-    error: KafkaError | None
-    assignment: Any = None
-    protocol_name: str | None = None
 
 
 Answers = dict[str, Any]

@@ -15,18 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from protocols.messages import OffsetAndMetadata
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 
 OFFSET_COMMIT_KEY, GROUP_METADATA_KEY = 1, 2
-
-
-@dataclass(frozen=True)
-class OffsetAndMetadata:
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp: int = -1
 
 
 @dataclass

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from actors.coordinator.group import Group, GroupConfig
-from actors.coordinator.offsets import (OffsetAndMetadata, group_metadata_key,
-                                        group_metadata_value, offset_commit_key,
-                                        offset_commit_value, replay)
+from actors.coordinator.offsets import (group_metadata_key, group_metadata_value,
+                                        offset_commit_key, offset_commit_value, replay)
+from protocols.messages import OffsetAndMetadata
 from protocols.records import MemoryRecordsBuilder, iter_batches
 from protocols.topics import TopicPartition
 

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
-
-from actors.coordinator.group import (Group, GroupConfig, GroupState, JoinResponse,
-                                      SyncResponse, java_string_hashcode,
+from actors.coordinator.group import (Group, GroupConfig, GroupState, java_string_hashcode,
                                       offsets_partition_for)
 from protocols.errors import (FencedInstanceIdError, IllegalGenerationError,
                               InconsistentGroupProtocolError, InvalidSessionTimeoutError,
                               MemberIdRequiredError, RebalanceInProgressError,
                               UnknownMemberIdError)
+from protocols.messages import JoinResponse, SyncResponse
 
 RANGE = [("range", b"meta-r")]
 
