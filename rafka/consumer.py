@@ -223,10 +223,7 @@ class Consumer:
             return
         self._maybe_auto_commit_sync()
         self._revoked(set(self._parts))
-        self._group.owned = set()
-        self._group.leave_group("the consumer unsubscribed")
-        self._group.topics, self._group.pattern = set(), None
-        self._group._lost = False
+        self._group.unsubscribe()
         self._subscribed = False
 
     def _revoked(self, partitions: set[TopicPartition]) -> None:

@@ -1,12 +1,14 @@
 """The consumer's side of the group protocol (Kafka's ConsumerCoordinator): finding the
 group's coordinator, JoinGroup / SyncGroup, the heartbeat thread, offset commits.
 
-Rebalancing is a small state machine driven by ``Consumer.poll`` without blocking: a
-JoinGroup or SyncGroup request is an object ref in flight, and poll waits on it together
-with its fetches, so one thread can drive several consumers (as Kafka's poll does, a
-rebalance that does not finish within one poll goes on in the next). The heartbeat thread
-only keeps the session alive and raises flags (rejoin, partitions lost); the assignment
-changes and the listener calls happen in ``poll``, on the application's thread.
+Rebalancing is driven by ``Consumer.poll`` without blocking: a JoinGroup or SyncGroup
+request is an object ref in flight, and poll waits on it together with its fetches, so one
+thread can drive several consumers (as Kafka's poll does, a rebalance that does not finish
+within one poll goes on in the next). The member's state is a pure ``Membership``
+(``rafka.membership``: Kafka's MemberState, generation, rejoin and lost flags), touched only
+under this coordinator's lock: poll's thread moves it through the rebalance, the heartbeat
+thread only marks a rejoin or lost partitions; the assignment changes and the listener calls
+happen in ``poll``, on the application's thread.
 """
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ from typing import Any, Callable, Iterable
 
 from protocols.messages import JoinResponse, OffsetAndMetadata, SyncResponse
 from protocols.assignors import Subscription, assignor_for
-from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdError,
-                              IllegalGenerationError, KafkaError, KafkaTimeoutError,
-                              MemberIdRequiredError, RebalanceInProgressError,
-                              UnknownMemberIdError)
+from protocols.errors import (CoordinatorNotAvailableError, IllegalGenerationError,
+                              KafkaError, KafkaTimeoutError, MemberIdRequiredError,
+                              RebalanceInProgressError, UnknownMemberIdError)
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
 from rafka.coordinator_client import COORDINATOR_MOVED, RETRY_SAME, CoordinatorClient
+from rafka.membership import Membership, Next
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +78,7 @@ class ConsumerCoordinator:
         self.client = CoordinatorClient(cluster, metadata, self.group_id,
                                         config["request.timeout.ms"],
                                         config["retry.backoff.ms"])
-        self.member_id = ""
-        self.generation = -1
-        self.stable = False            # a generation is running and we hold its assignment
-        self._rejoin = True
-        self._prepared = False         # this rebalance's revocation is done
-        self._lost = False
+        self.membership = Membership()   # under self._lock
         self._join_ref = None
         self._sync_ref = None
         self._retry_at = 0.0
@@ -103,7 +100,7 @@ class ConsumerCoordinator:
         with self._lock:
             self.pattern = pattern
             self.topics = set(topics) if pattern is None else self._matching_topics()
-            self._rejoin = True
+            self.membership.request_rejoin()
         if self._heartbeat is None:
             self._heartbeat = threading.Thread(target=self._heartbeat_loop, daemon=True,
                                                name=f"rafka-heartbeat-{self.group_id}")
@@ -131,14 +128,15 @@ class ConsumerCoordinator:
 
     # ---- rebalancing (driven by poll) ------------------------------------------------------
     def needs_rejoin(self) -> bool:
-        return self._rejoin or not self.stable
+        with self._lock:
+            return self.membership.needs_rejoin()
 
     def poll(self) -> list:
         """Advance the protocol without blocking; the refs returned are what poll may wait
         on. Raises the group's fatal errors (e.g. INCONSISTENT_GROUP_PROTOCOL)."""
         self.last_poll = time.monotonic()
         self.complete_async_commits()
-        if self.stable and not self._rejoin:
+        if not self.needs_rejoin():
             self._maybe_check_metadata()
         if not self.needs_rejoin() or not (self.topics or self.pattern):
             return []
@@ -161,11 +159,10 @@ class ConsumerCoordinator:
     def _prepare(self) -> None:
         """Once per rebalance, before JoinGroup: lost partitions are dropped; eager
         protocols commit and give up everything, cooperative ones nothing."""
-        if self._prepared:
-            return
-        self._prepared = True
         with self._lock:
-            lost, self._lost = self._lost, False
+            lost = self.membership.begin_rebalance()
+        if lost is None:
+            return
         if lost and self.owned:
             owned, self.owned = set(self.owned), set()
             self._on_lost(owned)
@@ -181,9 +178,10 @@ class ConsumerCoordinator:
                                "owned": _encode_partitions(self.owned or self._last_assigned)})
         protocols = [(name, subscription) for name in self.assignors]
         with self._lock:
-            self.stable = False
+            self.membership.join_sent()
+            member_id = self.membership.member_id
         self._join_ref = coordinator.join_group.remote(
-            self.group_id, self.member_id, PROTOCOL_TYPE, protocols, self.client_id,
+            self.group_id, member_id, PROTOCOL_TYPE, protocols, self.client_id,
             self.instance_id, self.config["session.timeout.ms"],
             self.config["max.poll.interval.ms"])
 
@@ -198,21 +196,15 @@ class ConsumerCoordinator:
             return kind(CoordinatorNotAvailableError(repr(e)))
 
     def _failed(self, error: KafkaError, during: str) -> None:
-        """A JoinGroup or SyncGroup error: what to reset, then rejoin (or raise)."""
+        """A JoinGroup or SyncGroup error: the membership resets what it must (or raises
+        what a rejoin cannot cure); then rejoin, at once or after a backoff."""
         log.info("group %s: %s failed: %r", self.group_id, during, error)
-        if isinstance(error, COORDINATOR_MOVED):
+        with self._lock:
+            step = self.membership.rebalance_failed(error)
+        if step is Next.FIND_COORDINATOR:
             self.client.unknown(error)
+        if step is not Next.REJOIN:
             self._retry_at = time.monotonic() + self._retry_s()
-        elif isinstance(error, RETRY_SAME):
-            self._retry_at = time.monotonic() + self._retry_s()
-        elif isinstance(error, UnknownMemberIdError):
-            self.member_id, self.generation = "", -1
-        elif isinstance(error, IllegalGenerationError):
-            self.generation = -1
-        elif isinstance(error, RebalanceInProgressError):
-            pass
-        else:
-            raise error
 
     def _maybe_join_done(self) -> None:
         resp: JoinResponse | None = self._answer(self._join_ref, JoinResponse)
@@ -220,20 +212,22 @@ class ConsumerCoordinator:
             return
         self._join_ref = None
         if isinstance(resp.error, MemberIdRequiredError):
-            self.member_id = resp.member_id
+            with self._lock:
+                self.membership.member_id_required(resp.member_id)
             self._send_join()
             return
         if resp.error is not None:
             self._failed(resp.error, "JoinGroup")
             return
-        self.member_id, self.generation = resp.member_id, resp.generation_id
+        with self._lock:
+            self.membership.joined(resp.member_id, resp.generation_id)
         assignments = None
         if resp.leader_id == resp.member_id:
-            assignments = self._assign(resp.protocol_name, resp.members)
+            assignments = self._assign(resp.protocol_name, resp.members, resp.generation_id)
         self._sync_ref = self._coordinator().sync_group.remote(
-            self.group_id, self.member_id, self.generation, assignments, self.instance_id)
+            self.group_id, resp.member_id, resp.generation_id, assignments, self.instance_id)
 
-    def _assign(self, protocol: str, members) -> dict:
+    def _assign(self, protocol: str, members, generation: int) -> dict:
         """The leader's job: run the chosen assignor over every member's subscription."""
         subscriptions = {}
         for member_id, instance_id, metadata in members:
@@ -244,7 +238,7 @@ class ConsumerCoordinator:
         counts = {t: len(image["topics"][t]) for t in topics if t in image["topics"]}
         self._snapshot = counts
         result = self.assignors[protocol].assign(counts, subscriptions)
-        log.info("group %s generation %d: %s assigned %s", self.group_id, self.generation,
+        log.info("group %s generation %d: %s assigned %s", self.group_id, generation,
                  protocol, {m: len(p) for m, p in result.items()})
         return {m: encode(_encode_partitions(p)) for m, p in result.items()}
 
@@ -258,7 +252,7 @@ class ConsumerCoordinator:
             return
         assigned = {TopicPartition(t, p) for t, p in decode(resp.assignment or encode([]))}
         with self._lock:
-            self.stable, self._rejoin, self._prepared = True, False, False
+            self.membership.synced()
         self._next_metadata_check = time.monotonic() + self.config["metadata.max.age.ms"] / 1000
         self._complete(assigned)
 
@@ -272,7 +266,7 @@ class ConsumerCoordinator:
                 self.owned -= revoked
                 self._on_revoke(revoked)
                 with self._lock:
-                    self._rejoin = True
+                    self.membership.request_rejoin()
             self.owned |= added
             self._on_assign(added)
         else:
@@ -293,7 +287,8 @@ class ConsumerCoordinator:
                 log.info("group %s: subscribed topics changed to %s", self.group_id,
                          sorted(topics))
                 self.topics = topics
-                self._rejoin = True
+                with self._lock:
+                    self.membership.request_rejoin()
                 return
         if self._snapshot:
             counts = {t: len(image["topics"][t]) for t in self._snapshot
@@ -301,7 +296,8 @@ class ConsumerCoordinator:
             if counts != self._snapshot:
                 log.info("group %s: partitions changed %s -> %s", self.group_id,
                          self._snapshot, counts)
-                self._rejoin = True
+                with self._lock:
+                    self.membership.request_rejoin()
 
     # ---- heartbeats ------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -309,9 +305,10 @@ class ConsumerCoordinator:
         max_poll = self.config["max.poll.interval.ms"] / 1000
         while not self._closed.wait(interval):
             with self._lock:
-                if not self.stable:
-                    continue
-                member, generation = self.member_id, self.generation
+                target = self.membership.heartbeat_target()
+            if target is None:
+                continue
+            member, generation = target
             if time.monotonic() - self.last_poll > max_poll:
                 log.warning("group %s: consumer poll timeout has expired (max.poll.interval.ms "
                             "%d): leaving the group", self.group_id,
@@ -324,52 +321,57 @@ class ConsumerCoordinator:
             except Exception as e:   # no coordinator found within the interval: next time
                 log.debug("group %s: heartbeat: %r", self.group_id, e)
                 continue
+            if error is None:
+                continue
             with self._lock:
-                if error is None or generation != self.generation:
-                    continue
-                if isinstance(error, RebalanceInProgressError):
-                    self._rejoin = True
-                elif isinstance(error, (UnknownMemberIdError, IllegalGenerationError,
-                                        FencedInstanceIdError)):
-                    log.info("group %s: heartbeat: %r; partitions lost", self.group_id, error)
-                    if isinstance(error, UnknownMemberIdError):
-                        self.member_id = ""
-                    self.generation = -1
-                    self.stable, self._rejoin, self._lost = False, True, True
-                elif not isinstance(error, COORDINATOR_MOVED + RETRY_SAME):
-                    log.warning("group %s: heartbeat failed: %r", self.group_id, error)
+                lost = self.membership.heartbeat_failed(error, generation)
+            if lost:
+                log.info("group %s: heartbeat: %r; partitions lost", self.group_id, error)
+            elif not isinstance(error, COORDINATOR_MOVED + RETRY_SAME
+                                + (RebalanceInProgressError,)):
+                log.warning("group %s: heartbeat failed: %r", self.group_id, error)
 
     def leave_group(self, reason: str) -> None:
-        log.info("group %s: member %s leaving: %s", self.group_id, self.member_id, reason)
         with self._lock:
-            member, self.stable, self._rejoin = self.member_id, False, True
-            self.generation = -1
-            self._lost = bool(self.owned)
+            member = self.membership.leave(owns_partitions=bool(self.owned))
+        log.info("group %s: member %s leaving: %s", self.group_id, member, reason)
         if member and self.instance_id is None:   # static members stay (KIP-345)
             try:
                 self._call("leave_group", self.group_id, member, None,
                            deadline=time.monotonic() + self._request_s())
             except Exception as e:   # best effort: the session timeout expels us anyway
                 log.info("group %s: LeaveGroup failed: %r", self.group_id, e)
-            self.member_id = ""
+        with self._lock:
+            self.membership.left(static=self.instance_id is not None)
+
+    def unsubscribe(self) -> None:
+        """The application gave up its partitions (revoked them itself) and the topics:
+        leave the group; nothing counts as lost."""
+        self.owned = set()
+        self.leave_group("the consumer unsubscribed")
+        with self._lock:
+            self.topics, self.pattern = set(), None
+            self.membership.unsubscribed()
 
     # ---- offsets ---------------------------------------------------------------------------
     def _commit_args(self, offsets: dict) -> tuple:
         in_group = bool(self.topics or self.pattern)
-        member, generation = (self.member_id, self.generation) if in_group else ("", -1)
+        with self._lock:
+            member, generation = (self.membership.member_id, self.membership.generation) \
+                if in_group else ("", -1)
         rows = [(tp.topic, tp.partition, om.offset, om.leader_epoch, om.metadata)
                 for tp, om in offsets.items()]
         return self.group_id, member, generation, rows, self.instance_id
 
     def _commit_error(self, error: KafkaError) -> KafkaError:
+        with self._lock:
+            self.membership.commit_failed(error)
         if isinstance(error, RebalanceInProgressError):
-            self._rejoin = True
             return RebalanceInProgressError(
                 "Offset commit cannot be completed since the consumer is undergoing a "
                 "rebalance for auto partition assignment. You can try completing the "
                 "rebalance by calling poll() and then retry the operation.")
         if isinstance(error, (UnknownMemberIdError, IllegalGenerationError)):
-            self._rejoin = True
             return CommitFailedError(
                 "Commit cannot be completed since the group has already rebalanced and "
                 f"assigned the partitions to another member ({error.name}). The time between "
@@ -439,7 +441,9 @@ class ConsumerCoordinator:
     def close(self, timeout_s: float) -> None:
         self.complete_async_commits(wait_s=timeout_s)
         self._closed.set()
-        if self.stable or self.member_id:
+        with self._lock:
+            in_group = self.membership.in_group()
+        if in_group:
             self.leave_group("the consumer is being closed")
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
