@@ -11,7 +11,8 @@ from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
 from rafka.cluster import Cluster
 from rafka.consumer import ConsumerRecord, Consumer, OffsetAndTimestamp
 from rafka.consumer_coordinator import CommitFailedError, ConsumerRebalanceListener
-from rafka.producer import Producer, RecordMetadata
+from rafka.futures import RecordMetadata
+from rafka.producer import Producer
 
 __all__ = ["Admin", "Cluster", "ClusterDescription", "CommitFailedError", "Consumer",
            "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerRebalanceListener",

@@ -5,10 +5,22 @@ for a Condition of its own. The interface is ``concurrent.futures.Future``'s: ``
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from protocols.errors import KafkaTimeoutError
 
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where a sent record landed (Kafka's RecordMetadata): what its future resolves to."""
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
 
 class ProduceRequestResult:
     __slots__ = ("event", "lock", "base_offset", "log_append_time", "error", "callbacks",
@@ -101,7 +113,6 @@ class FutureRecordMetadata(tuple):
         return self._result.leaf(self[1])[0].error
 
     def result(self, timeout: float | None = None):
-        from rafka.producer import RecordMetadata
         self._wait(timeout)
         r, index, topic, partition, create_time, key_size, value_size = self
         r, index = r.leaf(index)

@@ -14,6 +14,11 @@ errors (refreshing metadata when the leader moved) with ``retry.backoff.ms`` unt
 ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
 default) the cluster hands out a producer id; each partition's batches carry consecutive
 sequence numbers, so a retry is never written twice and order holds with 5 in flight.
+
+The sender's decisions (what to drain, sequence numbers, in-flight limits, retry or fail,
+when a producer id is needed) are ``rafka.sender.SenderState``'s; the sender thread here
+sends, waits and reports. InitProducerId is asked for by the sender thread without
+blocking it or the constructor: until the id comes, only new idempotent batches wait.
 """
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from actors.names import CONTROLLER
 from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
-                              OutOfOrderSequenceNumberError, RecordTooLargeError)
+                              RecordTooLargeError)
 from protocols.messages import (ProduceManyRequest, ProduceResult,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.partitioner import StickyPartitionCache, partition_for_key
@@ -34,7 +40,7 @@ from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator
                                estimate_size)
 from rafka.client_metadata import ClientMetadata
 from rafka.futures import FutureRecordMetadata, failed_future
-from rafka.retry import is_retriable, retry_until
+from rafka.sender import Outcome, SenderState
 from rafka.serde import serializer
 
 log = logging.getLogger(__name__)
@@ -66,16 +72,6 @@ PRODUCER_CONFIG = (
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 
 
-@dataclass(frozen=True)
-class RecordMetadata:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    serialized_key_size: int = -1
-    serialized_value_size: int = -1
-
-
 class Producer:
     def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
         c = self.config = PRODUCER_CONFIG.parse(config, **kwargs)
@@ -101,6 +97,7 @@ class Producer:
         self._value_ser_default = c["value.serializer"] is None
         self._max_request_size = c["max.request.size"]
         self._max_block_ms = c["max.block.ms"]
+        self._retry_backoff_s = c["retry.backoff.ms"] / 1000
         self._ignore_keys = c["partitioner.ignore.keys"]
         self._tps: dict[tuple[str, int], TopicPartition] = {}
         # A batch never outgrows one request; one the broker still finds too large
@@ -113,36 +110,46 @@ class Producer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._closed = False
-        self._producer_id, self._producer_epoch = -1, -1
-        self._next_sequence: dict[TopicPartition, int] = {}
+        # The sender's decisions; only the sender thread touches it.
+        self.sender = SenderState(c["max.in.flight.requests.per.connection"],
+                                  c["max.request.size"], self.idempotent, c["retries"],
+                                  c["delivery.timeout.ms"])
         self._in_flight: list[_InFlight] = []
-        self._in_flight_per_host: dict[str, int] = {}
         self._sending = 0   # drained from the accumulator, not yet in flight
-        self._drain_start = 0
-        if self.idempotent:
-            self._init_producer_id()
+        # InitProducerId, asked by the sender thread without blocking it: the request in
+        # flight, and when to ask again after a failed one.
+        self._producer_id_ref = None
+        self._producer_id_retry_at = 0.0
         self._sender = threading.Thread(target=self._run, name="rafka-producer-sender",
                                         daemon=True)
         self._sender.start()
 
-    def _init_producer_id(self) -> None:
-        """InitProducerId from the controller, waiting up to max.block.ms: a controller
-        that dies under the request (its broker stopping) is looked up again, as Kafka's
-        producer retries on NOT_CONTROLLER / COORDINATOR_NOT_AVAILABLE."""
+    def _maybe_init_producer_id(self) -> None:
+        """Ask the controller for a producer id when the sender needs one (Kafka's
+        InitProducerId), without waiting for it: only new idempotent batches wait for the
+        answer. A controller that is not there or dies under the request is asked again
+        after retry.backoff.ms."""
         import ray
-
-        def attempt(left_s: float) -> tuple[int, int]:
-            controller = self.cluster.controller(left_s)
-            return ray.get(controller.init_producer_id.remote(), timeout=left_s)
+        if not self.sender.needs_producer_id or self._producer_id_ref is not None \
+                or time.monotonic() < self._producer_id_retry_at:
+            return
         try:
-            self._producer_id, self._producer_epoch = retry_until(
-                time.monotonic() + self._max_block_ms / 1000, attempt,
-                backoff_s=min(0.1, self.config["retry.backoff.ms"] / 1000))
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-            raise KafkaTimeoutError(
-                f"Timeout expired after {self._max_block_ms} ms while awaiting "
-                f"InitProducerId ({type(e).__name__})") from None
-        self._next_sequence.clear()
+            controller = ray.get_actor(CONTROLLER, namespace=self.cluster.namespace)
+            self._producer_id_ref = controller.init_producer_id.remote()
+        except Exception as e:   # no controller at the moment (an election)
+            log.debug("InitProducerId: %r", e)
+            self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
+
+    def _producer_id_answered(self) -> None:
+        import ray
+        ref, self._producer_id_ref = self._producer_id_ref, None
+        try:
+            self.sender.set_producer_id(*ray.get(ref))
+        except Exception as e:   # the controller died under the request
+            log.info("InitProducerId failed: %r; asking again", e)
+            self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
+        with self._cond:
+            self._cond.notify_all()
 
     # ---- the application's side ------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
@@ -260,6 +267,7 @@ class Producer:
     def _run(self) -> None:
         import ray
         while True:
+            self._maybe_init_producer_id()
             with self._cond:
                 if self._closed and not self._in_flight:
                     return
@@ -272,81 +280,70 @@ class Producer:
                 ready, next_ms = self.accumulator.ready(now)
                 to_send = self._drain(ready) if not self._closed else []
                 self._sending += len(to_send)
-            for host, host_id, batches in to_send:
-                self._send_request(host, host_id, batches)
+            for request in to_send:
+                self._send_request(request)
                 with self._lock:
                     self._sending -= 1
             refs = [entry.ref for entry in self._in_flight]
-            if refs:
+            pid_ref = self._producer_id_ref
+            if refs or pid_ref is not None:
                 wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-                if done:
+                waited = refs + ([pid_ref] if pid_ref is not None else [])
+                done, _ = ray.wait(waited, num_returns=len(waited), timeout=wait_s)
+                if pid_ref is not None and pid_ref in done:
+                    self._producer_id_answered()
+                if refs and done:
                     self._complete(set(done))
                 self._expire_requests()
             else:
                 with self._cond:
-                    if not self._closed and not self.accumulator.ready(_now_ms())[0]:
+                    if not self._closed and (self.sender.needs_producer_id
+                                             or not self.accumulator.ready(_now_ms())[0]):
+                        # Waiting for a linger deadline, a send, or (without a producer
+                        # id) the next InitProducerId attempt.
                         wait_s = 0.1 if next_ms is None else max(0.0, (next_ms - now) / 1000)
+                        if self.sender.needs_producer_id:
+                            wait_s = min(wait_s, max(0.001, self._producer_id_retry_at
+                                                     - time.monotonic()))
                         self._cond.wait(wait_s)
 
-    def _drain(self, ready: list[TopicPartition]) -> list[tuple[Any, str, list[ProducerBatch]]]:
-        """Kafka's RecordAccumulator.drain: for each leader host, one request with the first
-        batch of each of its ready partitions, up to max.request.size (the first batch always
-        goes), while fewer than max.in.flight.requests.per.connection requests are in flight
-        to that host. The starting partition rotates, so none starves behind a full request."""
-        limit = self.config["max.in.flight.requests.per.connection"]
-        max_size = self.config["max.request.size"]
-        requests: dict[str, tuple[Any, list[ProducerBatch], list[int]]] = {}
-        if ready:
-            self._drain_start = (self._drain_start + 1) % len(ready)
-            ready = ready[self._drain_start:] + ready[:self._drain_start]
-        for tp in ready:
+    def _drain(self, ready: list[TopicPartition]) -> list:
+        """``SenderState.drain`` over the accumulator; a partition without a known leader
+        has its metadata refreshed."""
+        def leader_of(tp: TopicPartition):
             leader = self.metadata.leader(tp)
-            if leader is None:
-                self.metadata.forget(tp)
-                continue
-            host_id = leader.handle.host_id
-            if self._in_flight_per_host.get(host_id, 0) >= limit:
-                continue
-            host, batches, size = requests.setdefault(host_id, (leader.handle.host, [], [0]))
-            if batches and size[0] + self.accumulator.first(tp).size > max_size:
-                continue
-            batch = self.accumulator.drain(tp)
-            if self.idempotent and batch.base_sequence < 0:
-                batch.producer_id, batch.producer_epoch = self._producer_id, self._producer_epoch
-                batch.base_sequence = self._next_sequence.get(tp, 0)
-                self._next_sequence[tp] = (batch.base_sequence + batch.record_count) % 2**31
-            batches.append(batch)
-            size[0] += batch.size
-        for host_id in requests:
-            self._in_flight_per_host[host_id] = self._in_flight_per_host.get(host_id, 0) + 1
-        return [(host, host_id, batches) for host_id, (host, batches, _) in requests.items()]
+            return None if leader is None else (leader.handle.host_id, leader.handle.host)
+        requests, unknown = self.sender.drain(ready, leader_of, self.accumulator)
+        for tp in unknown:
+            self.metadata.forget(tp)
+        return requests
 
-    def _send_request(self, host: Any, host_id: str, batches: list[ProducerBatch]) -> None:
+    def _send_request(self, request) -> None:
         c = self.config
         partitions = []
-        for batch in batches:
+        for batch in request.batches:
             data = batch.builder.build(compression=c["compression.type"],
                                        producer_id=batch.producer_id,
                                        producer_epoch=batch.producer_epoch,
                                        base_sequence=batch.base_sequence)
             batch.attempts += 1
             partitions.append((batch.tp.topic, batch.tp.partition, data))
-        request = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
+        produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
         try:
-            ref = host.produce_many.remote(encode_produce_many_request(request))
+            ref = request.host.produce_many.remote(encode_produce_many_request(produce))
         except Exception as e:  # the handle is dead: retry through fresh metadata
-            self._in_flight_per_host[host_id] -= 1
-            for batch in batches:
+            self.sender.request_done(request.host_id)
+            for batch in request.batches:
                 self._retry_or_fail(batch, NetworkError(repr(e)))
             return
         if self.acks == 0:
             # Fire and forget, as Kafka's acks=0: no answer is awaited, offsets are unknown.
-            self._in_flight_per_host[host_id] -= 1
-            for batch in batches:
+            self.sender.request_done(request.host_id)
+            for batch in request.batches:
                 self._succeed(batch, None)
             return
-        self._in_flight.append(_InFlight(ref, batches, host_id, time.monotonic()))
+        self._in_flight.append(_InFlight(ref, request.batches, request.host_id,
+                                         time.monotonic()))
 
     def _complete(self, done: set) -> None:
         import ray
@@ -357,15 +354,12 @@ class Producer:
             except Exception as e:  # the leader's host died mid-request
                 results = [ProduceResult(error=NetworkError(f"{type(e).__name__}: {e}"))
                            ] * len(entry.batches)
-            self._in_flight_per_host[entry.host_id] -= 1
+            self.sender.request_done(entry.host_id)
             for batch, result in zip(entry.batches, results):
-                error = result.error
-                if error is None:
+                if result.error is None:
                     self._succeed(batch, result)
-                elif isinstance(error, RecordTooLargeError) and batch.record_count > 1:
-                    self._split(batch)
                 else:
-                    self._retry_or_fail(batch, error)
+                    self._retry_or_fail(batch, result.error)
             # Only now: flush() returns once nothing is in flight, callbacks included.
             self._in_flight.remove(entry)
         with self._cond:
@@ -378,7 +372,7 @@ class Producer:
         now = time.monotonic()
         stale = [e for e in self._in_flight if now - e.sent > timeout]
         for entry in stale:
-            self._in_flight_per_host[entry.host_id] -= 1
+            self.sender.request_done(entry.host_id)
             for batch in entry.batches:
                 self._retry_or_fail(batch, KafkaTimeoutError(
                     f"Expiring {batch.record_count} record(s) for {batch.tp}: no answer "
@@ -405,25 +399,18 @@ class Producer:
             batch.result.complete(result.base_offset, result.log_append_time, None)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        """``SenderState.on_error`` decides; this does it."""
         now = _now_ms()
-        # An out-of-order sequence is retried too: an earlier batch of the partition failed
-        # and is being retried, and this one's turn comes after it (Kafka's producer).
-        retriable = is_retriable(error) or isinstance(error, OutOfOrderSequenceNumberError)
-        if (retriable and batch.attempts <= self.config["retries"]
-                and now - batch.created_ms < self.config["delivery.timeout.ms"]
-                and not self._closed):
+        outcome = self.sender.on_error(batch, error, now, self._closed)
+        if outcome is Outcome.SPLIT:
+            self._split(batch)
+        elif outcome is Outcome.RETRY:
             self.metadata.forget(batch.tp)
             with self._cond:
                 self.accumulator.reenqueue(batch, now + self.config["retry.backoff.ms"])
                 self._cond.notify_all()
-            return
-        if self.idempotent and batch.base_sequence >= 0:
-            # A gap in this partition's sequence cannot be closed: start a new producer id.
-            try:
-                self._init_producer_id()
-            except Exception:
-                log.exception("could not get a new producer id")
-        self._fail(batch, error)
+        else:
+            self._fail(batch, error)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         self.accumulator.release(batch)
