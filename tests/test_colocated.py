@@ -1,4 +1,4 @@
-"""Ray on Spark with rafka on it (issue 8): examples/colocated.py on a real local-cluster
+"""Ray on Spark with rafka on it: examples/colocated.py on a real local-cluster
 Spark, in its own process (one SparkContext per process; the test session has its own)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The examples run as users would copy them (issue 8): the consumer-group worker pool on
+"""The examples run as users would copy them: the consumer-group worker pool on
 Ray actors and the Ray Data batch job."""
 from __future__ import annotations
 

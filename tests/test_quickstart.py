@@ -1,5 +1,5 @@
 """The README's main job, examples/quickstart.py, end to end: cluster, producer, a Spark
-streaming aggregation through the rafka format, a consumer group (issue 8)."""
+streaming aggregation through the rafka format, a consumer group."""
 from __future__ import annotations
 
 import importlib.util

@@ -126,7 +126,7 @@ def test_a_partition_without_live_isr_goes_offline_and_comes_back_with_its_repli
 
 
 def test_replicas_of_a_failed_replica_host_lose_leadership_and_isr_membership():
-    """Issue 21, step 4: broker 0's replica host died and came back on its files. Where 0
+    """Broker 0's replica host died and came back on its files. Where 0
     led (partition 2), the next ISR member in AR order leads in a new epoch; where it
     followed, it leaves the ISR; broker 0 learns every named partition's state (to reopen
     it), the other replicas only the changes. Broker 0 stays alive."""

@@ -1,5 +1,6 @@
-"""One fetcher per (follower host, leader host) pair (issue 21, step 2): Kafka's
-ReplicaFetcherThread and the leader's multi-partition fetch with one DelayedFetch, pure.
+"""One fetcher per (follower host, leader host) pair (docs/architecture.md, "Replication
+between hosts"): Kafka's ReplicaFetcherThread and the leader's multi-partition fetch with one
+DelayedFetch, pure.
 
 Two hosts hold three partitions each (leaders on host L, followers on host F, real log
 files); the requests the fetcher builds are answered by ``fetch_many`` and

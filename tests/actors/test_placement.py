@@ -1,4 +1,5 @@
-"""Which replica host holds a replica (issue 21, step 1): a stable rule over num.replica.hosts."""
+"""Which replica host holds a replica (docs/architecture.md, "Actors"): a stable rule over
+num.replica.hosts."""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,6 @@
 """Delayed operations and the purgatory (Kafka's DelayedOperation, DelayedOperationPurgatory).
 
-The operations here model the real ones that the replication issue writes: a produce that
+The operations here model the real ones that the replicas run: a produce that
 waits for the partition's high watermark (acks=all), a fetch that waits for fetch.min.bytes
 across partitions, and an operation that only ever times out.
 """

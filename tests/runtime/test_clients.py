@@ -1,4 +1,4 @@
-"""Producer and consumer against a real cluster (SPEC §5-6, issue 6)."""
+"""Producer and consumer against a real cluster (SPEC §5-6)."""
 from __future__ import annotations
 
 import os

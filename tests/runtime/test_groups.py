@@ -1,5 +1,5 @@
 """Consumer groups end to end on a real 3-broker cluster: the coordinator actor, offsets in
-``__consumer_offsets``, rebalances driven by real consumers (SPEC §6, issue 7)."""
+``__consumer_offsets``, rebalances driven by real consumers (SPEC §6)."""
 from __future__ import annotations
 
 import os

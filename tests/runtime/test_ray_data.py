@@ -1,4 +1,4 @@
-"""Topics as Ray Datasets: read_topic / write_topic on a real cluster (issue 8)."""
+"""Topics as Ray Datasets: read_topic / write_topic on a real cluster."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
-"""Replica hosts (issue 21, step 1): many partition replicas per Ray actor, placed by a stable
-rule, each with its own state and order, none waiting on another's long poll."""
+"""Replica hosts (docs/architecture.md, "Actors"): many partition replicas per Ray actor,
+placed by a stable rule, each with its own state and order, none waiting on another's long
+poll."""
 from __future__ import annotations
 
 import itertools
@@ -86,9 +87,9 @@ def test_a_long_poll_on_one_replica_does_not_hold_up_another_in_the_same_host(
 
 
 def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session, tmp_path):
-    """Issue 21, step 2: with one host per broker, each host follows its partitions through
-    one fetcher per other broker, and an idle fetcher sends about one request per
-    replica.fetch.wait.max.ms however many partitions it carries."""
+    """Replication between hosts (docs/architecture.md): with one host per broker, each host
+    follows its partitions through one fetcher per other broker, and an idle fetcher sends
+    about one request per replica.fetch.wait.max.ms however many partitions it carries."""
     config = dict(FAST, **{"num.replica.hosts": 1})
     cluster = rafka.Cluster.start(3, tmp_path / "data", config, name=f"hosts{next(_names)}")
     try:
@@ -113,7 +114,7 @@ def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session,
         after = sum(f["requests_sent"] for d in fetchers() for f in d)
         # 6 fetchers, a long poll of 500 ms each: ~36 requests in 3 s, not 24 x 6.
         assert after - before <= 6 * (3 / 0.5 + 2)
-        # Issue 22, step 3: each fetcher fetches in a session (KIP-227); idle, its request
+        # Each fetcher fetches in a session (KIP-227); idle, its request
         # names no partition, so its size does not grow with the partitions it carries.
         assert all(f["session_id"] != 0 and f["last_request_bytes"] <= 64
                    for d in fetchers() for f in d), fetchers()
@@ -129,7 +130,7 @@ def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session,
 
 
 def test_creating_a_topic_is_one_controller_request_per_broker(two_host_cluster):
-    """Issue 21, step 3: LeaderAndIsr for every new partition reaches a broker as one
+    """Control per broker: LeaderAndIsr for every new partition reaches a broker as one
     request, and the broker gives each of its hosts its share in one call."""
     cluster = two_host_cluster
 
@@ -156,7 +157,7 @@ def test_creating_a_topic_is_one_controller_request_per_broker(two_host_cluster)
 
 
 def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
-    """Issue 21, step 4: replica.placement=dedicated gives each replica a host of its own,
+    """replica.placement=dedicated gives each replica a host of its own,
     named replica-<topic>-<partition>-<broker> (the design card's literal shape); the same
     code path serves it, and the host goes when its replica does."""
     cluster = two_host_cluster
@@ -209,7 +210,7 @@ def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
 @pytest.mark.parametrize("placement", ["shared", "dedicated"])
 def test_a_host_killed_during_acks_all_produce_loses_nothing_acknowledged(
         two_host_cluster, placement):
-    """Issue 21, step 4: SIGKILL the process of the host holding a leader while an
+    """SIGKILL the process of the host holding a leader while an
     idempotent acks=all producer sends. Only that host's replicas go down; the broker starts
     it again, the controller moves leadership off them, they recover from their files and
     rejoin the ISR; every acknowledged record is read back once, in order."""

@@ -1,5 +1,5 @@
-"""Kafka's request shapes from clients (issue 22): a producer's ready batches travel in one
-request per leader replica host, answered per partition (step 1)."""
+"""Kafka's request shapes from clients (docs/architecture.md, "Request paths"): a producer's
+ready batches travel in one request per leader replica host, answered per partition."""
 from __future__ import annotations
 
 import time
@@ -82,8 +82,8 @@ def fetch_requests(cluster) -> int:
 
 
 def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_cluster):
-    """Step 2 and the consumers' half of step 3: one long-polled fetch per leader host for
-    all its partitions; idle, each names no partition (the session remembers them)."""
+    """One long-polled fetch per leader host for all its partitions, in a fetch session
+    (KIP-227): idle, each names no partition (the session remembers them)."""
     cluster = one_host_cluster
     cluster.admin().create_topics([rafka.NewTopic("wide", 12, 1)])  # RF=1: no followers
     with rafka.Producer(cluster, {"linger.ms": 20}) as producer:

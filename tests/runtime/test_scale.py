@@ -1,5 +1,5 @@
-"""Kafka's scale on one machine (issue 21, step 5): 1,000 partitions at RF=3 on 3 brokers,
-created with every leader serving, one record produced to and consumed from each through
+"""Kafka's scale on one machine (docs/architecture.md, "Scale"): 1,000 partitions at RF=3 on
+3 brokers, created with every leader serving, one record produced to and consumed from each through
 the public API. The full sweep (sizes, memory, idle CPU) is ``benchmarks/runtime.py
 --sweep``."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ``rafka`` Spark format on a real local Spark session and a real 3-broker cluster:
-batch and streaming reads and writes, as Spark's Kafka source behaves (issue 8)."""
+batch and streaming reads and writes, as Spark's Kafka source behaves."""
 from __future__ import annotations
 
 import json
