@@ -77,7 +77,7 @@ class ControllerActor:
             if cold:
                 self.state.cold_start()
         self.incarnations: dict[int, str] = {
-            b: info.endpoint for b, info in self.state.brokers.items() if info.endpoint}
+            b: info.incarnation for b, info in self.state.brokers.items() if info.incarnation}
         self._queues: dict[int, asyncio.Queue] = {}
         self._senders: dict[int, asyncio.Task] = {}
         self._lock = asyncio.Lock()
@@ -173,7 +173,7 @@ class ControllerActor:
                     None, incarnation):
                 msgs += self.state.broker_failed(broker_id)
             self.incarnations[broker_id] = incarnation
-            msgs += self.state.register_broker(broker_id, rack, endpoint=incarnation)
+            msgs += self.state.register_broker(broker_id, rack, incarnation=incarnation)
             return msgs, self.state.controller_epoch
         return await self._apply(change)
 

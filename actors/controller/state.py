@@ -48,7 +48,7 @@ CONTROLLER_CONFIG = (
 class BrokerInfo:
     broker_id: int
     rack: str | None = None
-    endpoint: str | None = None
+    incarnation: str | None = None   # which start of the broker's process registered
     last_heartbeat_ms: int = 0
     alive: bool = True
 
@@ -111,10 +111,10 @@ class ControllerState:
         return sorted(b for b, info in self.brokers.items() if info.alive)
 
     def register_broker(self, broker_id: int, rack: str | None = None,
-                        endpoint: str | None = None) -> list:
+                        incarnation: str | None = None) -> list:
         """A broker (re)joins: it learns its replicas' state, and offline partitions whose
         ISR (or, unclean, whose AR) includes it get a leader."""
-        self.brokers[broker_id] = BrokerInfo(broker_id, rack, endpoint, self.clock(), True)
+        self.brokers[broker_id] = BrokerInfo(broker_id, rack, incarnation, self.clock(), True)
         self.shutting_down.discard(broker_id)
         changed = [tp for tp, st in self.partitions.items()
                    if st.leader == NO_LEADER and broker_id in st.replicas
@@ -516,7 +516,7 @@ class ControllerState:
         live = set(self.live_brokers())
         return {
             "controller_epoch": self.controller_epoch,
-            "brokers": {b: {"rack": i.rack, "endpoint": i.endpoint}
+            "brokers": {b: {"rack": i.rack, "incarnation": i.incarnation}
                         for b, i in sorted(self.brokers.items()) if i.alive},
             "topics": {
                 name: {p: {"leader": st.leader, "leader_epoch": st.leader_epoch,
@@ -558,6 +558,9 @@ class ControllerState:
         state = cls(clock, snapshot["config"], controller_epoch=snapshot["controller_epoch"] + 1)
         now = clock()
         for b in snapshot["brokers"]:
+            b = dict(b)
+            if "endpoint" in b:   # a snapshot from before the field said what it holds
+                b["incarnation"] = b.pop("endpoint")
             info = BrokerInfo(**b)
             info.last_heartbeat_ms = now
             state.brokers[info.broker_id] = info
