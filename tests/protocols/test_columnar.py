@@ -94,3 +94,26 @@ def test_a_damaged_body_is_never_decoded_differently(records, at, byte):
     fast = columnar.record_tuples(*args)
     if fast is not None:
         assert fast == _decode_records(*args)
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(N, 9_000), size=st.integers(0, 200), keyed=st.booleans())
+def test_records_of_one_size_are_located_without_a_loop_however_many(n, size, keyed):
+    # A bulk producer's batch: the records differ only in their offset delta (1 byte below
+    # 64, 2 below 8192, 3 above), so every start follows from the first record.
+    data = encode_batch([Record(b"k" if keyed else None, b"v" * size, 7)] * n)
+    body = body_of(data)
+    guessed = columnar._guessed_starts(body, n)
+    assert guessed is not None
+    columnar_answer, per_record = both(data)
+    assert columnar_answer == per_record
+
+
+def test_a_length_spelled_in_more_bytes_than_it_needs_is_not_guessed():
+    # Record 1's length varint 0x0a re-spelled 0x8a 0x00 (the same value, one byte longer):
+    # valid to the per-record decoder, so the guess must not shift the later records.
+    records = [Record(None, b"abc", 7)] * N
+    body = bytearray(body_of(encode_batch(records)))
+    second = body[0] // 2 + 1
+    body[second:second + 1] = bytes([body[second] | 0x80, 0x00])
+    assert columnar._guessed_starts(bytes(body), N) is None

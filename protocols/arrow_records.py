@@ -1,0 +1,229 @@
+"""Record batches as Arrow columns, both ways, without a Python loop per record.
+
+Encoding: the values (and keys, timestamps) of many records, as Arrow arrays or any
+sequences of bytes or strings, become a v2 batch body in a few numpy passes: every varint of
+every record is computed at once (zig-zag, then base-128 groups), and Arrow's element-wise
+join lays the records end to end (the varints, key and value of each). The body, and so the batch ``MemoryRecordsBuilder``
+builds from it, is byte for byte the one the per-record builder makes from the same records.
+Records with headers take the per-record builder (headers are rare on bulk paths).
+
+Decoding: a batch body located by ``columnar.locate_records`` becomes Arrow columns
+(offset, timestamp, key, value): the keys and values are Arrow binary views into the body,
+compacted by Arrow into plain binary arrays; a batch off that common path (headers, unusual varints) is decoded record by record
+and then converted.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from protocols import columnar
+
+# A record's fixed bytes around its fields: attributes (always 0) and the header count (0).
+_ATTRIBUTES = 0
+_NO_HEADERS = 0
+_MAX_VARINT = 10
+
+
+class EncodedBody(NamedTuple):
+    """A batch body and what the batch header needs from it."""
+    body: bytes
+    count: int
+    base_timestamp: int
+    max_timestamp: int
+
+
+def as_binary(data: Any, count: int | None = None) -> pa.Array:
+    """``data`` (an Arrow binary or string array, chunked or not, or a sequence of bytes,
+    str or None) as an Arrow ``binary`` array."""
+    if isinstance(data, pa.ChunkedArray):
+        data = data.combine_chunks()
+    if not isinstance(data, pa.Array):
+        data = pa.array(data if isinstance(data, (list, tuple)) else list(data),
+                        type=pa.binary() if not _has_str(data) else pa.string())
+    if pa.types.is_string(data.type) or pa.types.is_large_string(data.type):
+        data = data.cast(pa.binary() if pa.types.is_string(data.type) else pa.large_binary())
+    if pa.types.is_large_binary(data.type):
+        data = data.cast(pa.binary())
+    if not pa.types.is_binary(data.type):
+        raise TypeError(f"expected bytes or strings, got an Arrow {data.type} array")
+    if count is not None and len(data) != count:
+        raise ValueError(f"{len(data)} entries where {count} records were given")
+    return data
+
+
+def _has_str(data) -> bool:
+    for item in data:
+        if item is not None:
+            return isinstance(item, str)
+    return False
+
+
+def _lengths(array: pa.Array) -> np.ndarray:
+    """Each entry's length in bytes, -1 for a null (Kafka's null key or value)."""
+    return pc.fill_null(pc.binary_length(array), -1).to_numpy().astype(np.int64)
+
+
+def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kafka's zig-zag varints of int64 ``values``: (width per value, bytes (n, width max))."""
+    z = ((values << 1) ^ (values >> 63)).astype(np.uint64)
+    n = len(values)
+    groups = [z & np.uint64(0x7F)]
+    width = np.ones(n, np.int64)
+    rest = z >> np.uint64(7)
+    while rest.any():
+        more = rest != 0
+        groups[-1] = groups[-1] | (more.astype(np.uint64) << np.uint64(7))
+        width += more
+        groups.append(rest & np.uint64(0x7F))
+        rest = rest >> np.uint64(7)
+    return width, np.stack(groups, axis=1).astype(np.uint8)
+
+
+def _byte_runs(fields: list) -> pa.Array:
+    """Per record, the bytes of ``fields`` one after another, as a binary array. A field is
+    ``(width, groups)`` from ``_varints`` or one constant byte (an int)."""
+    count = len(next(f for f in fields if not isinstance(f, int))[0])
+    matrices, masks = [], []
+    for field in fields:
+        if isinstance(field, int):
+            matrices.append(np.full((count, 1), field, np.uint8))
+            masks.append(np.ones((count, 1), bool))
+        else:
+            width, groups = field
+            matrices.append(groups)
+            masks.append(np.arange(groups.shape[1])[None, :] < width[:, None])
+    mask = np.concatenate(masks, axis=1)
+    data = np.concatenate(matrices, axis=1)[mask]
+    offsets = np.zeros(count + 1, np.int32)
+    np.cumsum(mask.sum(axis=1), out=offsets[1:])
+    return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)])
+
+
+_EMPTY = pa.scalar(b"", pa.binary())
+_NO_HEADERS_BYTE = pa.scalar(bytes([_NO_HEADERS]), pa.binary())
+
+
+def encode_body(values: Any, keys: Any = None, timestamps: Any = None, *,
+                now_ms: int) -> EncodedBody:
+    """The v2 batch body of records with these values, keys (None: all null) and
+    timestamps (None: ``now_ms`` for all; an int for all; or one per record), offset
+    deltas 0, 1, ..., no headers.
+
+    Each record is ``length, attributes, timestampDelta, offsetDelta, keyLength, key,
+    valueLength, value, headerCount``: the varints are computed for all records at once,
+    and Arrow's element-wise join lays the records end to end in C."""
+    value_array = as_binary(values)
+    count = len(value_array)
+    if count == 0:
+        raise ValueError("a record batch needs at least one record")
+    value_len = _lengths(value_array)
+    if keys is None:
+        key_array, key_len = None, np.full(count, -1, np.int64)
+    else:
+        key_array = as_binary(keys, count)
+        key_len = _lengths(key_array)
+    if timestamps is None or isinstance(timestamps, (int, np.integer)):
+        stamps = np.full(count, now_ms if timestamps is None else int(timestamps), np.int64)
+    else:
+        stamps = np.asarray(timestamps.to_numpy() if isinstance(timestamps, pa.Array)
+                            else timestamps, dtype=np.int64)
+        if len(stamps) != count:
+            raise ValueError(f"{len(stamps)} timestamps where {count} records were given")
+    base_ts = int(stamps[0])
+    ts, off = _varints(stamps - base_ts), _varints(np.arange(count, dtype=np.int64))
+    key_field, value_field = _varints(key_len), _varints(value_len)
+    record_len = (1 + ts[0] + off[0] + key_field[0] + np.maximum(key_len, 0)
+                  + value_field[0] + np.maximum(value_len, 0) + 1)
+    pieces = [_byte_runs([_varints(record_len), _ATTRIBUTES, ts, off, key_field])]
+    if key_array is not None:
+        pieces.append(pc.fill_null(key_array, _EMPTY))
+    pieces += [_byte_runs([value_field]), pc.fill_null(value_array, _EMPTY),
+               _NO_HEADERS_BYTE]
+    records = pc.binary_join_element_wise(*pieces, _EMPTY)
+    offsets = records.buffers()[1]
+    start, end = np.frombuffer(offsets, np.int32, count=count + 1,
+                               offset=records.offset * 4)[[0, -1]]
+    body = records.buffers()[2].to_pybytes()[start:end]
+    return EncodedBody(body, count, base_ts, int(stamps.max()))
+
+
+# ---- decoding --------------------------------------------------------------------------------
+_INLINE = 12   # an Arrow binary view holds up to 12 bytes itself; longer ones point at data
+
+
+def _binary_from(body: bytes, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The byte strings at ``start`` with ``length`` (-1: null) in ``body``, as one Arrow
+    binary array: Arrow binary views over the body (built for all records at once), which
+    Arrow then compacts into a plain binary array in C."""
+    count = len(length)
+    nulls = length < 0
+    if nulls.all():
+        return pa.nulls(count, pa.binary())
+    arr = np.frombuffer(body + bytes(_INLINE), np.uint8)
+    present = np.maximum(length, 0)
+    views = np.zeros((count, 16), np.uint8)
+    views[:, 0:4] = present.astype("<i4").view(np.uint8).reshape(count, 4)
+    inline = present <= _INLINE
+    if inline.all():
+        short, long_ = slice(None), None
+    elif not inline.any():
+        short, long_ = None, slice(None)
+    else:
+        short, long_ = inline, ~inline
+    if short is not None:
+        head = arr[start[short][:, None] + np.arange(_INLINE)[None, :]]
+        head[np.arange(_INLINE)[None, :] >= present[short][:, None]] = 0
+        views[short, 4:16] = head
+    if long_ is not None:
+        views[long_, 4:8] = arr[start[long_][:, None] + np.arange(4)[None, :]]  # the prefix
+        views[long_, 12:16] = start[long_].astype("<i4").view(np.uint8).reshape(-1, 4)
+    null_count = int(nulls.sum())
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(pa.binary_view(), count,
+                                 [validity, pa.py_buffer(views), pa.py_buffer(body)],
+                                 null_count).cast(pa.binary())
+
+
+COLUMNS = ("offset", "timestamp", "key", "value")
+
+
+def decode_columns(body: bytes, count: int, base_offset: int, base_timestamp: int,
+                   append_time: int | None) -> dict[str, pa.Array] | None:
+    """The columns of a decompressed batch body (see ``RecordBatch.arrow_columns``), or
+    None off the common path."""
+    located = columnar.locate_records(body, count)
+    if located is None:
+        return None
+    timestamps = (np.full(count, append_time, np.int64) if append_time is not None
+                  else located.timestamp_delta + base_timestamp)
+    return {"offset": pa.array(located.offset_delta + base_offset, pa.int64()),
+            "timestamp": pa.array(timestamps, pa.int64()),
+            "key": _binary_from(body, located.key_start, located.key_length),
+            "value": _binary_from(body, located.value_start, located.value_length)}
+
+
+def columns_from_tuples(records: Sequence[tuple]) -> dict[str, pa.Array]:
+    """Decoded records ``(offset, timestamp, key, value, headers)`` as the same columns, with
+    ``headers`` (a list of (key, value) structs per record) when any record has one."""
+    offsets, timestamps, keys, values, headers = (list(c) for c in zip(*records)) \
+        if records else ([], [], [], [], [])
+    out = {"offset": pa.array(offsets, pa.int64()), "timestamp": pa.array(timestamps, pa.int64()),
+           "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}
+    if any(headers):
+        out["headers"] = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers],
+                                  HEADERS_TYPE)
+    return out
+
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def no_headers(count: int) -> pa.Array:
+    """An empty header list for each of ``count`` records."""
+    return pa.ListArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)),
+                                    pa.array([], HEADERS_TYPE.value_type))
