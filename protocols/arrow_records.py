@@ -62,6 +62,19 @@ def _has_str(data) -> bool:
     return False
 
 
+def timestamp_column(timestamps: Any, count: int, now_ms: int) -> np.ndarray:
+    """Records' timestamps as int64 milliseconds: None (now for all), one int (for all), or
+    one per record (a sequence, numpy or Arrow array)."""
+    if timestamps is None or isinstance(timestamps, (int, np.integer)):
+        return np.full(count, now_ms if timestamps is None else int(timestamps), np.int64)
+    if isinstance(timestamps, (pa.Array, pa.ChunkedArray)):
+        timestamps = timestamps.cast(pa.int64()).to_numpy()
+    stamps = np.asarray(timestamps, dtype=np.int64)
+    if len(stamps) != count:
+        raise ValueError(f"{len(stamps)} timestamps where {count} records were given")
+    return stamps
+
+
 def _lengths(array: pa.Array) -> np.ndarray:
     """Each entry's length in bytes, -1 for a null (Kafka's null key or value)."""
     return pc.fill_null(pc.binary_length(array), -1).to_numpy().astype(np.int64)
@@ -127,13 +140,7 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, *,
     else:
         key_array = as_binary(keys, count)
         key_len = _lengths(key_array)
-    if timestamps is None or isinstance(timestamps, (int, np.integer)):
-        stamps = np.full(count, now_ms if timestamps is None else int(timestamps), np.int64)
-    else:
-        stamps = np.asarray(timestamps.to_numpy() if isinstance(timestamps, pa.Array)
-                            else timestamps, dtype=np.int64)
-        if len(stamps) != count:
-            raise ValueError(f"{len(stamps)} timestamps where {count} records were given")
+    stamps = timestamp_column(timestamps, count, now_ms)
     base_ts = int(stamps[0])
     ts, off = _varints(stamps - base_ts), _varints(np.arange(count, dtype=np.int64))
     key_field, value_field = _varints(key_len), _varints(value_len)

@@ -84,6 +84,15 @@ class RecordAccumulator:
             batch.closed = True
         return new, batch, batch.builder.count - 1
 
+    def append_built(self, tp: TopicPartition, builder: MemoryRecordsBuilder) -> ProducerBatch:
+        """A batch built whole (``Producer.send_batch``): queued closed, after whatever the
+        partition holds, so it goes as soon as the sender drains (no linger)."""
+        batch = ProducerBatch(tp, self.clock(), builder=builder, size=builder.size_in_bytes,
+                              closed=True)
+        self.batches.setdefault(tp, deque()).append(batch)
+        self.used_bytes += batch.size - RECORD_BATCH_OVERHEAD
+        return batch
+
     def ready(self, now_ms: int) -> tuple[list[TopicPartition], int | None]:
         """Partitions with a batch to send now, and when the next one will be (ms)."""
         ready, next_ms = [], None

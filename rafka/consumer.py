@@ -29,17 +29,18 @@ import time
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
+import numpy as np
+
 from protocols.config import ConfigDef, at_least, one_of
-from protocols.messages import OffsetAndMetadata
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError, NetworkError, OffsetOutOfRangeError)
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
 from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchManyRequest,
-                                FetchRequest, decode_fetch_many_response,
+                                FetchRequest, OffsetAndMetadata, decode_fetch_many_response,
                                 encode_fetch_many_request)
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
@@ -150,6 +151,38 @@ class _HostFetch:
     ref: Any
     partitions: list[TopicPartition]   # every partition it fetches (named or in the session)
     was_full: bool
+
+
+def _arrow_table(pieces: list, headers: bool):
+    """Spark's Kafka columns for ``(topic, partition, chunk, start, end)`` pieces."""
+    import pyarrow as pa
+
+    from protocols.arrow_records import HEADERS_TYPE
+
+    def column(name: str) -> list:
+        return list(chain.from_iterable(getattr(c, name)[start:end]
+                                        for _, _, c, start, end in pieces))
+    sizes = [end - start for _, _, _, start, end in pieces]
+    keys, values = column("keys"), column("values")
+    binary = all(isinstance(v, (bytes, type(None))) for v in values[:1] + keys[:1])
+    table = {
+        "key": pa.array(keys, pa.binary() if binary else None),
+        "value": pa.array(values, pa.binary() if binary else None),
+        "topic": pa.array(np.repeat(np.array([t for t, *_ in pieces], object), sizes),
+                          pa.string()),
+        "partition": pa.array(np.repeat([p for _, p, *_ in pieces], sizes), pa.int32()),
+        "offset": pa.array(column("offsets"), pa.int64()),
+        "timestamp": pa.array(column("timestamps"), pa.timestamp("ms")),
+        "timestampType": pa.array(np.repeat([c.timestamp_type for _, _, c, *_ in pieces],
+                                            sizes), pa.int32()),
+    }
+    if headers:
+        table["headers"] = pa.array(
+            [[{"key": k, "value": v} for k, v in h]
+             for _, _, c, start, end in pieces
+             for h in (c.headers[start:end] if c.headers is not None
+                       else [()] * (end - start))], HEADERS_TYPE)
+    return pa.table(table)
 
 
 class Consumer:
@@ -609,6 +642,20 @@ class Consumer:
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned, unpaused partitions (at most max.poll.records),
         waiting up to ``timeout_ms`` for some to arrive."""
+        return self._poll(timeout_ms, self._drain_buffered)
+
+    def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None,
+                   headers: bool = False):
+        """``poll``, as a ``pyarrow.Table`` with Spark's Kafka columns: key, value (binary;
+        what a configured deserializer makes of them otherwise), topic, partition, offset,
+        timestamp, timestampType, and headers when asked for. At most ``max_records``
+        (default max.poll.records) rows; an empty table when nothing came within
+        ``timeout_ms``. Positions, commits and the group protocol move as with ``poll``."""
+        limit = self.config["max.poll.records"] if max_records is None else max_records
+        table = self._poll(timeout_ms, lambda: self._drain_arrow(limit, headers))
+        return table if table else _arrow_table([], headers)
+
+    def _poll(self, timeout_ms: int, drain):
         if self._closed:
             raise KafkaError("This consumer has already been closed.")
         deadline = time.monotonic() + timeout_ms / 1000
@@ -622,32 +669,27 @@ class Consumer:
             # Drain first, then fetch (Kafka's order): a partition whose buffer this poll
             # empties joins the next fetch to its host at once, instead of waiting out the
             # long poll of a fetch sent without it.
-            records = self._drain_buffered()
+            records = drain()
             self._send_fetches()   # with records: prefetch while the application works
             if records:
                 return records
             left = deadline - time.monotonic()
             if left <= 0:
-                return []
+                return records
             self._collect(left, group_refs)
 
-    def _drain_buffered(self) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        limit = self.config["max.poll.records"]
+    def _take(self, limit: int):
+        """Up to ``limit`` buffered records, from the assigned unpaused partitions in order:
+        ``(topic, partition, chunk, start, end)`` pieces, positions moved past them."""
+        taken = 0
         for (topic, partition), st in self._parts.items():
             buffered = st.buffered
-            while buffered and len(out) < limit and not st.paused:
+            while buffered and taken < limit and not st.paused:
                 c = buffered[0]
                 start = c.start
-                end = min(len(c.offsets), start + limit - len(out))
-                n = end - start
-                # One ConsumerRecord per record, built in C from the columns.
-                out += map(_new_record, repeat(ConsumerRecord, n), zip(
-                    repeat(topic, n), repeat(partition, n), c.offsets[start:end],
-                    c.timestamps[start:end], repeat(c.timestamp_type, n), c.keys[start:end],
-                    c.values[start:end],
-                    repeat((), n) if c.headers is None else c.headers[start:end],
-                    repeat(c.epoch, n)))
+                end = min(len(c.offsets), start + limit - taken)
+                taken += end - start
+                yield topic, partition, c, start, end
                 if end >= len(c.offsets):
                     buffered.popleft()
                 else:
@@ -655,7 +697,24 @@ class Consumer:
                 st.position = c.offsets[end - 1] + 1
                 if c.epoch > st.last_epoch:
                     st.last_epoch = c.epoch
+
+    def _drain_buffered(self) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for topic, partition, c, start, end in self._take(self.config["max.poll.records"]):
+            n = end - start
+            # One ConsumerRecord per record, built in C from the columns.
+            out += map(_new_record, repeat(ConsumerRecord, n), zip(
+                repeat(topic, n), repeat(partition, n), c.offsets[start:end],
+                c.timestamps[start:end], repeat(c.timestamp_type, n), c.keys[start:end],
+                c.values[start:end],
+                repeat((), n) if c.headers is None else c.headers[start:end],
+                repeat(c.epoch, n)))
         return out
+
+    def _drain_arrow(self, limit: int, headers: bool):
+        """``_drain_buffered``'s records as Arrow columns; None when nothing is buffered."""
+        pieces = list(self._take(limit))
+        return _arrow_table(pieces, headers) if pieces else None
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:

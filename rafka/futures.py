@@ -11,7 +11,6 @@ from typing import Any, Callable
 from protocols.errors import KafkaTimeoutError
 
 
-
 @dataclass(frozen=True)
 class RecordMetadata:
     """Where a sent record landed (Kafka's RecordMetadata): what its future resolves to."""
@@ -21,6 +20,7 @@ class RecordMetadata:
     timestamp: int
     serialized_key_size: int = -1
     serialized_value_size: int = -1
+
 
 class ProduceRequestResult:
     __slots__ = ("event", "lock", "base_offset", "log_append_time", "error", "callbacks",
@@ -138,3 +138,116 @@ def failed_future(error: BaseException, topic: str, partition: int = -1
     result = ProduceRequestResult()
     result.complete(-1, -1, error)
     return FutureRecordMetadata(result, 0, topic, partition, -1, -1, -1)
+
+
+class BatchSendFuture:
+    """``Producer.send_batch``'s one future for many records: done when every batch they
+    went out in is answered. Its result is a ``pyarrow.Table`` with each record's
+    ``partition``, ``offset`` and ``timestamp``, in the order the records were given; the
+    first error of any batch is raised instead."""
+
+    def __init__(self, topic: str, count: int, timestamps, parts: list):
+        # parts: [(ProduceRequestResult, partition, numpy indices of its records in the
+        # call, their positions in the batch or None for 0, 1, ...)]
+        self.topic = topic
+        self.count = count
+        self._timestamps = timestamps          # numpy int64, one per record
+        self._parts = parts
+        self._lock = threading.Lock()
+        self._pending = len(parts)
+        self._event = threading.Event()
+        self._callbacks: list = []
+        if not parts:
+            self._event.set()
+        for result, *_ in parts:
+            with result.lock:
+                if not result.event.is_set():
+                    result.callbacks.append((None, self._part_done))
+                    continue
+            self._part_done(None)
+
+    def _part_done(self, _future) -> None:
+        with self._lock:
+            self._pending -= 1
+            if self._pending:
+                return
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def _wait(self, timeout: float | None) -> None:
+        if not self._event.wait(timeout):
+            raise KafkaTimeoutError(f"Timeout after waiting for {timeout} s for the "
+                                    f"metadata of {self.count} records")
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        for result, *_ in self._parts:
+            for leaf in _leaves(result):
+                if leaf.error is not None:
+                    return leaf.error
+        return None
+
+    def result(self, timeout: float | None = None):
+        import numpy as np
+        import pyarrow as pa
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        partitions = np.empty(self.count, np.int32)
+        offsets = np.empty(self.count, np.int64)
+        timestamps = self._timestamps.copy()
+        for result, partition, indices, positions in self._parts:
+            partitions[indices] = partition
+            if positions is None:
+                positions = np.arange(len(indices))
+            if result.parts is None:
+                offsets[indices] = result.base_offset + positions \
+                    if result.base_offset >= 0 else -1
+                if result.log_append_time >= 0:
+                    timestamps[indices] = result.log_append_time
+                continue
+            for index, i in zip(indices.tolist(), positions.tolist()):   # split: rare
+                leaf, j = result.leaf(i)
+                offsets[index] = leaf.base_offset + j if leaf.base_offset >= 0 else -1
+                if leaf.log_append_time >= 0:
+                    timestamps[index] = leaf.log_append_time
+        return pa.table({"partition": partitions, "offset": offsets,
+                         "timestamp": pa.array(timestamps, pa.timestamp("ms"))})
+
+    get = result
+
+    @classmethod
+    def of_records(cls, topic: str, futures: list, timestamps) -> "BatchSendFuture":
+        """One future for records sent one by one (``FutureRecordMetadata``s)."""
+        import numpy as np
+        groups: dict[int, tuple] = {}
+        for i, f in enumerate(futures):
+            entry = groups.setdefault(id(f[0]), (f[0], f[3], [], []))
+            entry[2].append(i)
+            entry[3].append(f[1])
+        parts = [(r, p, np.array(ix, np.int64), np.array(pos, np.int64))
+                 for r, p, ix, pos in groups.values()]
+        return cls(topic, len(futures), np.asarray(timestamps, np.int64), parts)
+
+    def add_done_callback(self, fn: Callable[["BatchSendFuture"], Any]) -> None:
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+
+def _leaves(result: ProduceRequestResult):
+    if result.parts is None:
+        yield result
+        return
+    for _, part in result.parts:
+        yield from _leaves(part)

@@ -28,18 +28,24 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from actors.names import CONTROLLER
 from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
                               RecordTooLargeError)
 from protocols.messages import (ProduceManyRequest, ProduceResult,
                                 decode_produce_many_response, encode_produce_many_request)
+from protocols.arrow_records import as_binary, timestamp_column
 from protocols.partitioner import StickyPartitionCache, partition_for_key
+from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
                                estimate_size)
 from rafka.client_metadata import ClientMetadata
-from rafka.futures import FutureRecordMetadata, failed_future
+from rafka.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.sender import Outcome, SenderState
 from rafka.serde import serializer
 
@@ -208,6 +214,108 @@ class Producer:
             batch.result, index, topic, partition, ts,
             len(key_bytes) if key_bytes is not None else -1,
             len(value_bytes) if value_bytes is not None else -1))
+
+    def send_batch(self, topic: str, values: Any, keys: Any = None,
+                   partition: int | None = None, timestamps: Any = None,
+                   headers: Any = None) -> BatchSendFuture:
+        """Queue many records at once: ``values`` (and ``keys``) as Arrow binary or string
+        arrays or sequences of bytes, str or None; ``timestamps`` None (now), one int, or one
+        per record. Records are partitioned as ``send`` partitions them (the partition
+        given; else murmur2 of the key; else the sticky partition, moving on with each full
+        batch) and encoded column by column into whole batches of about ``batch.size``
+        (``arrow_records``), with every producer setting applying as for ``send``. Returns
+        one future; its result is a ``pyarrow.Table`` of each record's partition, offset and
+        timestamp, in the order given. Records with ``headers`` (one list per record) go
+        through ``send`` one by one."""
+        if self._closed:
+            raise KafkaError("Cannot send after the producer is closed.")
+        if headers is not None:
+            return self._send_each(topic, values, keys, partition, timestamps, headers)
+        if not self._value_ser_default:
+            values = [self._value_ser(v) for v in values]
+        value_array = as_binary(values)
+        count = len(value_array)
+        if count == 0:
+            return BatchSendFuture(topic, 0, np.zeros(0, np.int64), [])
+        key_array = None
+        if keys is not None:
+            if self.config["key.serializer"] is not None:
+                keys = [None if k is None else self._key_ser(k) for k in keys]
+            key_array = as_binary(keys, count)
+        stamps = timestamp_column(timestamps, count, time.time_ns() // 1_000_000)
+        sizes = RECORD_OVERHEAD + np.maximum(
+            pc.fill_null(pc.binary_length(value_array), 0).to_numpy(), 0)
+        if key_array is not None:
+            sizes = sizes + pc.fill_null(pc.binary_length(key_array), 0).to_numpy()
+        if count and int(sizes.max()) > self._max_request_size:
+            first = int(np.argmax(sizes > self._max_request_size))
+            raise RecordTooLargeError(
+                f"The message at index {first} is {int(sizes[first])} bytes when serialized "
+                f"which is larger than {self._max_request_size}, the value of "
+                "max.request.size.")
+        partitions = self.metadata.cached_partitions(topic) or \
+            self.metadata.partitions_for(topic, self._max_block_ms)
+        parts = []
+        for p, indices in self._plan(topic, partitions, partition, key_array, sizes):
+            tp = self._tps.get((topic, p))
+            if tp is None:
+                tp = self._tps[(topic, p)] = TopicPartition(topic, p)
+            builder = MemoryRecordsBuilder.from_columns(
+                value_array.take(indices),
+                None if key_array is None else key_array.take(indices), stamps[indices])
+            with self._lock:
+                if not self.accumulator.has_room_for(builder.size_in_bytes):
+                    self._wait_for_room(builder.size_in_bytes)
+                batch = self.accumulator.append_built(tp, builder)
+                self._cond.notify_all()
+            parts.append((batch.result, p, indices, None))
+        return BatchSendFuture(topic, count, stamps, parts)
+
+    def _plan(self, topic: str, partitions: list[int], partition: int | None,
+              key_array, sizes: np.ndarray):
+        """``[(partition, record indices), ...]``: the whole batches ``send_batch`` makes,
+        each of about batch.size, within max.request.size, records in their given order."""
+        count = len(sizes)
+        per_batch = max(1, min(self.accumulator.batch_size // max(1, int(sizes.mean())),
+                               self._max_request_size // max(1, int(sizes.max()))))
+        if partition is not None:
+            if partition not in partitions:
+                raise KafkaError(f"Invalid partition given with record: {partition} is not "
+                                 f"in the range [0...{len(partitions)}].")
+            groups = [(partition, np.arange(count))]
+            return [(p, chunk) for p, indices in groups
+                    for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
+        sticky = np.arange(count)
+        out = []
+        if key_array is not None and not self._ignore_keys:
+            keyed = pc.is_valid(key_array).to_numpy(zero_copy_only=False)
+            by_key = np.full(count, -1, np.int64)
+            by_key[keyed] = [partition_for_key(k, len(partitions))
+                             for k in key_array.filter(pa.array(keyed)).to_pylist()]
+            for p in np.unique(by_key[keyed]):
+                indices = np.flatnonzero(by_key == p)
+                out += [(int(p), chunk)
+                        for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
+            sticky = np.flatnonzero(~keyed)
+        for start in range(0, len(sticky), per_batch):
+            # The sticky partition takes a whole batch, then moves on (KIP-480).
+            p = self.sticky.partition(topic, partitions, len(partitions))
+            out.append((p, sticky[start:start + per_batch]))
+            self.sticky.next_partition(topic, partitions, len(partitions), p)
+        return out
+
+    def _send_each(self, topic, values, keys, partition, timestamps, headers) -> BatchSendFuture:
+        """send_batch with headers: each record through ``send``."""
+        values = list(values)
+        count = len(values)
+        keys = [None] * count if keys is None else list(keys)
+        stamps = [None] * count if timestamps is None or isinstance(timestamps, int) \
+            else list(timestamps)
+        if isinstance(timestamps, int):
+            stamps = [timestamps] * count
+        futures = [self.send(topic, v, k, partition, t, h)
+                   for v, k, t, h in zip(values, keys, stamps, headers)]
+        return BatchSendFuture.of_records(topic, futures, [f[4] for f in futures])
 
     def _wait_for_room(self, size: int) -> None:
         """buffer.memory is full: block (holding the condition) up to max.block.ms."""

@@ -259,3 +259,50 @@ def test_batches_too_large_for_the_topic_are_split_and_every_record_lands_once(c
     assert [r.value for r in records] == [f"{i:04d}".encode() * 25 for i in range(300)]
     assert [r.offset for r in records] == offsets
     consumer.close()
+
+
+def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(cluster):
+    # Producer.send_batch (many records as columns, one future) and Consumer.poll_arrow
+    # (Spark's Kafka columns): keys by murmur2, null keys sticky per whole batch, an explicit
+    # partition, and the per-record metadata in the order given.
+    import pyarrow as pa
+    cluster.admin().create_topics([rafka.NewTopic("cols", 3, 2)])
+    keys = [f"user-{i % 7}".encode() for i in range(500)]
+    with rafka.Producer(cluster, {"acks": "all", "batch.size": 4096,
+                                  "compression.type": "lz4"}) as producer:
+        keyed = producer.send_batch("cols", pa.array([f"v{i}" for i in range(500)]), keys,
+                                    timestamps=list(range(1_000, 1_500)))
+        sticky = producer.send_batch("cols", [b"s%d" % i for i in range(300)])
+        pinned = producer.send_batch("cols", [b"p0", None, b""], partition=2)
+        meta = keyed.result(30)
+        assert meta.column_names == ["partition", "offset", "timestamp"]
+        assert meta["partition"].to_pylist() == [partition_for_key(k, 3) for k in keys]
+        assert meta["timestamp"].cast("int64").to_pylist() == list(range(1_000, 1_500))
+        per = defaultdict(list)
+        for p, o in zip(meta["partition"].to_pylist(), meta["offset"].to_pylist()):
+            per[p].append(o)
+        assert all(offsets == sorted(offsets) for offsets in per.values())
+        assert pinned.result(30)["partition"].to_pylist() == [2, 2, 2]
+        assert len(sticky.result(30)) == 300 and sticky.exception() is None
+        with pytest.raises(RecordTooLargeError, match="index 1"):
+            producer.send_batch("cols", [b"x", b"y" * 2_000_000])
+
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("cols", p) for p in range(3)])
+    tables = []
+    deadline = time.monotonic() + 60
+    while sum(len(t) for t in tables) < 803 and time.monotonic() < deadline:
+        tables.append(consumer.poll_arrow(500, max_records=128, headers=True))
+    table = pa.concat_tables(tables)
+    assert table.column_names == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                  "timestampType", "headers"]
+    assert len(table) == 803 and max(len(t) for t in tables) <= 128
+    rows = table.to_pylist()
+    assert sorted(r["value"] for r in rows if r["key"] is not None) == \
+        sorted(f"v{i}".encode() for i in range(500))
+    assert [r["value"] for r in rows if r["partition"] == 2 and r["value"] in
+            (b"p0", None, b"")] == [b"p0", None, b""]
+    assert {r["topic"] for r in rows} == {"cols"} and {r["timestampType"] for r in rows} == {0}
+    assert consumer.position(("cols", 0)) == sum(1 for r in rows if r["partition"] == 0)
+    assert len(consumer.poll_arrow(100)) == 0
+    consumer.close()
