@@ -161,6 +161,43 @@ def consume(cluster, topic: str, records: int) -> tuple[int, float]:
     return seen, elapsed
 
 
+def produce_columns(cluster, topic: str, records: int, acks: str, per_call: int = 100_000,
+                    batch_size: int = 1 << 20) -> float:
+    """``Producer.send_batch`` of ``per_call`` records at a time (an Arrow array of the same
+    values), null keys (sticky), batches of ``batch_size``; every record answered."""
+    import pyarrow as pa
+    import rafka
+    values = pa.array([VALUE] * per_call, pa.binary())
+    with rafka.Producer(cluster, {"acks": acks, "batch.size": batch_size}) as producer:
+        started = time.perf_counter()
+        futures = [producer.send_batch(topic, values.slice(0, min(per_call, records - sent)))
+                   for sent in range(0, records, per_call)]
+        for future in futures:
+            future.result(120)
+        elapsed = time.perf_counter() - started
+    return elapsed
+
+
+def consume_columns(cluster, topic: str, records: int, max_records: int = 100_000
+                    ) -> tuple[int, float]:
+    """``Consumer.poll_arrow`` until every record is read."""
+    import rafka
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
+                                        "max.partition.fetch.bytes": 4 << 20,
+                                        "fetch.max.bytes": 16 << 20})
+    consumer.assign([(topic, p) for p in range(6)])
+    started = time.perf_counter()
+    seen = 0
+    while seen < records:
+        table = consumer.poll_arrow(2000, max_records=max_records)
+        if not len(table):
+            break
+        seen += len(table)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen, elapsed
+
+
 class _LatencyReader:
     """The end-to-end consumer, in a process of its own (a Ray actor): a reader thread beside
     the producer would share its GIL and measure the producer's pauses, not rafka's
@@ -272,6 +309,16 @@ def main(argv=None) -> int:
                 line(name, args.records,
                      measured(produce, cluster, topic, args.records, acks, args.batch_size),
                      peer_p)
+                admin.delete_topics([topic])
+            # The batch API: 100,000 records per send_batch call, batch.size 1 MiB.
+            for name, rf, acks in (("(d) send_batch RF=1 acks=1", 1, "1"),
+                                   ("(e) send_batch RF=3 acks=all", 3, "all")):
+                topic = fresh_topic(cluster, f"cols-rf{rf}", rf)
+                line(name, args.records,
+                     measured(produce_columns, cluster, topic, args.records, acks), peer_p)
+                if rf == 1:
+                    seen, elapsed = measured(consume_columns, cluster, topic, args.records)
+                    line("poll_arrow (one consumer, 6 partitions)", seen, elapsed, peer_c)
                 admin.delete_topics([topic])
         fresh_topic(cluster, "e2e", 3)
         lat = measured(end_to_end, cluster, "e2e", args.rate, args.latency_seconds,

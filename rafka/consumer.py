@@ -121,6 +121,9 @@ class _Chunk:
     values: list
     headers: list | None           # None: no record has headers
     start: int = 0                 # the next one to hand out
+    # Kept as Arrow arrays (timestamps, keys, values, headers) once poll_arrow is used: no
+    # Python object per record at all (offsets stay a list: positions are Python ints).
+    arrow: bool = False
 
 
 @dataclass
@@ -157,31 +160,53 @@ def _arrow_table(pieces: list, headers: bool):
     """Spark's Kafka columns for ``(topic, partition, chunk, start, end)`` pieces."""
     import pyarrow as pa
 
-    from protocols.arrow_records import HEADERS_TYPE
+    from protocols.arrow_records import HEADERS_TYPE, no_headers
 
-    def column(name: str) -> list:
-        return list(chain.from_iterable(getattr(c, name)[start:end]
-                                        for _, _, c, start, end in pieces))
+    def column(name: str, type_):
+        arrays = []
+        for _, _, c, start, end in pieces:
+            data = getattr(c, name)
+            arrays.append(data.slice(start, end - start) if c.arrow
+                          else pa.array(data[start:end], type_))
+        return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
+
+    def header_column():
+        arrays = []
+        for _, _, c, start, end in pieces:
+            if c.headers is None:
+                arrays.append(no_headers(end - start))
+            elif c.arrow:
+                arrays.append(c.headers.slice(start, end - start))
+            else:
+                arrays.append(pa.array([[{"key": k, "value": v} for k, v in h]
+                                        for h in c.headers[start:end]], HEADERS_TYPE))
+        return pa.concat_arrays(arrays) if len(arrays) > 1 else arrays[0]
+    if not pieces:
+        empty = {"key": pa.binary(), "value": pa.binary(), "topic": pa.string(),
+                 "partition": pa.int32(), "offset": pa.int64(),
+                 "timestamp": pa.timestamp("ms"), "timestampType": pa.int32()}
+        if headers:
+            empty["headers"] = HEADERS_TYPE
+        return pa.table({name: pa.array([], t) for name, t in empty.items()})
     sizes = [end - start for _, _, _, start, end in pieces]
-    keys, values = column("keys"), column("values")
-    binary = all(isinstance(v, (bytes, type(None))) for v in values[:1] + keys[:1])
+    sample = pieces[0][2]
+    binary = sample.arrow or all(isinstance(v, (bytes, type(None))) for v in
+                                 sample.values[:1] + sample.keys[:1])
     table = {
-        "key": pa.array(keys, pa.binary() if binary else None),
-        "value": pa.array(values, pa.binary() if binary else None),
+        "key": column("keys", pa.binary() if binary else None),
+        "value": column("values", pa.binary() if binary else None),
         "topic": pa.array(np.repeat(np.array([t for t, *_ in pieces], object), sizes),
                           pa.string()),
         "partition": pa.array(np.repeat([p for _, p, *_ in pieces], sizes), pa.int32()),
-        "offset": pa.array(column("offsets"), pa.int64()),
-        "timestamp": pa.array(column("timestamps"), pa.timestamp("ms")),
+        "offset": pa.array(list(chain.from_iterable(c.offsets[start:end]
+                                                    for _, _, c, start, end in pieces)),
+                           pa.int64()),
+        "timestamp": column("timestamps", pa.int64()).cast(pa.timestamp("ms")),
         "timestampType": pa.array(np.repeat([c.timestamp_type for _, _, c, *_ in pieces],
                                             sizes), pa.int32()),
     }
     if headers:
-        table["headers"] = pa.array(
-            [[{"key": k, "value": v} for k, v in h]
-             for _, _, c, start, end in pieces
-             for h in (c.headers[start:end] if c.headers is not None
-                       else [()] * (end - start))], HEADERS_TYPE)
+        table["headers"] = header_column()
     return pa.table(table)
 
 
@@ -203,6 +228,7 @@ class Consumer:
         self._request_bytes: dict[str, int] = {}
         self._hosts: dict[str, Any] = {}
         self._closed = False
+        self._arrow = False   # poll_arrow was used: buffer fetched batches as Arrow columns
         self._group: ConsumerCoordinator | None = None
         if self.config["group.id"]:
             self._group = ConsumerCoordinator(cluster, self.config, self.metadata,
@@ -621,6 +647,9 @@ class Consumer:
             if check_crcs:
                 batch.ensure_valid()
             header = batch.header()
+            if self._arrow and key_de is None and value_de is None:
+                self._buffer_arrow(st, batch, header, fetch_offset)
+                continue
             offsets, timestamps, keys, values, headers = batch.record_columns()
             if not offsets or offsets[-1] < fetch_offset:
                 continue
@@ -639,6 +668,21 @@ class Consumer:
                 offsets, timestamps, keys, values, headers))
         st.last_fetched = st.buffered_records() - before
 
+    @staticmethod
+    def _buffer_arrow(st: _PartitionState, batch, header, fetch_offset: int) -> None:
+        columns = batch.arrow_columns()
+        offsets = columns["offset"].to_numpy().tolist()
+        if not offsets or offsets[-1] < fetch_offset:
+            return
+        i = bisect_left(offsets, fetch_offset) if offsets[0] < fetch_offset else 0
+        headers = columns.get("headers")
+        st.buffered.append(_Chunk(
+            header.partition_leader_epoch,
+            1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
+            offsets[i:], columns["timestamp"].slice(i), columns["key"].slice(i),
+            columns["value"].slice(i), None if headers is None else headers.slice(i),
+            arrow=True))
+
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned, unpaused partitions (at most max.poll.records),
         waiting up to ``timeout_ms`` for some to arrive."""
@@ -652,6 +696,7 @@ class Consumer:
         (default max.poll.records) rows; an empty table when nothing came within
         ``timeout_ms``. Positions, commits and the group protocol move as with ``poll``."""
         limit = self.config["max.poll.records"] if max_records is None else max_records
+        self._arrow = True   # fetched batches are buffered as Arrow columns from now on
         table = self._poll(timeout_ms, lambda: self._drain_arrow(limit, headers))
         return table if table else _arrow_table([], headers)
 
@@ -702,12 +747,22 @@ class Consumer:
         out: list[ConsumerRecord] = []
         for topic, partition, c, start, end in self._take(self.config["max.poll.records"]):
             n = end - start
+            timestamps, keys, values, headers = c.timestamps, c.keys, c.values, c.headers
+            if c.arrow:   # buffered for poll_arrow: this poll takes them as Python objects
+                timestamps, keys, values = (a.slice(start, n).to_pylist()
+                                            for a in (timestamps.cast("int64"), keys, values))
+                headers = None if headers is None else [
+                    tuple((h["key"], h["value"]) for h in hs)
+                    for hs in headers.slice(start, n).to_pylist()]
+                start_, end_ = 0, n
+            else:
+                start_, end_ = start, end
             # One ConsumerRecord per record, built in C from the columns.
             out += map(_new_record, repeat(ConsumerRecord, n), zip(
                 repeat(topic, n), repeat(partition, n), c.offsets[start:end],
-                c.timestamps[start:end], repeat(c.timestamp_type, n), c.keys[start:end],
-                c.values[start:end],
-                repeat((), n) if c.headers is None else c.headers[start:end],
+                timestamps[start_:end_], repeat(c.timestamp_type, n), keys[start_:end_],
+                values[start_:end_],
+                repeat((), n) if headers is None else headers[start_:end_],
                 repeat(c.epoch, n)))
         return out
 

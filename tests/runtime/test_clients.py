@@ -305,4 +305,13 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
     assert {r["topic"] for r in rows} == {"cols"} and {r["timestampType"] for r in rows} == {0}
     assert consumer.position(("cols", 0)) == sum(1 for r in rows if r["partition"] == 0)
     assert len(consumer.poll_arrow(100)) == 0
+    # Batches fetched after poll_arrow are buffered as Arrow columns; poll still hands them
+    # out as ConsumerRecords, headers and all.
+    with rafka.Producer(cluster) as producer:
+        producer.send_batch("cols", [b"h1", b"h2"], [b"k", None], partition=1,
+                            headers=[[("trace", b"t1")], []]).result(30)
+    got = consume_all(consumer, 2, 30)
+    assert [(r.key, r.value, r.headers, r.partition) for r in got] == \
+        [(b"k", b"h1", (("trace", b"t1"),), 1), (None, b"h2", (), 1)]
+    assert isinstance(got[0].timestamp, int) and isinstance(got[0].offset, int)
     consumer.close()
