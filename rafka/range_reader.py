@@ -53,3 +53,37 @@ def read_records(cluster, r: OffsetRange, timeout_s: float = 120.0) -> Iterator:
             position = consumer.position(tp)
     finally:
         consumer.close()
+
+
+def read_tables(cluster, r: OffsetRange, timeout_s: float = 120.0, headers: bool = False,
+                max_records: int = 65_536) -> Iterator:
+    """``read_records``' records as pyarrow Tables (``Consumer.poll_arrow``: Spark's Kafka
+    columns), at most ``max_records`` rows each, cut at the range's end."""
+    import pyarrow.compute as pc
+
+    import rafka
+    from protocols.errors import KafkaTimeoutError
+
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "none"})
+    tp = TopicPartition(r.topic, r.partition)
+    consumer.assign([tp])
+    consumer.seek(tp, r.from_offset)
+    deadline = time.monotonic() + timeout_s
+    position = r.from_offset
+    try:
+        while position < r.until_offset:
+            table = consumer.poll_arrow(500, max_records=max_records, headers=headers)
+            if not len(table):
+                if time.monotonic() > deadline:
+                    raise KafkaTimeoutError(f"Timed out reading {tp.topic}-{tp.partition} "
+                                            f"[{position}, {r.until_offset}) after "
+                                            f"{timeout_s} s")
+                continue
+            deadline = time.monotonic() + timeout_s
+            position = consumer.position(tp)
+            if position > r.until_offset:
+                table = table.filter(pc.less(table["offset"], r.until_offset))
+            if len(table):
+                yield table
+    finally:
+        consumer.close()

@@ -18,7 +18,6 @@ decisions (offsets, ranges, limits) are ``rafka.spark.offsets``'; this module mo
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -28,7 +27,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
 from protocols.topics import TopicPartition
-from rafka.range_reader import earliest_and_latest, partition_counts, read_records
+from rafka.range_reader import earliest_and_latest, partition_counts, read_tables
 from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss, from_json,
                                  parse_offsets, parse_subscription, plan_ranges, rate_limit,
                                  resolve, to_json)
@@ -94,23 +93,23 @@ class RangePartition(InputPartition):
         self.range = offset_range
 
 
-def read_partition(options, partition, include_headers: bool) -> Iterator[tuple]:
+def read_partition(options, partition, include_headers: bool) -> Iterator:
     """A planned partition's rows. With nothing to read the planner returns no partitions,
     and Spark then calls read once with a plain InputPartition: no rows."""
     r = getattr(partition, "range", None)
     return iter(()) if r is None else read_range(options, r, include_headers)
 
 
-def read_range(options, r: OffsetRange, include_headers: bool) -> Iterator[tuple]:
-    """The rows of one offset range, read with a consumer on this Spark worker."""
+def read_range(options, r: OffsetRange, include_headers: bool) -> Iterator:
+    """One offset range, read with a consumer on this Spark worker, as Arrow record batches
+    in the source's schema (Spark takes them without a Python object per row)."""
+    import pyarrow as pa
     timeout_s = float(options.get("fetchTimeoutMs", 120_000)) / 1000
-    for rec in read_records(connect(options), r, timeout_s):
-        ts = datetime.fromtimestamp(rec.timestamp / 1000, tz=timezone.utc)
-        row = (rec.key, rec.value, rec.topic, rec.partition, rec.offset, ts,
-               rec.timestamp_type)
-        if include_headers:
-            row += ([(k, v) for k, v in rec.headers],)
-        yield row
+    for table in read_tables(connect(options), r, timeout_s, headers=include_headers):
+        # Spark's TimestampType is microseconds since the epoch, in UTC.
+        table = table.set_column(5, "timestamp",
+                                 table["timestamp"].cast(pa.timestamp("us", tz="UTC")))
+        yield from table.to_batches()
 
 
 # ---- batch read --------------------------------------------------------------------------
