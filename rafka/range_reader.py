@@ -24,8 +24,9 @@ def earliest_and_latest(cluster, partitions: list[TopicPartition]) -> tuple[dict
     return earliest, latest
 
 
-def read_records(cluster, r: OffsetRange, timeout_s: float = 120.0) -> Iterator:
-    """The ConsumerRecords of one range, in offset order; KafkaTimeoutError when the
+def _polled(cluster, r: OffsetRange, timeout_s: float, poll) -> Iterator:
+    """What ``poll(consumer)`` returns while the range's consumer is short of its end:
+    ``(answer, position after it)`` for each non-empty answer; KafkaTimeoutError when the
     partition yields nothing for ``timeout_s``."""
     import rafka
     from protocols.errors import KafkaTimeoutError
@@ -38,21 +39,28 @@ def read_records(cluster, r: OffsetRange, timeout_s: float = 120.0) -> Iterator:
     position = r.from_offset
     try:
         while position < r.until_offset:
-            records = consumer.poll(500)
-            if not records:
+            answer = poll(consumer)
+            if not len(answer):
                 if time.monotonic() > deadline:
                     raise KafkaTimeoutError(f"Timed out reading {tp.topic}-{tp.partition} "
                                             f"[{position}, {r.until_offset}) after "
                                             f"{timeout_s} s")
                 continue
             deadline = time.monotonic() + timeout_s
-            for rec in records:
-                if rec.offset >= r.until_offset:
-                    return
-                yield rec
             position = consumer.position(tp)
+            yield answer, position
     finally:
         consumer.close()
+
+
+def read_records(cluster, r: OffsetRange, timeout_s: float = 120.0) -> Iterator:
+    """The ConsumerRecords of one range, in offset order; KafkaTimeoutError when the
+    partition yields nothing for ``timeout_s``."""
+    for records, _ in _polled(cluster, r, timeout_s, lambda consumer: consumer.poll(500)):
+        for rec in records:
+            if rec.offset >= r.until_offset:
+                return
+            yield rec
 
 
 def read_tables(cluster, r: OffsetRange, timeout_s: float = 120.0, headers: bool = False,
@@ -61,29 +69,10 @@ def read_tables(cluster, r: OffsetRange, timeout_s: float = 120.0, headers: bool
     columns), at most ``max_records`` rows each, cut at the range's end."""
     import pyarrow.compute as pc
 
-    import rafka
-    from protocols.errors import KafkaTimeoutError
-
-    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "none"})
-    tp = TopicPartition(r.topic, r.partition)
-    consumer.assign([tp])
-    consumer.seek(tp, r.from_offset)
-    deadline = time.monotonic() + timeout_s
-    position = r.from_offset
-    try:
-        while position < r.until_offset:
-            table = consumer.poll_arrow(500, max_records=max_records, headers=headers)
-            if not len(table):
-                if time.monotonic() > deadline:
-                    raise KafkaTimeoutError(f"Timed out reading {tp.topic}-{tp.partition} "
-                                            f"[{position}, {r.until_offset}) after "
-                                            f"{timeout_s} s")
-                continue
-            deadline = time.monotonic() + timeout_s
-            position = consumer.position(tp)
-            if position > r.until_offset:
-                table = table.filter(pc.less(table["offset"], r.until_offset))
-            if len(table):
-                yield table
-    finally:
-        consumer.close()
+    def poll(consumer):
+        return consumer.poll_arrow(500, max_records=max_records, headers=headers)
+    for table, position in _polled(cluster, r, timeout_s, poll):
+        if position > r.until_offset:
+            table = table.filter(pc.less(table["offset"], r.until_offset))
+        if len(table):
+            yield table
