@@ -3,14 +3,15 @@
 Encoding: the values (and keys, timestamps) of many records, as Arrow arrays or any
 sequences of bytes or strings, become a v2 batch body in a few numpy passes: every varint of
 every record is computed at once (zig-zag, then base-128 groups), and Arrow's element-wise
-join lays the records end to end (the varints, key and value of each). The body, and so the batch ``MemoryRecordsBuilder``
-builds from it, is byte for byte the one the per-record builder makes from the same records.
-Records with headers take the per-record builder (headers are rare on bulk paths).
+join lays the records end to end (the varints, key and value of each). The body, and so the
+batch ``MemoryRecordsBuilder`` builds from it, is byte for byte the one the per-record
+builder makes from the same records. Records with headers take the per-record builder
+(headers are rare on bulk paths).
 
 Decoding: a batch body located by ``columnar.locate_records`` becomes Arrow columns
 (offset, timestamp, key, value): the keys and values are Arrow binary views into the body,
-compacted by Arrow into plain binary arrays; a batch off that common path (headers, unusual varints) is decoded record by record
-and then converted.
+compacted by Arrow into plain binary arrays; a batch off that common path (headers, unusual
+varints) is decoded record by record and then converted.
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def as_binary(data: Any, count: int | None = None) -> pa.Array:
     if isinstance(data, pa.ChunkedArray):
         data = data.combine_chunks()
     if not isinstance(data, pa.Array):
-        data = pa.array(data if isinstance(data, (list, tuple)) else list(data),
-                        type=pa.binary() if not _has_str(data) else pa.string())
+        data = data if isinstance(data, (list, tuple)) else list(data)   # once: may be an iterator
+        data = pa.array(data, type=pa.string() if _has_str(data) else pa.binary())
     if pa.types.is_string(data.type) or pa.types.is_large_string(data.type):
         data = data.cast(pa.binary() if pa.types.is_string(data.type) else pa.large_binary())
     if pa.types.is_large_binary(data.type):

@@ -232,7 +232,7 @@ class Producer:
         if headers is not None:
             return self._send_each(topic, values, keys, partition, timestamps, headers)
         if not self._value_ser_default:
-            values = [self._value_ser(v) for v in values]
+            values = [self._value_ser(v) for v in _python_values(values)]
         value_array = as_binary(values)
         count = len(value_array)
         if count == 0:
@@ -240,7 +240,7 @@ class Producer:
         key_array = None
         if keys is not None:
             if self.config["key.serializer"] is not None:
-                keys = [None if k is None else self._key_ser(k) for k in keys]
+                keys = [None if k is None else self._key_ser(k) for k in _python_values(keys)]
             key_array = as_binary(keys, count)
         stamps = timestamp_column(timestamps, count, time.time_ns() // 1_000_000)
         sizes = RECORD_OVERHEAD + np.maximum(
@@ -532,6 +532,13 @@ class _InFlight:
     batches: list[ProducerBatch]
     host_id: str
     sent: float  # time.monotonic()
+
+
+def _python_values(data: Any):
+    """What a configured serializer is given: Python values, also out of an Arrow array."""
+    if isinstance(data, (pa.Array, pa.ChunkedArray)):
+        return data.to_pylist()
+    return data
 
 
 def _now_ms() -> int:

@@ -102,3 +102,8 @@ def test_columns_that_do_not_line_up_are_refused():
         encode_batch_columns(pa.array([1, 2]), now_ms=NOW)
     with pytest.raises(ValueError, match="at least one record"):
         encode_batch_columns([], now_ms=NOW)
+
+
+def test_an_iterator_of_str_is_read_once_and_encoded_as_utf8():
+    assert encode_batch_columns(iter(["α", None]), now_ms=NOW) == \
+        per_record(["α".encode(), None], None, None)

@@ -286,17 +286,21 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
         assert len(sticky.result(30)) == 300 and sticky.exception() is None
         with pytest.raises(RecordTooLargeError, match="index 1"):
             producer.send_batch("cols", [b"x", b"y" * 2_000_000])
+    with rafka.Producer(cluster, value_serializer="string") as producer:
+        # A configured serializer is given Python values, from an Arrow array too.
+        assert len(producer.send_batch("cols", pa.array(["s1", "s2"]), partition=0)
+                   .result(30)) == 2
 
     consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
     consumer.assign([("cols", p) for p in range(3)])
     tables = []
     deadline = time.monotonic() + 60
-    while sum(len(t) for t in tables) < 803 and time.monotonic() < deadline:
+    while sum(len(t) for t in tables) < 805 and time.monotonic() < deadline:
         tables.append(consumer.poll_arrow(500, max_records=128, headers=True))
     table = pa.concat_tables(tables)
     assert table.column_names == ["key", "value", "topic", "partition", "offset", "timestamp",
                                   "timestampType", "headers"]
-    assert len(table) == 803 and max(len(t) for t in tables) <= 128
+    assert len(table) == 805 and max(len(t) for t in tables) <= 128
     rows = table.to_pylist()
     assert sorted(r["value"] for r in rows if r["key"] is not None) == \
         sorted(f"v{i}".encode() for i in range(500))
