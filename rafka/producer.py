@@ -306,9 +306,9 @@ class Producer:
 
     def _send_each(self, topic, values, keys, partition, timestamps, headers) -> BatchSendFuture:
         """send_batch with headers: each record through ``send``."""
-        values = list(values)
+        values = list(_python_values(values))
         count = len(values)
-        keys = [None] * count if keys is None else list(keys)
+        keys = [None] * count if keys is None else list(_python_values(keys))
         stamps = [None] * count if timestamps is None or isinstance(timestamps, int) \
             else list(timestamps)
         if isinstance(timestamps, int):

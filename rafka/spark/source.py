@@ -17,25 +17,24 @@ decisions (offsets, ranges, limits) are ``rafka.spark.offsets``'; this module mo
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Iterator
+from typing import Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
-                                    DataSourceStreamWriter, DataSourceWriter, InputPartition,
-                                    WriterCommitMessage)
+                                    InputPartition)
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
 from protocols.topics import TopicPartition
 from rafka.range_reader import earliest_and_latest, partition_counts, read_tables
+from rafka.spark.connection import connect
 from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss, from_json,
                                  parse_offsets, parse_subscription, plan_ranges, rate_limit,
                                  resolve, to_json)
+from rafka.spark.sink import RafkaBatchWriter, RafkaStreamWriter, check_schema
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
 HEADERS = "headers array<struct<key: string, value: binary>>"
-_clusters: dict[tuple[str, str], Any] = {}
 
 
 def _flag(options, name: str, default: bool) -> bool:
@@ -59,20 +58,6 @@ def _int(options, name: str) -> int | None:
     if n <= 0:
         raise SparkSourceError(f"Option {name} must be a positive integer, got {value!r}")
     return n
-
-
-def connect(options):
-    """This process's handle on the cluster the options name (one Ray connection per Spark
-    Python worker, reused by its tasks)."""
-    import rafka
-    from rafka.ray_support import ensure_ray
-    name = options.get("cluster", "default")
-    address = options.get("rayAddress") or os.environ.get("RAY_ADDRESS") or "auto"
-    key = (name, address)
-    if key not in _clusters:
-        ensure_ray(address, log_to_driver=False)
-        _clusters[key] = rafka.Cluster.connect(name)
-    return _clusters[key]
 
 
 def _starting(options, cluster, partitions, earliest, latest, default: str) -> dict:
@@ -196,73 +181,6 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass   # offsets live in Spark's checkpoint, as with Spark's Kafka source
 
 
-# ---- write -------------------------------------------------------------------------------
-class _Committed(WriterCommitMessage):
-    def __init__(self, records: int):
-        self.records = records
-
-
-def _producer_config(options) -> dict:
-    """``kafka.``-prefixed options are producer configs (Spark's Kafka sink convention)."""
-    config = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
-    config.setdefault("acks", "all")
-    return config
-
-
-def write_rows(options, rows) -> _Committed:
-    import rafka
-    default_topic = options.get("topic")
-    producer = rafka.Producer(connect(options), _producer_config(options))
-    count = 0
-    futures = []
-    try:
-        for row in rows:
-            data = row.asDict() if hasattr(row, "asDict") else dict(row)
-            topic = data.get("topic") or default_topic
-            if not topic:
-                raise SparkSourceError("topic option required when no 'topic' attribute is "
-                                       "present. Use the topic option for setting a topic.")
-            if "value" not in data:
-                raise SparkSourceError("Required attribute 'value' not found")
-            value, key = data["value"], data.get("key")
-            headers = [(h["key"] if isinstance(h, dict) else h[0],
-                        h["value"] if isinstance(h, dict) else h[1])
-                       for h in data.get("headers") or ()]
-            futures.append(producer.send(
-                topic, value.encode() if isinstance(value, str) else value,
-                key=key.encode() if isinstance(key, str) else key,
-                partition=data.get("partition"), headers=headers or None))
-            count += 1
-        producer.flush()
-        for f in futures:
-            f.result(0)      # raise the first failed record's error: the task fails
-    finally:
-        producer.close()
-    return _Committed(count)
-
-
-class RafkaBatchWriter(DataSourceWriter):
-    def __init__(self, options):
-        self.options = options
-
-    def write(self, iterator):
-        return write_rows(self.options, iterator)
-
-
-class RafkaStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options):
-        self.options = options
-
-    def write(self, iterator):
-        return write_rows(self.options, iterator)
-
-    def commit(self, messages, batchId) -> None:
-        pass   # every record was acknowledged before its task finished
-
-    def abort(self, messages, batchId) -> None:
-        pass   # at-least-once, as Spark's Kafka sink: what was sent stays
-
-
 def _append_only(overwrite: bool) -> None:
     # A log is appended to; Spark's Kafka sink refuses Overwrite too.
     if overwrite:
@@ -289,8 +207,10 @@ class RafkaDataSource(DataSource):
 
     def writer(self, schema, overwrite):
         _append_only(overwrite)
+        check_schema(schema, self.options)
         return RafkaBatchWriter(self.options)
 
     def streamWriter(self, schema, overwrite):
         _append_only(overwrite)
+        check_schema(schema, self.options)
         return RafkaStreamWriter(self.options)

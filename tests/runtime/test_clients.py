@@ -312,8 +312,9 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
     # Batches fetched after poll_arrow are buffered as Arrow columns; poll still hands them
     # out as ConsumerRecords, headers and all.
     with rafka.Producer(cluster) as producer:
-        producer.send_batch("cols", [b"h1", b"h2"], [b"k", None], partition=1,
-                            headers=[[("trace", b"t1")], []]).result(30)
+        # Arrow arrays with headers too (they go through send, record by record).
+        producer.send_batch("cols", pa.array([b"h1", b"h2"]), pa.array(["k", None]),
+                            partition=1, headers=[[("trace", b"t1")], []]).result(30)
     got = consume_all(consumer, 2, 30)
     assert [(r.key, r.value, r.headers, r.partition) for r in got] == \
         [(b"k", b"h1", (("trace", b"t1"),), 1), (None, b"h2", (), 1)]

@@ -3,12 +3,11 @@ batch and streaming reads and writes, as Spark's Kafka source behaves."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 import rafka
-from protocols.topics import TopicPartition
+from protocols.partitioner import partition_for_key
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -91,6 +90,36 @@ def test_write_then_read_back_with_keys_partitions_and_headers(spark, cluster):
     with pytest.raises(Exception, match="topic option required"):
         spark.createDataFrame([("x",)], "value string").write.format("rafka") \
             .option("cluster", cluster.name).mode("append").save()
+
+
+def test_write_goes_through_arrow_by_topic_column_and_partition_as_sparks_kafka_sink(spark,
+                                                                                    cluster):
+    # Spark's Arrow writer hands each task whole record batches; rows are routed by their
+    # topic column and given partition, the rest by their key's murmur2 (as send does).
+    cluster.admin().create_topics([rafka.NewTopic("w1", 3, 2), rafka.NewTopic("w2", 2, 2)])
+    df = spark.range(0, 5000, 1, 2).selectExpr(   # two tasks: ids below 2500, the rest
+        "CAST(id AS STRING) AS value", "CAST(id % 11 AS STRING) AS key",
+        "IF(id % 2 = 0, 'w1', 'w2') AS topic",
+        "IF(id % 5 = 0, 1, CAST(NULL AS INT)) AS partition", "id * 2 AS ignored")
+    df.write.format("rafka").option("cluster", cluster.name).mode("append").save()
+    back = reader(spark, cluster, subscribe="w1,w2").collect()
+    assert sorted(int(r.value) for r in back) == list(range(5000))
+    counts = {"w1": 3, "w2": 2}
+    for r in back:
+        i = int(r.value)
+        assert r.topic == ("w1" if i % 2 == 0 else "w2")
+        assert r.key == str(i % 11).encode()
+        assert r.partition == (1 if i % 5 == 0 else partition_for_key(r.key, counts[r.topic]))
+    # Per partition, each task's rows keep the order it wrote them in.
+    for topic in counts:
+        for p in range(counts[topic]):
+            ids = [int(r.value) for r in sorted(back, key=lambda r: r.offset)
+                   if (r.topic, r.partition) == (topic, p)]
+            for task in ([i for i in ids if i < 2500], [i for i in ids if i >= 2500]):
+                assert task == sorted(task)
+    with pytest.raises(Exception, match="value attribute unsupported type int"):
+        spark.createDataFrame([(1,)], "value int").write.format("rafka") \
+            .option("cluster", cluster.name).option("topic", "w1").mode("append").save()
 
 
 def test_streaming_available_now_honours_max_offsets_per_trigger_and_resumes_from_its_checkpoint(
