@@ -37,9 +37,15 @@ class Committed(WriterCommitMessage):
 
 
 def producer_config(options) -> dict:
-    """``kafka.``-prefixed options are producer configs (Spark's Kafka sink convention)."""
+    """``kafka.``-prefixed options are producer configs (Spark's Kafka sink convention).
+    Rows arrive thousands at a time (Spark's Arrow batches), so unless set, ``batch.size``
+    is ``max.request.size`` (1 MiB by default): Kafka's 16 KiB would cut each Arrow batch
+    into a hundred record batches, each a request of its own."""
+    from rafka.producer import PRODUCER_CONFIG
+
     config = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
     config.setdefault("acks", "all")
+    config.setdefault("batch.size", PRODUCER_CONFIG.parse(config)["max.request.size"])
     return config
 
 
