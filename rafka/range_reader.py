@@ -53,20 +53,11 @@ def _polled(cluster, r: OffsetRange, timeout_s: float, poll) -> Iterator:
         consumer.close()
 
 
-def read_records(cluster, r: OffsetRange, timeout_s: float = 120.0) -> Iterator:
-    """The ConsumerRecords of one range, in offset order; KafkaTimeoutError when the
-    partition yields nothing for ``timeout_s``."""
-    for records, _ in _polled(cluster, r, timeout_s, lambda consumer: consumer.poll(500)):
-        for rec in records:
-            if rec.offset >= r.until_offset:
-                return
-            yield rec
-
-
 def read_tables(cluster, r: OffsetRange, timeout_s: float = 120.0, headers: bool = False,
                 max_records: int = 65_536) -> Iterator:
-    """``read_records``' records as pyarrow Tables (``Consumer.poll_arrow``: Spark's Kafka
-    columns), at most ``max_records`` rows each, cut at the range's end."""
+    """The records of one range, in offset order, as pyarrow Tables (``Consumer.poll_arrow``:
+    Spark's Kafka columns), at most ``max_records`` rows each, cut at the range's end;
+    KafkaTimeoutError when the partition yields nothing for ``timeout_s``."""
     import pyarrow.compute as pc
 
     def poll(consumer):

@@ -5,15 +5,17 @@
     rafka.ray.write_topic(ds.map(...), cluster, "results")
 
 The rows have the Spark source's schema: key, value (binary), topic, partition, offset,
-timestamp, timestampType. One read task per partition's offset range; ``write_topic``
-produces from the dataset's write tasks with the producer's acks and idempotence.
+timestamp, timestampType. One read task per partition's offset range, its blocks Arrow
+tables straight from ``Consumer.poll_arrow``; ``write_topic`` produces each write task's
+Arrow blocks through ``Producer.send_batch``, with the producer's acks and idempotence.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
 from protocols.topics import TopicPartition
-from rafka.range_reader import earliest_and_latest, partition_counts, read_records
+from rafka.arrow_sink import bulk_config, send_rows, split_rows
+from rafka.range_reader import earliest_and_latest, partition_counts, read_tables
 from rafka.spark.offsets import OffsetRange, plan_ranges
 
 
@@ -36,21 +38,13 @@ def _offsets(spec: str | int | Mapping, topic: str, partitions: list[TopicPartit
 
 def _read_task(cluster_name: str, r: OffsetRange):
     def read():
-        import pyarrow as pa
-
         import rafka
         cluster = rafka.Cluster.connect(cluster_name)
-        columns: dict[str, list] = {n: [] for n in ("key", "value", "topic", "partition",
-                                                    "offset", "timestamp", "timestampType")}
-        for rec in read_records(cluster, r):
-            columns["key"].append(rec.key)
-            columns["value"].append(rec.value)
-            columns["topic"].append(rec.topic)
-            columns["partition"].append(rec.partition)
-            columns["offset"].append(rec.offset)
-            columns["timestamp"].append(rec.timestamp)
-            columns["timestampType"].append(rec.timestamp_type)
-        yield pa.table(columns, schema=_schema())
+        schema = _schema()
+        for table in read_tables(cluster, r):
+            # poll_arrow's timestamps carry no zone: they are milliseconds since the epoch,
+            # UTC, as the schema says (a cast of the type, not of the values).
+            yield table.cast(schema)
     return read
 
 
@@ -99,12 +93,14 @@ def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest"
 def write_topic(dataset, cluster, topic: str | None = None,
                 producer_config: Mapping[str, Any] | None = None) -> int:
     """Produce every row of ``dataset`` (``value`` required; ``key``, ``topic``,
-    ``partition`` optional; ``topic`` here for rows without one); returns the number of
-    records acknowledged."""
+    ``partition``, ``headers`` optional: Spark's Kafka sink's columns, ``rafka.arrow_sink``)
+    a block at a time through ``Producer.send_batch``; ``topic``, when given, is every
+    row's topic (it overrides a topic column, as Spark's sink's option does). Returns the
+    number of records acknowledged."""
     from ray.data import Datasink
 
     cluster_name = cluster.name
-    config = dict(producer_config or {"acks": "all"})
+    config = bulk_config(producer_config or {"acks": "all"})
 
     class TopicDatasink(Datasink):
         def write(self, blocks: Iterable, ctx) -> int:
@@ -113,24 +109,19 @@ def write_topic(dataset, cluster, topic: str | None = None,
             import rafka
             producer = rafka.Producer(rafka.Cluster.connect(cluster_name), config)
             futures = []
+            count = 0
             try:
                 for block in blocks:
                     table = block if isinstance(block, pa.Table) else pa.Table.from_pandas(block)
-                    for row in table.to_pylist():
-                        target = row.get("topic") or topic
-                        if not target:
-                            raise ValueError("topic is required when a row has no 'topic'")
-                        value, key = row["value"], row.get("key")
-                        futures.append(producer.send(
-                            target, value.encode() if isinstance(value, str) else value,
-                            key=key.encode() if isinstance(key, str) else key,
-                            partition=row.get("partition")))
+                    futures.extend(send_rows(producer, target, partition, rows)
+                                   for target, partition, rows in split_rows(table, topic))
+                    count += table.num_rows
                 producer.flush()
                 for f in futures:
                     f.result(0)
             finally:
                 producer.close()
-            return len(futures)
+            return count
 
         def on_write_complete(self, write_result) -> None:
             self.written = sum(write_result.write_returns)

@@ -8,7 +8,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructField, StructType)
 
 from rafka.spark.offsets import SparkSourceError
-from rafka.spark.sink import check_schema, split_batch
+from rafka.arrow_sink import SinkError, split_rows
+from rafka.spark.sink import check_schema
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()),
                                 StructField("value", BinaryType())]))
@@ -49,23 +50,23 @@ def test_rows_split_by_topic_column_and_given_partition_keeping_their_order():
         "partition": pa.array([None, 1, 0, None, 1, 0], pa.int32())})
     # Runs of rows with and without a partition go out in their order: a row without one
     # may land in a partition given to a row before or after it.
-    assert rows(split_batch(batch, None)) == [
+    assert rows(split_rows(batch, None)) == [
         ("x", None, [b"a"]), ("x", 0, [b"c"]), ("x", None, [b"d"]), ("x", 0, [b"f"]),
         ("y", 1, [b"b", b"e"])]
     # The topic option overrides the column (Spark's Kafka sink).
-    assert rows(split_batch(batch, "z")) == [
+    assert rows(split_rows(batch, "z")) == [
         ("z", None, [b"a"]), ("z", 1, [b"b"]), ("z", 0, [b"c"]), ("z", None, [b"d"]),
         ("z", 1, [b"e"]), ("z", 0, [b"f"])]
     many = pa.RecordBatch.from_pydict({"value": [b"a", b"b", b"c"], "topic": ["x"] * 3,
                                        "partition": pa.array([2, 0, 2], pa.int32())})
-    assert rows(split_batch(many, None)) == [("x", 2, [b"a", b"c"]), ("x", 0, [b"b"])]
+    assert rows(split_rows(many, None)) == [("x", 2, [b"a", b"c"]), ("x", 0, [b"b"])]
     # One topic, no partition given: the batch goes out whole.
     plain = pa.RecordBatch.from_pydict({"value": [b"a", b"b"], "topic": ["x", "x"]})
-    assert [(t, p, r is plain) for t, p, r in split_batch(plain, None)] == [("x", None, True)]
+    assert [(t, p, r is plain) for t, p, r in split_rows(plain, None)] == [("x", None, True)]
 
 
 def test_a_null_topic_without_the_option_fails_the_task():
     batch = pa.RecordBatch.from_pydict({"value": [b"a"], "topic": pa.array([None], pa.string())})
-    with pytest.raises(SparkSourceError, match="null topic present in the data"):
-        list(split_batch(batch, None))
-    assert rows(split_batch(batch, "t")) == [("t", None, [b"a"])]
+    with pytest.raises(SinkError, match="null topic present in the data"):
+        list(split_rows(batch, None))
+    assert rows(split_rows(batch, "t")) == [("t", None, [b"a"])]
