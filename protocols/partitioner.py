@@ -50,6 +50,62 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return to_positive(murmur2(key)) % num_partitions
 
 
+# Rows of padded keys hashed per numpy pass: bounds the padded copy to ~32 MiB.
+_PADDED_BYTES = 32 << 20
+
+
+def murmur2_many(keys):
+    """``murmur2`` of every key of an Arrow binary array without nulls, as a numpy int32
+    array: the same loop, one 4-byte block of all keys per step (keys padded to the
+    longest; a key's blocks past its own length leave its hash alone)."""
+    import numpy as np
+
+    count = len(keys)
+    if keys.null_count:
+        raise ValueError("murmur2_many takes keys without nulls")
+    offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset:keys.offset + count + 1]
+    data = np.frombuffer(keys.buffers()[2], np.uint8) if count and offsets[-1] > offsets[0] \
+        else np.zeros(1, np.uint8)
+    out = np.empty(count, np.int32)
+    lengths = np.diff(offsets).astype(np.int64)
+    width = max(4, -(-int(lengths.max(initial=0)) // 4) * 4)
+    step = max(1, _PADDED_BYTES // width)
+    m = np.uint32(_M)
+    columns = np.arange(width)
+    for lo in range(0, count, step):
+        hi = min(count, lo + step)
+        length = lengths[lo:hi]
+        where = offsets[lo:hi, None].astype(np.int64) + columns
+        padded = np.where(columns < length[:, None],
+                          data[np.minimum(where, len(data) - 1)], 0).astype(np.uint8)
+        blocks = padded.view("<u4")
+        h = (np.uint32(0x9747B28C) ^ length.astype(np.uint32))
+        full = length // 4
+        for j in range(int(full.max(initial=0))):
+            k = blocks[:, j] * m
+            k ^= k >> np.uint32(24)
+            k *= m
+            h = np.where(full > j, (h * m) ^ k, h)
+        tail = length % 4
+        base = np.minimum(full * 4, width - 1)
+        rows = np.arange(hi - lo)
+        at = lambda i: padded[rows, np.minimum(base + i, width - 1)].astype(np.uint32)  # noqa: E731
+        h ^= np.where(tail == 3, at(2) << np.uint32(16), np.uint32(0))
+        h ^= np.where(tail >= 2, at(1) << np.uint32(8), np.uint32(0))
+        h ^= np.where(tail >= 1, at(0), np.uint32(0))
+        h = np.where(tail >= 1, h * m, h)
+        h ^= h >> np.uint32(13)
+        h *= m
+        h ^= h >> np.uint32(15)
+        out[lo:hi] = h.view(np.int32)
+    return out
+
+
+def partitions_for_keys(keys, num_partitions: int):
+    """``partition_for_key`` of every key of an Arrow binary array without nulls (numpy)."""
+    return (murmur2_many(keys) & 0x7FFFFFFF) % num_partitions
+
+
 class StickyPartitionCache:
     """The partition a null-key record goes to, per topic, until ``next_partition`` is
     called when that partition's batch is sent (preferring partitions with a leader)."""

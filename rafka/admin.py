@@ -14,7 +14,6 @@ from protocols.errors import KafkaError, NotControllerError, UnknownTopicOrParti
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from rafka.retry import retry_until
 
 
 
@@ -200,22 +199,18 @@ class Admin:
     def list_offsets(self, specs: Mapping[tuple[str, int], int | str]
                      ) -> dict[TopicPartition, ListOffsetsResult]:
         """``{(topic, partition): "earliest" | "latest" | timestamp_ms}`` -> offsets (latest is
-        the high watermark; by time, the first offset at or after it, -1 if none)."""
-        import ray
-        out = {}
-        for tp, spec in specs.items():
-            tp = TopicPartition(*tp)
-            ts = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}.get(spec, spec)
-
-            def attempt(left_s: float, tp=tp, ts=ts) -> tuple[int, int]:
-                _, handle = self.cluster.leader(tp.topic, tp.partition)
-                return _raise_if_error(decode(ray.get(handle.list_offsets.remote(int(ts)),
-                                                      timeout=min(self.timeout_s, left_s))))
-            # A retriable answer: a new leader still learning its high watermark, say.
-            answer = retry_until(time.monotonic() + self.timeout_s, attempt, backoff_s=0.05)
-            offset, timestamp = answer
-            out[tp] = ListOffsetsResult(offset, timestamp)
-        return out
+        the high watermark; by time, the first offset at or after it, -1 if none). One
+        request per leader host (``rafka.list_offsets``)."""
+        from rafka.client_metadata import ClientMetadata
+        from rafka.list_offsets import list_offsets
+        wanted = {TopicPartition(*tp): int({"earliest": EARLIEST_TIMESTAMP,
+                                            "latest": LATEST_TIMESTAMP}.get(spec, spec))
+                  for tp, spec in specs.items()}
+        # A retriable answer (a new leader still learning its high watermark, say) is asked
+        # again; an unknown partition fails at once, as Kafka's admin client fails it.
+        found = list_offsets(ClientMetadata(self.cluster), wanted, self.timeout_s,
+                             backoff_s=0.05, unknown_fails=True)
+        return {tp: ListOffsetsResult(*found[tp]) for tp in wanted}
 
     # ---- consumer groups -------------------------------------------------------------------
     def _group_client(self, group_id: str):

@@ -88,6 +88,28 @@ class ClientMetadata:
             self._handles[key] = handle
         return LeaderInfo(p["leader"], p["leader_epoch"], handle)
 
+    def leaders(self, tps: list[TopicPartition]) -> dict[TopicPartition, LeaderInfo]:
+        """``leader`` for many partitions, locating those not known yet with one call per
+        broker; a partition without a known leader is left out."""
+        from actors.replica.locate import locate_replicas
+        image = self._current()
+        found = {}
+        for tp in tps:
+            p = image["topics"].get(tp.topic, {}).get(tp.partition)
+            if p is not None and p["leader"] >= 0:
+                found[tp] = (p["leader"], p["leader_epoch"])
+        missing = [(tp.topic, tp.partition, b) for tp, (b, _) in found.items()
+                   if (tp.topic, tp.partition, b) not in self._handles]
+        if missing:
+            self._handles.update(locate_replicas(self.cluster.namespace, missing))
+        return {tp: LeaderInfo(b, epoch, self._handles[(tp.topic, tp.partition, b)])
+                for tp, (b, epoch) in found.items()
+                if (tp.topic, tp.partition, b) in self._handles}
+
+    def knows(self, tp: TopicPartition) -> bool:
+        """Whether the partition is in the current metadata."""
+        return tp.partition in self._current()["topics"].get(tp.topic, {})
+
     def forget(self, tp: TopicPartition) -> None:
         """The leader did not answer as one: look it up again next time."""
         with self._lock:

@@ -36,7 +36,7 @@ import numpy as np
 
 from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
-                              KafkaError, NetworkError, OffsetOutOfRangeError)
+                              KafkaError, OffsetOutOfRangeError)
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
 from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchManyRequest,
@@ -47,7 +47,7 @@ from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.client_metadata import ClientMetadata
 from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
-from rafka.retry import retry_until
+from rafka.list_offsets import list_offsets
 from rafka.serde import deserializer
 
 log = logging.getLogger(__name__)
@@ -432,40 +432,32 @@ class Consumer:
         return {tp for tp, st in self._parts.items() if st.paused}
 
     # ---- offsets ---------------------------------------------------------------------------
-    def _list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        import ray
-        timeout_s = self.config["request.timeout.ms"] / 1000
+    def _list_offsets(self, wanted: Mapping[TopicPartition, int]
+                      ) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets, one request per leader host (``rafka.list_offsets``), retried until
+        request.timeout.ms."""
+        return list_offsets(self.metadata, wanted, self.config["request.timeout.ms"] / 1000,
+                            backoff_s=self.config["retry.backoff.ms"] / 1000)
 
-        def attempt(left_s: float) -> tuple[int, int]:
-            leader = self.metadata.leader(tp)
-            if leader is None:
-                raise NetworkError(f"no leader for {tp}")
-            answer = decode(ray.get(leader.handle.list_offsets.remote(timestamp),
-                                    timeout=min(timeout_s, left_s)))
-            if isinstance(answer, KafkaError):
-                raise answer
-            return answer
-        return retry_until(time.monotonic() + timeout_s, attempt,
-                           backoff_s=self.config["retry.backoff.ms"] / 1000,
-                           on_retry=lambda e: self.metadata.forget(tp))
+    def _list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+        return self._list_offsets({tp: timestamp})[tp]
 
     def beginning_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp):
-                self._list_offset(TopicPartition(*tp), EARLIEST_TIMESTAMP)[0]
-                for tp in partitions}
+        found = self._list_offsets({TopicPartition(*tp): EARLIEST_TIMESTAMP
+                                    for tp in partitions})
+        return {tp: offset for tp, (offset, _) in found.items()}
 
     def end_offsets(self, partitions: Iterable) -> dict[TopicPartition, int]:
-        return {TopicPartition(*tp):
-                self._list_offset(TopicPartition(*tp), LATEST_TIMESTAMP)[0]
-                for tp in partitions}
+        found = self._list_offsets({TopicPartition(*tp): LATEST_TIMESTAMP
+                                    for tp in partitions})
+        return {tp: offset for tp, (offset, _) in found.items()}
 
     def offsets_for_times(self, timestamps: Mapping) -> dict[TopicPartition,
                                                              OffsetAndTimestamp | None]:
-        out = {}
-        for tp, ts in timestamps.items():
-            offset, found = self._list_offset(TopicPartition(*tp), int(ts))
-            out[TopicPartition(*tp)] = None if offset < 0 else OffsetAndTimestamp(offset, found)
-        return out
+        found = self._list_offsets({TopicPartition(*tp): int(ts)
+                                    for tp, ts in timestamps.items()})
+        return {tp: None if offset < 0 else OffsetAndTimestamp(offset, at)
+                for tp, (offset, at) in found.items()}
 
     def _reset(self, tp: TopicPartition, st: _PartitionState) -> None:
         if self._group is not None and not self._subscribed and st.last_epoch < 0 \

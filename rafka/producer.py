@@ -39,7 +39,8 @@ from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
 from protocols.messages import (ProduceManyRequest, ProduceResult,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.arrow_records import as_binary, timestamp_column
-from protocols.partitioner import StickyPartitionCache, partition_for_key
+from protocols.partitioner import (StickyPartitionCache, partition_for_key,
+                                   partitions_for_keys)
 from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
@@ -290,8 +291,8 @@ class Producer:
         if key_array is not None and not self._ignore_keys:
             keyed = pc.is_valid(key_array).to_numpy(zero_copy_only=False)
             by_key = np.full(count, -1, np.int64)
-            by_key[keyed] = [partition_for_key(k, len(partitions))
-                             for k in key_array.filter(pa.array(keyed)).to_pylist()]
+            by_key[keyed] = partitions_for_keys(key_array.filter(pa.array(keyed)),
+                                                len(partitions))
             for p in np.unique(by_key[keyed]):
                 indices = np.flatnonzero(by_key == p)
                 out += [(int(p), chunk)

@@ -24,14 +24,15 @@ def earliest_and_latest(cluster, partitions: list[TopicPartition]) -> tuple[dict
     return earliest, latest
 
 
-def _polled(cluster, r: OffsetRange, timeout_s: float, poll) -> Iterator:
+def _polled(cluster, r: OffsetRange, timeout_s: float, poll, config: dict | None = None
+            ) -> Iterator:
     """What ``poll(consumer)`` returns while the range's consumer is short of its end:
     ``(answer, position after it)`` for each non-empty answer; KafkaTimeoutError when the
     partition yields nothing for ``timeout_s``."""
     import rafka
     from protocols.errors import KafkaTimeoutError
 
-    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "none"})
+    consumer = rafka.Consumer(cluster, {**(config or {}), "auto.offset.reset": "none"})
     tp = TopicPartition(r.topic, r.partition)
     consumer.assign([tp])
     consumer.seek(tp, r.from_offset)
@@ -54,15 +55,16 @@ def _polled(cluster, r: OffsetRange, timeout_s: float, poll) -> Iterator:
 
 
 def read_tables(cluster, r: OffsetRange, timeout_s: float = 120.0, headers: bool = False,
-                max_records: int = 65_536) -> Iterator:
+                max_records: int = 65_536, config: dict | None = None) -> Iterator:
     """The records of one range, in offset order, as pyarrow Tables (``Consumer.poll_arrow``:
     Spark's Kafka columns), at most ``max_records`` rows each, cut at the range's end;
-    KafkaTimeoutError when the partition yields nothing for ``timeout_s``."""
+    KafkaTimeoutError when the partition yields nothing for ``timeout_s``. ``config``: the
+    range's consumer's (``auto.offset.reset`` is always ``none``)."""
     import pyarrow.compute as pc
 
     def poll(consumer):
         return consumer.poll_arrow(500, max_records=max_records, headers=headers)
-    for table, position in _polled(cluster, r, timeout_s, poll):
+    for table, position in _polled(cluster, r, timeout_s, poll, config):
         if position > r.until_offset:
             table = table.filter(pc.less(table["offset"], r.until_offset))
         if len(table):

@@ -213,6 +213,11 @@ class BrokerActor:
         or None when it holds none (``actors.replica.locate``)."""
         return self.replicas.get(TopicPartition(topic, partition))
 
+    async def replica_hosts(self, tps: list[tuple[str, int]]) -> list:
+        """``replica_host`` for many partitions in one call (a client locating many
+        leaders at once): a host handle or None each, in order."""
+        return [self.replicas.get(TopicPartition(t, p)) for t, p in tps]
+
     async def wait_ready(self) -> int:
         await self.ready.wait()
         return self.broker_id
@@ -357,7 +362,8 @@ class BrokerActor:
                      "segment.bytes": b["offsets.topic.segment.bytes"]}, None))
             except Exception as e:
                 answer = e
-            if isinstance(answer, BaseException) and not isinstance(answer, TopicAlreadyExistsError):
+            if isinstance(answer, BaseException) and \
+                    not isinstance(answer, TopicAlreadyExistsError):
                 return encode(CoordinatorNotAvailableError(
                     f"Could not create {OFFSETS_TOPIC}: {answer}"))
             return encode(CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created"))

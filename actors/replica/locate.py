@@ -81,6 +81,32 @@ def locate_replica(namespace: str, topic: str, partition: int, broker_id: int,
     return ReplicaHandle(host, topic, partition, broker_id)
 
 
+def locate_replicas(namespace: str, wanted: list[tuple[str, int, int]],
+                    timeout_s: float = 30.0) -> dict[tuple[str, int, int], ReplicaHandle]:
+    """``locate_replica`` for many ``(topic, partition, broker_id)`` at once, asking each
+    broker once: the handles found (a replica whose broker is down or holds none of it is
+    left out)."""
+    by_broker: dict[int, list[tuple[str, int]]] = {}
+    for topic, partition, broker_id in wanted:
+        by_broker.setdefault(broker_id, []).append((topic, partition))
+    refs = {}
+    for broker_id, tps in by_broker.items():
+        broker = _broker(namespace, broker_id)
+        if broker is not None:
+            refs[broker_id] = broker.replica_hosts.remote(tps)
+    out = {}
+    for broker_id, ref in refs.items():
+        try:
+            hosts = ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.RayError:
+            continue
+        for (topic, partition), host in zip(by_broker[broker_id], hosts):
+            if host is not None:
+                out[(topic, partition, broker_id)] = ReplicaHandle(host, topic, partition,
+                                                                   broker_id)
+    return out
+
+
 async def locate_replica_async(namespace: str, topic: str, partition: int,
                                broker_id: int) -> ReplicaHandle:
     """``locate_replica`` for code on an actor's event loop."""

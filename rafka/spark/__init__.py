@@ -11,9 +11,14 @@ import sys
 
 
 def register(spark) -> None:
-    """Make ``format("rafka")`` available on this session."""
-    from rafka.spark.source import RafkaDataSource
-    spark.dataSource.register(RafkaDataSource)
+    """Make ``format("rafka")`` available on this session. On a session with
+    ``spark.sql.python.filterPushdown.enabled`` true (``local_session`` sets it), batch
+    reads take the filters Spark pushes down on partition, offset and timestamp
+    (``rafka.spark.filters``); Spark refuses a source that would take them otherwise."""
+    from rafka.spark.source import RafkaDataSource, RafkaFilteringDataSource
+    enabled = str(spark.conf.get("spark.sql.python.filterPushdown.enabled", "false"))
+    spark.dataSource.register(RafkaFilteringDataSource if enabled.lower() == "true"
+                              else RafkaDataSource)
 
 
 def local_session(app_name: str = "rafka", master: str = "local[2]",
@@ -32,7 +37,8 @@ def local_session(app_name: str = "rafka", master: str = "local[2]",
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC"))
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

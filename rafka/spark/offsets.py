@@ -18,9 +18,43 @@ from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 
 
-
 class SparkSourceError(ValueError):
     """A bad option or an impossible read, worded as Spark's Kafka source words it."""
+
+
+# Spark's KafkaSourceProvider.validateGeneralOptions: consumer options a source refuses, and why.
+_UNSUPPORTED_CONSUMER_OPTIONS = {
+    "group.id": "user-specified consumer groups are not used to track offsets.",
+    "auto.offset.reset": "Instead set the source option 'startingoffsets' to 'earliest' or "
+                         "'latest' to specify where to start.",
+    "key.deserializer": "keys are deserialized as byte arrays with ByteArrayDeserializer. Use "
+                        "DataFrame operations to explicitly deserialize the keys.",
+    "value.deserializer": "values are deserialized as byte arrays with "
+                          "ByteArrayDeserializer. Use DataFrame operations to explicitly "
+                          "deserialize the values.",
+    "enable.auto.commit": "offsets are not committed to Kafka.",
+}
+
+
+def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.``-prefixed options without their prefix: client configs, as Spark's Kafka
+    source and sink take them. ``bootstrap.servers`` is dropped: the ``cluster`` option
+    names the cluster, so a job moved from ``format("kafka")`` keeps working."""
+    out = {k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+    out.pop("bootstrap.servers", None)
+    return out
+
+
+def consumer_options(options: Mapping[str, str]) -> dict[str, str]:
+    """``kafka_options`` for a source's consumers: Spark's Kafka source refuses those that
+    would change what a read returns or where it starts."""
+    out = kafka_options(options)
+    for name, why in _UNSUPPORTED_CONSUMER_OPTIONS.items():
+        if name in out:
+            raise SparkSourceError(f"Kafka option '{name}' is not supported as {why}"
+                                   if not why.startswith("Instead") else
+                                   f"Kafka option '{name}' is not supported. {why}")
+    return out
 
 
 @dataclass(frozen=True)

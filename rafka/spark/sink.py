@@ -15,7 +15,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from rafka.arrow_sink import TOPIC_REQUIRED, bulk_config, send_rows, split_rows
 from rafka.spark.connection import connect
-from rafka.spark.offsets import SparkSourceError
+from rafka.spark.offsets import SparkSourceError, kafka_options
 
 # Spark's KafkaWriter: the types each attribute may have (by Spark's simpleString).
 _TYPES = {"value": ("string", "binary"), "key": ("string", "binary"), "topic": ("string",),
@@ -29,7 +29,7 @@ class Committed(WriterCommitMessage):
 
 def producer_config(options) -> dict:
     """``kafka.``-prefixed options are producer configs (Spark's Kafka sink convention)."""
-    config = {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
+    config = kafka_options(options)
     config.setdefault("acks", "all")
     return bulk_config(config)
 

@@ -27,9 +27,10 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 from protocols.topics import TopicPartition
 from rafka.range_reader import earliest_and_latest, partition_counts, read_tables
 from rafka.spark.connection import connect
-from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss, from_json,
-                                 parse_offsets, parse_subscription, plan_ranges, rate_limit,
-                                 resolve, to_json)
+from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
+from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss,
+                                 consumer_options, from_json, parse_offsets,
+                                 parse_subscription, plan_ranges, rate_limit, resolve, to_json)
 from rafka.spark.sink import RafkaBatchWriter, RafkaStreamWriter, check_schema
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -90,7 +91,8 @@ def read_range(options, r: OffsetRange, include_headers: bool) -> Iterator:
     in the source's schema (Spark takes them without a Python object per row)."""
     import pyarrow as pa
     timeout_s = float(options.get("fetchTimeoutMs", 120_000)) / 1000
-    for table in read_tables(connect(options), r, timeout_s, headers=include_headers):
+    for table in read_tables(connect(options), r, timeout_s, headers=include_headers,
+                             config=consumer_options(options)):
         # Spark's TimestampType is microseconds since the epoch, in UTC.
         table = table.set_column(5, "timestamp",
                                  table["timestamp"].cast(pa.timestamp("us", tz="UTC")))
@@ -102,22 +104,39 @@ class RafkaBatchReader(DataSourceReader):
     def __init__(self, options):
         self.options = options
         self.include_headers = _flag(options, "includeHeaders", False)
+        self.pushed = Pushed()
+        consumer_options(options)   # refused ones fail the query here, not in its tasks
 
     def partitions(self):
         options = self.options
         cluster = connect(options)
-        partitions = parse_subscription(options).select(partition_counts(cluster))
+        partitions = narrow(self.pushed,
+                            parse_subscription(options).select(partition_counts(cluster)))
         earliest, latest = earliest_and_latest(cluster, partitions)
         start = _starting(options, cluster, partitions, earliest, latest, "earliest")
         end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
                                  allow_earliest=False)
         end = resolve(end_spec, partitions, earliest, latest, option="endingOffsets")
         start = check_data_loss(start, earliest, _flag(options, "failOnDataLoss", True))
+        if self.pushed:
+            start, end = narrow_ranges(self.pushed, start, end, lambda times: {
+                tp: r.offset for tp, r in cluster.admin().list_offsets(times).items()})
         ranges = plan_ranges(start, end, _int(options, "minPartitions"))
         return [RangePartition(r) for r in ranges]
 
     def read(self, partition):
         return read_partition(self.options, partition, self.include_headers)
+
+
+class RafkaFilteringReader(RafkaBatchReader):
+    """The batch reader, taking the filters Spark pushes down on partition, offset and
+    timestamp (``rafka.spark.filters``). Spark refuses a reader with ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled`` is true, so ``register`` picks this one only
+    on a session where it is."""
+
+    def pushFilters(self, filters):
+        self.pushed, residual = push(list(filters))
+        return residual
 
 
 # ---- streaming read ----------------------------------------------------------------------
@@ -132,6 +151,7 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
         self.max_rows = _int(options, "maxOffsetsPerTrigger")
         self.subscription = parse_subscription(options)
+        consumer_options(options)   # refused ones fail the query here, not in its tasks
         parse_offsets(options.get("startingOffsets"), "latest", option="startingOffsets")
         self.target: dict[TopicPartition, int] | None = None
 
@@ -214,3 +234,10 @@ class RafkaDataSource(DataSource):
         _append_only(overwrite)
         check_schema(schema, self.options)
         return RafkaStreamWriter(self.options)
+
+
+class RafkaFilteringDataSource(RafkaDataSource):
+    """The ``rafka`` format on a session with Python filter pushdown enabled."""
+
+    def reader(self, schema):
+        return RafkaFilteringReader(self.options)

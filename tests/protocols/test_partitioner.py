@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from protocols.partitioner import (StickyPartitionCache, murmur2, partition_for_key,
-                                   to_positive)
+from protocols.partitioner import (StickyPartitionCache, murmur2, murmur2_many,
+                                   partition_for_key, partitions_for_keys, to_positive)
 
 
 @pytest.mark.parametrize("data,expected", [
@@ -19,6 +19,23 @@ from protocols.partitioner import (StickyPartitionCache, murmur2, partition_for_
 ])
 def test_murmur2_matches_kafka(data, expected):
     assert murmur2(data) == expected
+
+
+def test_murmur2_of_many_keys_at_once_is_murmur2_of_each(monkeypatch):
+    import pyarrow as pa
+
+    import protocols.partitioner
+    rng = random.Random(7)
+    keys = [b"21", b"foobar", b"", b"a-little-bit-longer-string", b"\xff" * 9,
+            *(rng.randbytes(rng.randrange(0, 41)) for _ in range(2000))]
+    array = pa.array(keys, pa.binary())
+    assert murmur2_many(array).tolist() == [murmur2(k) for k in keys]
+    assert murmur2_many(array.slice(3, 50)).tolist() == [murmur2(k) for k in keys[3:53]]
+    assert partitions_for_keys(array, 7).tolist() == [partition_for_key(k, 7) for k in keys]
+    assert murmur2_many(pa.array([b"", b""], pa.binary())).tolist() == [murmur2(b"")] * 2
+    assert len(murmur2_many(pa.array([], pa.binary()))) == 0
+    monkeypatch.setattr(protocols.partitioner, "_PADDED_BYTES", 100)  # many small passes
+    assert murmur2_many(array).tolist() == [murmur2(k) for k in keys]
 
 
 def test_to_positive_clears_the_sign_bit_not_abs():

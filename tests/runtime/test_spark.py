@@ -122,6 +122,36 @@ def test_write_goes_through_arrow_by_topic_column_and_partition_as_sparks_kafka_
             .option("cluster", cluster.name).option("topic", "w1").mode("append").save()
 
 
+def test_filters_on_partition_offset_and_timestamp_narrow_what_is_read(spark, cluster):
+    # Pushed down (spark.sql.python.filterPushdown.enabled, set by local_session): a
+    # partition or offset filter leaves out the ranges it excludes, and a timestamp lower
+    # bound starts each partition where the time index says; the planned input partitions
+    # show it. Spark's own Kafka source reads everything and filters after.
+    import datetime as dt
+    cluster.admin().create_topics([rafka.NewTopic("tsf", 3, 2)])
+    sizes, base = {0: 5, 1: 20, 2: 20}, {0: 1_000_000, 1: 2_000_000, 2: 3_000_000}
+    with rafka.Producer(cluster, acks="all") as producer:
+        for p, n in sizes.items():
+            for i in range(n):
+                producer.send("tsf", f"{p}-{i}".encode(), partition=p, timestamp=base[p] + i)
+    df = reader(spark, cluster, subscribe="tsf")
+    one = df.where("partition = 1")
+    assert one.rdd.getNumPartitions() == 1
+    assert sorted(r.offset for r in one.collect()) == list(range(20))
+    middle = df.where("offset >= 10 AND offset < 15")     # partition 0 has none of them
+    assert middle.rdd.getNumPartitions() == 2
+    assert sorted((r.partition, r.offset) for r in middle.collect()) == \
+        [(p, o) for p in (1, 2) for o in range(10, 15)]
+    since = dt.datetime.fromtimestamp((base[1] + 5) / 1000, dt.timezone.utc)
+    late = df.where(df.timestamp >= since)                 # partition 0 is all earlier
+    assert late.rdd.getNumPartitions() == 2
+    assert sorted((r.partition, r.offset) for r in late.collect()) == \
+        [(1, o) for o in range(5, 20)] + [(2, o) for o in range(20)]
+    picked = df.where("offset IN (2, 4)")                  # read as [2, 5), Spark drops 3
+    assert sorted((r.partition, r.offset) for r in picked.collect()) == \
+        [(p, o) for p in range(3) for o in (2, 4)]
+
+
 def test_streaming_available_now_honours_max_offsets_per_trigger_and_resumes_from_its_checkpoint(
         spark, cluster, tmp_path):
     cluster.admin().create_topics([rafka.NewTopic("events", 3, 2)])

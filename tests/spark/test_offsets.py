@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from protocols.topics import TopicPartition as TP
-from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss, from_json,
+from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss,
+                                 consumer_options, from_json, kafka_options,
                                  parse_offsets, parse_subscription, plan_ranges, rate_limit,
                                  resolve, to_json)
 
@@ -80,3 +81,20 @@ def test_offsets_round_trip_through_sparks_json_shape():
     offsets = {TP("a", 0): 3, TP("a", 10): 4, TP("b", 1): 0}
     assert to_json(offsets) == {"a": {"0": 3, "10": 4}, "b": {"1": 0}}
     assert from_json(to_json(offsets)) == offsets
+
+
+def test_kafka_prefixed_options_are_client_configs_as_sparks_kafka_source_takes_them():
+    options = {"kafka.max.partition.fetch.bytes": "100", "kafka.bootstrap.servers": "b:9092",
+               "subscribe": "t"}
+    # bootstrap.servers names a Kafka cluster; the cluster option names rafka's.
+    assert kafka_options(options) == {"max.partition.fetch.bytes": "100"}
+    assert consumer_options(options) == {"max.partition.fetch.bytes": "100"}
+    with pytest.raises(SparkSourceError, match="Kafka option 'group.id' is not supported as "
+                                               "user-specified consumer groups"):
+        consumer_options({"kafka.group.id": "g"})
+    with pytest.raises(SparkSourceError, match="'auto.offset.reset' is not supported. Instead "
+                                               "set the source option 'startingoffsets'"):
+        consumer_options({"kafka.auto.offset.reset": "earliest"})
+    for name in ("key.deserializer", "value.deserializer", "enable.auto.commit"):
+        with pytest.raises(SparkSourceError, match=f"'{name}' is not supported as"):
+            consumer_options({f"kafka.{name}": "x"})

@@ -1,0 +1,72 @@
+"""ListOffsets as Kafka's clients send it: one request per leader host carrying every
+partition it leads, answered per partition; what the admin client and the consumer
+(``beginning_offsets``, ``end_offsets``, ``offsets_for_times``, position resets) share.
+
+A partition whose answer is retriable (a leader moving, a new leader still learning its
+high watermark, a host restarting) is asked again, after ``backoff_s``, until the
+deadline; the others keep their answers.
+"""
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+from protocols.errors import KafkaError, LeaderNotAvailableError, UnknownTopicOrPartitionError
+from protocols.topics import TopicPartition
+from protocols.wire import decode
+from rafka.retry import MIN_ATTEMPT_S, is_retriable
+
+
+def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: float,
+                 backoff_s: float, unknown_fails: bool = False
+                 ) -> dict[TopicPartition, tuple[int, int]]:
+    """``{partition: timestamp}`` (Kafka's EARLIEST_TIMESTAMP / LATEST_TIMESTAMP or a time
+    in ms) -> ``{partition: (offset, timestamp)}`` from each partition's leader, through
+    ``metadata`` (a ``ClientMetadata``). With ``unknown_fails`` (the admin client), a
+    partition absent from fresh metadata fails at once with UNKNOWN_TOPIC_OR_PARTITION;
+    without (the consumer), it is waited for until the deadline."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    answers: dict[TopicPartition, tuple[int, int]] = {}
+    while True:
+        pending = [tp for tp in wanted if tp not in answers]
+        if not pending:
+            return answers
+        errors: dict[TopicPartition, BaseException] = {}
+        leaders = metadata.leaders(pending)
+        by_host: dict[str, tuple] = {}
+        for tp in pending:
+            info = leaders.get(tp)
+            if info is None:
+                errors[tp] = LeaderNotAvailableError(f"No leader for {tp.topic}-{tp.partition}")
+                continue
+            by_host.setdefault(info.handle.host_id, (info.handle.host, []))[1].append(tp)
+        refs = [(tps, host.list_offsets_many.remote(
+                    [(tp.topic, tp.partition, int(wanted[tp])) for tp in tps]))
+                for host, tps in by_host.values()]
+        for tps, ref in refs:
+            try:
+                raw = ray.get(ref, timeout=max(MIN_ATTEMPT_S, deadline - time.monotonic()))
+            except Exception as e:   # its host died or did not answer: ask again
+                errors.update((tp, e) for tp in tps)
+                continue
+            for tp, encoded in zip(tps, raw):
+                answer = decode(encoded)
+                if isinstance(answer, KafkaError):
+                    errors[tp] = answer
+                else:
+                    answers[tp] = tuple(answer)
+        if not errors:
+            continue
+        for tp, error in errors.items():
+            if not is_retriable(error) or time.monotonic() >= deadline:
+                raise error
+            metadata.forget(tp)
+        if unknown_fails:
+            metadata.refresh()
+            for tp in errors:
+                if not metadata.knows(tp):
+                    raise UnknownTopicOrPartitionError(
+                        f"Unknown partition {tp.topic}-{tp.partition}")
+        time.sleep(min(backoff_s, max(0.0, deadline - time.monotonic())))
