@@ -1,8 +1,12 @@
 """Producer and consumer throughput and end-to-end latency, in the style of the 2014 Kafka
-benchmark, with Redis Streams measured in the same run as the peer a Python user would
-otherwise pick.
+benchmark, with its peers measured in the same run: Redis Streams (what a Python user would
+otherwise pick), NATS JetStream (``benchmarks/nats_peer.py``: file storage, R1 and R3 on a
+3-server cluster, nats-py) and Apache Kafka 4.3.1 itself (``benchmarks/kafka_peer.py``: KRaft
+on loopback, with the confluent-kafka client and Kafka's own perf tools). A peer that cannot
+start is reported as such.
 
-    .venv/bin/pip install -e '.[bench]'      # redis-py; redis-server from Debian
+    .venv/bin/pip install -e '.[bench]'      # redis-py, nats-py + nats-server, confluent-kafka;
+                                             # redis-server from Debian; Kafka's jars via mvn
     .venv/bin/python benchmarks/clients.py --records 200000
 
 Scenarios (100-byte values, one producer thread, a 6-partition topic, 3 brokers):
@@ -35,12 +39,42 @@ VALUE = b"x" * 100
 PROFILE = False   # --profile: CPU seconds per process for every rafka run
 
 
-def line(name: str, records: int, seconds: float, peer: float | None = None) -> float:
+def line(name: str, records: int, seconds: float,
+         peers: dict[str, float | None] | None = None) -> float:
+    """A Kafka-perf line, with rafka's ratio to each peer figure given (by the peer's name)."""
     rate = records / seconds
-    ratio = f", {rate / peer:.2f}x Redis Streams" if peer else ""
+    ratio = "".join(f", {rate / peer:.2f}x {who}" for who, peer in (peers or {}).items()
+                    if peer)
     print(f"{name}: {records} records in {seconds:.2f} s, {rate:,.0f} records/sec "
           f"({rate * len(VALUE) / 2**20:.2f} MB/sec){ratio}", flush=True)
     return rate
+
+
+def kafka(records: int) -> dict[str, float]:
+    """Apache Kafka's figures (``kafka_peer.measure``), or none, said, when it cannot start."""
+    import importlib.util
+
+    from benchmarks.kafka_peer import PeerUnavailable, measure
+    if importlib.util.find_spec("confluent_kafka") is None:
+        print("peer: Apache Kafka not measured: the confluent-kafka client is missing "
+              "(pip install -e '.[bench]')", flush=True)
+        return {}
+    try:
+        return measure(records, VALUE)
+    except PeerUnavailable as e:
+        print(f"peer: {e}", flush=True)
+        return {}
+
+
+def nats(records: int) -> dict[str, float]:
+    """NATS JetStream's figures (``nats_peer.measure``), or none, said, when it cannot
+    start."""
+    from benchmarks.nats_peer import PeerUnavailable, measure
+    try:
+        return measure(records, VALUE)
+    except PeerUnavailable as e:
+        print(f"peer: {e}", flush=True)
+        return {}
 
 
 def measured(run, *args):
@@ -269,7 +303,9 @@ def main(argv=None) -> int:
     parser.add_argument("--consume-passes", type=int, default=1,
                         help="read the RF=1 topic this many times, each with a new consumer "
                              "(the first pass in a process pays for warm-up)")
-    parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--skip-peer", action="store_true", help="measure no peer")
+    parser.add_argument("--peers", default="redis,nats,kafka",
+                        help="which peers to measure: redis, nats, kafka (comma-separated)")
     parser.add_argument("--profile", action="store_true",
                         help="print CPU seconds per process (from /proc) after each run")
     parser.add_argument("--only-latency", action="store_true",
@@ -287,8 +323,21 @@ def main(argv=None) -> int:
           f"6 partitions, 3 brokers, linger.ms=5, batch.size={args.batch_size}; latency at "
           f"{args.rate} records/s for {args.latency_seconds} s after {args.warmup_seconds} s of "
           f"warm-up, Kafka's ThroughputThrottler")
-    peer_p, peer_c = (None, None) if args.skip_peer or args.only_latency \
-        else redis_streams(args.records)
+    wanted = set() if args.skip_peer or args.only_latency else set(args.peers.split(","))
+    peer_p, peer_c = redis_streams(args.records) if "redis" in wanted else (None, None)
+    n = nats(args.records) if "nats" in wanted else {}
+    k = kafka(args.records) if "kafka" in wanted else {}
+
+    def peers(kind: str) -> dict[str, float | None]:
+        """The peer figures a rafka line compares with: produce at one RF and acks, or
+        consume."""
+        redis = peer_c if kind == "consume" else peer_p
+        # A JetStream publish is acknowledged once its replicas have it: acks=all's peer.
+        jetstream = {"rf1": "r1 produce", "rf3-acksall": "r3 produce",
+                     "consume": "consume"}.get(kind, "")
+        return {"Redis Streams": redis, "NATS JetStream": n.get(jetstream),
+                "Kafka+confluent-kafka": k.get(f"confluent {kind}"),
+                "Kafka perf-test": k.get(f"perf {kind}")}
     ensure_ray()
     cluster = rafka.Cluster.start(3, root / "data", name="bench-clients")
     try:
@@ -296,29 +345,32 @@ def main(argv=None) -> int:
         if not args.only_latency:
             topic = fresh_topic(cluster, "rf1", 1)
             line("(a) produce RF=1 acks=1", args.records,
-                 measured(produce, cluster, topic, args.records, "1", args.batch_size), peer_p)
+                 measured(produce, cluster, topic, args.records, "1", args.batch_size),
+                 peers("rf1"))
             for n in range(1, args.consume_passes + 1):
                 seen, elapsed = measured(consume, cluster, topic, args.records)
                 line("consume (one consumer, 6 partitions)" if args.consume_passes == 1
                      else f"consume (one consumer, 6 partitions), pass {n}", seen, elapsed,
-                     peer_c)
+                     peers("consume"))
             admin.delete_topics([topic])
             for name, acks in (("(b) produce RF=3 acks=1", "1"),
                                ("(c) produce RF=3 acks=all", "all")):
                 topic = fresh_topic(cluster, f"rf3-acks{acks}", 3)
                 line(name, args.records,
                      measured(produce, cluster, topic, args.records, acks, args.batch_size),
-                     peer_p)
+                     peers(f"rf3-acks{acks}"))
                 admin.delete_topics([topic])
             # The batch API: 100,000 records per send_batch call, batch.size 1 MiB.
             for name, rf, acks in (("(d) send_batch RF=1 acks=1", 1, "1"),
                                    ("(e) send_batch RF=3 acks=all", 3, "all")):
                 topic = fresh_topic(cluster, f"cols-rf{rf}", rf)
                 line(name, args.records,
-                     measured(produce_columns, cluster, topic, args.records, acks), peer_p)
+                     measured(produce_columns, cluster, topic, args.records, acks),
+                     peers("rf1" if rf == 1 else "rf3-acksall"))
                 if rf == 1:
                     seen, elapsed = measured(consume_columns, cluster, topic, args.records)
-                    line("poll_arrow (one consumer, 6 partitions)", seen, elapsed, peer_c)
+                    line("poll_arrow (one consumer, 6 partitions)", seen, elapsed,
+                         peers("consume"))
                 admin.delete_topics([topic])
         fresh_topic(cluster, "e2e", 3)
         lat = measured(end_to_end, cluster, "e2e", args.rate, args.latency_seconds,

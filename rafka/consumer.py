@@ -29,7 +29,7 @@ import time
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 import numpy as np
@@ -115,7 +115,7 @@ class _Chunk:
     third of the consumer's time at a million records a second.)"""
     epoch: int                     # the batch's partition leader epoch
     timestamp_type: int
-    offsets: list
+    offsets: list | range         # a range when they run without a gap (Arrow chunks)
     timestamps: list
     keys: list
     values: list
@@ -154,6 +154,12 @@ class _HostFetch:
     ref: Any
     partitions: list[TopicPartition]   # every partition it fetches (named or in the session)
     was_full: bool
+
+
+def _offset_array(offsets) -> np.ndarray:
+    if isinstance(offsets, range):
+        return np.arange(offsets.start, offsets.stop, dtype=np.int64)
+    return np.asarray(offsets, np.int64)
 
 
 def _arrow_table(pieces: list, headers: bool):
@@ -198,9 +204,8 @@ def _arrow_table(pieces: list, headers: bool):
         "topic": pa.array(np.repeat(np.array([t for t, *_ in pieces], object), sizes),
                           pa.string()),
         "partition": pa.array(np.repeat([p for _, p, *_ in pieces], sizes), pa.int32()),
-        "offset": pa.array(list(chain.from_iterable(c.offsets[start:end]
-                                                    for _, _, c, start, end in pieces)),
-                           pa.int64()),
+        "offset": pa.array(np.concatenate([_offset_array(c.offsets[start:end])
+                                           for _, _, c, start, end in pieces]), pa.int64()),
         "timestamp": column("timestamps", pa.int64()).cast(pa.timestamp("ms")),
         "timestampType": pa.array(np.repeat([c.timestamp_type for _, _, c, *_ in pieces],
                                             sizes), pa.int32()),
@@ -663,9 +668,13 @@ class Consumer:
     @staticmethod
     def _buffer_arrow(st: _PartitionState, batch, header, fetch_offset: int) -> None:
         columns = batch.arrow_columns()
-        offsets = columns["offset"].to_numpy().tolist()
-        if not offsets or offsets[-1] < fetch_offset:
+        array = columns["offset"].to_numpy()
+        if not len(array) or array[-1] < fetch_offset:
             return
+        first, last = int(array[0]), int(array[-1])
+        # A batch's offsets run without a gap unless compaction removed some: then a range
+        # stands for them (no Python int per record).
+        offsets = range(first, last + 1) if last - first + 1 == len(array) else array.tolist()
         i = bisect_left(offsets, fetch_offset) if offsets[0] < fetch_offset else 0
         headers = columns.get("headers")
         st.buffered.append(_Chunk(

@@ -1,0 +1,326 @@
+"""Apache Kafka 4.3.1 in KRaft mode on loopback, as a peer measured in the same run as rafka.
+
+Kafka's jars come from Maven Central through ``mvn dependency:copy-dependencies`` into a
+cache directory (``~/.cache/rafka/kafka-4.3.1``, made once; nothing of Kafka is committed).
+Three combined broker+controller nodes on 127.0.0.1, each a JVM with a 1 GiB heap; the
+figures are taken with the ``confluent-kafka`` Python client (librdkafka) and with Kafka's own
+``kafka-producer-perf-test`` / ``kafka-consumer-perf-test`` classes.
+
+    .venv/bin/python benchmarks/kafka_peer.py --records 1000000   # the peer alone
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+KAFKA_VERSION = "4.3.1"
+LOG4J_VERSION = "2.24.3"
+CACHE = Path(os.environ.get("RAFKA_KAFKA_CACHE",
+                            Path.home() / ".cache" / "rafka" / f"kafka-{KAFKA_VERSION}"))
+
+POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>rafka.bench</groupId><artifactId>kafka-peer</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{KAFKA_VERSION}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId>
+      <version>{KAFKA_VERSION}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId><version>{LOG4J_VERSION}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-core</artifactId><version>{LOG4J_VERSION}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+# Kafka's own log4j2 configuration would print INFO lines by the thousand: warnings only.
+LOG4J2 = """Configuration:
+  status: error
+  Appenders:
+    Console: {name: STDERR, target: SYSTEM_ERR, PatternLayout: {Pattern: "%d %p %c: %m%n"}}
+  Loggers:
+    Root: {level: warn, AppenderRef: [{ref: STDERR}]}
+"""
+
+
+class PeerUnavailable(RuntimeError):
+    """The peer could not be built or started (the message says why)."""
+
+
+def classpath() -> Path:
+    """The directory holding Kafka's jars and their dependencies (fetched once)."""
+    lib = CACHE / "lib"
+    done = CACHE / "complete"
+    if done.exists():
+        return lib
+    if shutil.which("mvn") is None:
+        raise PeerUnavailable("Apache Kafka: mvn is not on PATH (apt-get install maven)")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / "pom.xml").write_text(POM)
+    print(f"peer: fetching Apache Kafka {KAFKA_VERSION}'s jars from Maven Central into "
+          f"{lib} (once)", flush=True)
+    result = subprocess.run(["mvn", "-q", "-B", "-f", str(CACHE / "pom.xml"),
+                             "dependency:copy-dependencies", f"-DoutputDirectory={lib}"],
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise PeerUnavailable("Apache Kafka: mvn could not fetch the jars: "
+                              + (result.stdout + result.stderr)[-800:])
+    done.write_text(KAFKA_VERSION)
+    return lib
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KafkaCluster:
+    """Three KRaft nodes (broker and controller each) on loopback; a context manager that
+    stops every JVM it started, by pid, and removes their data."""
+
+    def __init__(self, nodes: int = 3, heap: str = "1G"):
+        self.nodes = nodes
+        self.heap = heap
+        self.procs: list[subprocess.Popen] = []
+        self.root = Path(tempfile.mkdtemp(prefix="kafka-peer-"))
+        self.ports = [free_port() for _ in range(nodes)]
+        self.controller_ports = [free_port() for _ in range(nodes)]
+        self.lib = classpath()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def java(self, main: str, *args: str, **kwargs) -> subprocess.Popen:
+        java = shutil.which("java")
+        if java is None:
+            raise PeerUnavailable("Apache Kafka: java is not on PATH")
+        return subprocess.Popen(
+            [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-cp", f"{self.lib}/*",
+             f"-Dlog4j2.configurationFile={self.root / 'log4j2.yaml'}", main, *args], **kwargs)
+
+    def _properties(self, node: int) -> Path:
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
+        props = {
+            "process.roles": "broker,controller", "node.id": node + 1,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]},"
+                         f"CONTROLLER://127.0.0.1:{self.controller_ports[node]}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.root / f"data-{node}"),
+            "offsets.topic.replication.factor": 3, "transaction.state.log.replication.factor": 3,
+            "transaction.state.log.min.isr": 2, "group.initial.rebalance.delay.ms": 0,
+        }
+        path = self.root / f"node-{node}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return path
+
+    def __enter__(self) -> "KafkaCluster":
+        (self.root / "log4j2.yaml").write_text(LOG4J2)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        try:
+            for node in range(self.nodes):
+                props = self._properties(node)
+                fmt = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+                                str(props), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+                out, _ = fmt.communicate(timeout=120)
+                if fmt.returncode != 0:
+                    raise PeerUnavailable(f"Apache Kafka: formatting node {node + 1} failed: "
+                                          f"{out[-600:]}")
+            # All nodes first: a broker opens its port only once a controller quorum is up.
+            for node in range(self.nodes):
+                log = open(self.root / f"node-{node}.log", "w")
+                self.procs.append(self.java("kafka.Kafka", str(self.root /
+                                                                f"node-{node}.properties"),
+                                            stdout=log, stderr=subprocess.STDOUT))
+            deadline = time.monotonic() + 120
+            for node, port in enumerate(self.ports):
+                while True:
+                    if self.procs[node].poll() is not None:
+                        raise PeerUnavailable(
+                            f"Apache Kafka: node {node + 1} exited: "
+                            f"{(self.root / f'node-{node}.log').read_text()[-600:]}")
+                    try:
+                        socket.create_connection(("127.0.0.1", port), 1).close()
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise PeerUnavailable(f"Apache Kafka: node {node + 1} did not open "
+                                                  "its port within 120 s") from None
+                        time.sleep(0.5)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.procs.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ---- topics and figures -------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        config = {"min.insync.replicas": "2"} if replication_factor >= 3 else {}
+        futures = admin.create_topics([NewTopic(name, partitions, replication_factor,
+                                                config=config)])
+        futures[name].result(60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:   # every partition with a leader
+            meta = admin.list_topics(name, timeout=10).topics[name]
+            if len(meta.partitions) == partitions and all(
+                    p.leader >= 0 and len(p.isrs) == replication_factor
+                    for p in meta.partitions.values()):
+                return
+            time.sleep(0.2)
+        raise PeerUnavailable(f"Apache Kafka: topic {name} not ready within 60 s")
+
+    def produce(self, topic: str, records: int, value: bytes, acks: str,
+                batch_size: int = 262_144) -> float:
+        """confluent-kafka's producer, one thread: seconds to send and have every record
+        acknowledged."""
+        from confluent_kafka import Producer
+        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "acks": acks,
+                             "linger.ms": 5, "batch.size": batch_size,
+                             "queue.buffering.max.messages": 1_000_000,
+                             "enable.idempotence": acks == "all"})
+        failed = []
+
+        def delivered(err, msg):
+            if err is not None:
+                failed.append(err)
+        started = time.perf_counter()
+        produce = producer.produce
+        for i in range(records):
+            while True:
+                try:
+                    produce(topic, value, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            if i % 10_000 == 0:
+                producer.poll(0)
+        producer.flush(120)
+        elapsed = time.perf_counter() - started
+        if failed:
+            raise PeerUnavailable(f"Apache Kafka: {len(failed)} records failed: {failed[0]}")
+        return elapsed
+
+    def consume(self, topic: str, partitions: int, records: int) -> tuple[int, float]:
+        """confluent-kafka's consumer, assign() over every partition, one message at a time
+        as a Python application reads them."""
+        from confluent_kafka import Consumer, TopicPartition
+        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers,
+                             "group.id": f"peer-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = 0
+        started = time.perf_counter()
+        try:
+            while seen < records:
+                batch = consumer.consume(10_000, 2.0)
+                if not batch:
+                    break
+                seen += sum(1 for m in batch if m.error() is None)
+            return seen, time.perf_counter() - started
+        finally:
+            consumer.close()
+
+    def perf_tool(self, main: str, *args: str) -> str:
+        """One of Kafka's perf tools (by class); its last line of output."""
+        proc = self.java(main, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+        out, _ = proc.communicate(timeout=600)
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        if proc.returncode != 0 or not lines:
+            raise PeerUnavailable(f"Apache Kafka: {main} failed: {out[-600:]}")
+        return lines[-1]
+
+    def producer_perf(self, topic: str, records: int, size: int, acks: str,
+                      batch_size: int = 262_144) -> float:
+        """kafka-producer-perf-test's records/sec."""
+        last = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                              "--num-records", str(records), "--record-size", str(size),
+                              "--throughput", "-1", "--producer-props",
+                              f"bootstrap.servers={self.bootstrap_servers}", f"acks={acks}",
+                              "linger.ms=5", f"batch.size={batch_size}")
+        # "1000000 records sent, 316000.0 records/sec (30.14 MB/sec), ..."
+        return float(last.split(" records/sec")[0].split(", ")[-1])
+
+    def consumer_perf(self, topic: str, records: int) -> float:
+        """kafka-consumer-perf-test's records/sec (its nMsg.sec column)."""
+        last = self.perf_tool("org.apache.kafka.tools.ConsumerPerformance", "--topic", topic,
+                              "--messages", str(records), "--bootstrap-server",
+                              self.bootstrap_servers, "--timeout", "60000")
+        return float(last.split(",")[5])
+
+
+def measure(records: int, value: bytes, partitions: int = 6) -> dict[str, float]:
+    """The peer's figures in records/s, by name; PeerUnavailable when it cannot start."""
+    out: dict[str, float] = {}
+    with KafkaCluster() as kafka:
+        print(f"peer: Apache Kafka {KAFKA_VERSION}, KRaft, 3 nodes on loopback (1 GiB heaps), "
+              f"confluent-kafka and Kafka's perf tools", flush=True)
+        # The JVMs' JIT needs work to warm up before a figure means anything.
+        kafka.create_topic("warm-up", partitions, 3)
+        kafka.produce("warm-up", min(records, 500_000), value, "all")
+        for name, rf, acks in (("rf1", 1, "1"), ("rf3-acks1", 3, "1"),
+                               ("rf3-acksall", 3, "all")):
+            kafka.create_topic(f"ck-{name}", partitions, rf)
+            out[f"confluent {name}"] = records / kafka.produce(f"ck-{name}", records, value,
+                                                               acks)
+            print(f"peer Kafka + confluent-kafka produce RF={rf} acks={acks}: "
+                  f"{out[f'confluent {name}']:,.0f} records/sec", flush=True)
+        seen, elapsed = kafka.consume("ck-rf1", partitions, records)
+        out["confluent consume"] = seen / elapsed
+        print(f"peer Kafka + confluent-kafka consume (assign, 6 partitions, one message at a "
+              f"time): {seen} records, {out['confluent consume']:,.0f} records/sec", flush=True)
+        for name, rf, acks in (("rf1", 1, "1"), ("rf3-acksall", 3, "all")):
+            kafka.create_topic(f"perf-{name}", partitions, rf)
+            out[f"perf {name}"] = kafka.producer_perf(f"perf-{name}", records, len(value), acks)
+            print(f"peer Kafka producer-perf-test RF={rf} acks={acks}: "
+                  f"{out[f'perf {name}']:,.0f} records/sec", flush=True)
+        out["perf consume"] = kafka.consumer_perf("perf-rf1", records)
+        print(f"peer Kafka consumer-perf-test: {out['perf consume']:,.0f} records/sec",
+              flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args(argv)
+    try:
+        measure(args.records, b"x" * 100)
+    except PeerUnavailable as e:
+        print(f"peer: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
