@@ -325,8 +325,8 @@ def main(argv=None) -> int:
           f"warm-up, Kafka's ThroughputThrottler")
     wanted = set() if args.skip_peer or args.only_latency else set(args.peers.split(","))
     peer_p, peer_c = redis_streams(args.records) if "redis" in wanted else (None, None)
-    n = nats(args.records) if "nats" in wanted else {}
-    k = kafka(args.records) if "kafka" in wanted else {}
+    jetstream_figures = nats(args.records) if "nats" in wanted else {}
+    kafka_figures = kafka(args.records) if "kafka" in wanted else {}
 
     def peers(kind: str) -> dict[str, float | None]:
         """The peer figures a rafka line compares with: produce at one RF and acks, or
@@ -335,9 +335,9 @@ def main(argv=None) -> int:
         # A JetStream publish is acknowledged once its replicas have it: acks=all's peer.
         jetstream = {"rf1": "r1 produce", "rf3-acksall": "r3 produce",
                      "consume": "consume"}.get(kind, "")
-        return {"Redis Streams": redis, "NATS JetStream": n.get(jetstream),
-                "Kafka+confluent-kafka": k.get(f"confluent {kind}"),
-                "Kafka perf-test": k.get(f"perf {kind}")}
+        return {"Redis Streams": redis, "NATS JetStream": jetstream_figures.get(jetstream),
+                "Kafka+confluent-kafka": kafka_figures.get(f"confluent {kind}"),
+                "Kafka perf-test": kafka_figures.get(f"perf {kind}")}
     ensure_ray()
     cluster = rafka.Cluster.start(3, root / "data", name="bench-clients")
     try:
