@@ -12,7 +12,8 @@ of ``--partitions`` partitions at ``--replication-factor``:
   times, each to a topic of its own (the first pass starts Spark's Python workers and
   their Ray connections);
 - read ``count()``: ``spark.read.format("rafka")...load().count()``, ``--passes`` times;
-- read ``groupBy(key).count()`` on a topic of the same records with 1,000 distinct keys.
+- read ``groupBy(key).count()`` on a topic of the same records with 1,000 distinct keys;
+- Ray Data: ``rafka.ray.read_topic(...).count()`` and a read of every block.
 
 A progress line (stderr) shows each run's records and seconds while it goes.
 """
@@ -163,6 +164,21 @@ def main(argv=None) -> int:
         if sum(r["count"] for r in groups) != n:
             raise SystemExit(f"groupBy(key).count() counted {sum(r['count'] for r in groups)} "
                              f"records of {n}")
+
+        # Ray Data on the same records: count() (planned ranges: no read at all) and a read
+        # of every block (Arrow tables from poll_arrow).
+        import rafka.ray
+        rows = []
+        measured("ray data read_topic().count() (from the planned ranges)", n,
+                 lambda: rows.append(rafka.ray.read_topic(cluster, outs[0]).count()))
+        for i in range(1, args.passes + 1):   # the first pass starts Ray Data's workers
+            with Progress(f"ray data read_topic() every block, pass {i}", n):
+                measured(f"ray data read_topic(), every block read, pass {i}", n,
+                         lambda: rows.append(sum(
+                             len(b) for b in rafka.ray.read_topic(cluster, outs[0])
+                             .iter_batches(batch_format="pyarrow", batch_size=None))))
+        if rows != [n] * (args.passes + 1):
+            raise SystemExit(f"read_topic() counted {rows} records of {n}")
     finally:
         probe.close()
         if spark is not None:
