@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -138,16 +139,22 @@ class KafkaCluster:
                 fmt = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
                                 str(props), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-                out, _ = fmt.communicate(timeout=120)
+                try:
+                    out, _ = fmt.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    fmt.kill()
+                    fmt.wait(10)
+                    raise PeerUnavailable(f"Apache Kafka: formatting node {node + 1} took "
+                                          "more than 120 s") from None
                 if fmt.returncode != 0:
                     raise PeerUnavailable(f"Apache Kafka: formatting node {node + 1} failed: "
                                           f"{out[-600:]}")
             # All nodes first: a broker opens its port only once a controller quorum is up.
             for node in range(self.nodes):
-                log = open(self.root / f"node-{node}.log", "w")
-                self.procs.append(self.java("kafka.Kafka", str(self.root /
-                                                                f"node-{node}.properties"),
-                                            stdout=log, stderr=subprocess.STDOUT))
+                with open(self.root / f"node-{node}.log", "w") as log:   # the JVM keeps it
+                    self.procs.append(self.java("kafka.Kafka",
+                                                str(self.root / f"node-{node}.properties"),
+                                                stdout=log, stderr=subprocess.STDOUT))
             deadline = time.monotonic() + 120
             for node, port in enumerate(self.ports):
                 while True:
@@ -163,10 +170,27 @@ class KafkaCluster:
                             raise PeerUnavailable(f"Apache Kafka: node {node + 1} did not open "
                                                   "its port within 120 s") from None
                         time.sleep(0.5)
+            self._wait_for_brokers(deadline)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _wait_for_brokers(self, deadline: float) -> None:
+        """A node opens its port before it is unfenced: wait until the cluster's metadata
+        lists every broker (an RF=3 topic needs all three)."""
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        while True:
+            try:
+                if len(admin.list_topics(timeout=5).brokers) == self.nodes:
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise PeerUnavailable(f"Apache Kafka: {self.nodes} brokers not registered "
+                                      "within 120 s")
+            time.sleep(0.5)
 
     def __exit__(self, *exc) -> None:
         for proc in self.procs:
@@ -239,48 +263,74 @@ class KafkaCluster:
                              "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         seen = 0
-        started = time.perf_counter()
+        started = last = time.perf_counter()
         try:
             while seen < records:
                 batch = consumer.consume(10_000, 2.0)
                 if not batch:
-                    break
+                    break   # short of records: the time counted ends at the last one read
                 seen += sum(1 for m in batch if m.error() is None)
-            return seen, time.perf_counter() - started
+                last = time.perf_counter()
+            return seen, last - started
         finally:
             consumer.close()
 
     def perf_tool(self, main: str, *args: str) -> str:
-        """One of Kafka's perf tools (by class); its last line of output."""
-        proc = self.java(main, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        """One of Kafka's perf tools (by class); its standard output."""
+        proc = self.java(main, *args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True)
-        out, _ = proc.communicate(timeout=600)
-        lines = [ln for ln in out.splitlines() if ln.strip()]
-        if proc.returncode != 0 or not lines:
+        try:
+            out, _ = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            raise PeerUnavailable(f"Apache Kafka: {main} took more than 600 s") from None
+        if proc.returncode != 0:
             raise PeerUnavailable(f"Apache Kafka: {main} failed: {out[-600:]}")
-        return lines[-1]
+        return out
 
     def producer_perf(self, topic: str, records: int, size: int, acks: str,
                       batch_size: int = 262_144) -> float:
         """kafka-producer-perf-test's records/sec."""
-        last = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-                              "--num-records", str(records), "--record-size", str(size),
-                              "--throughput", "-1", "--producer-props",
-                              f"bootstrap.servers={self.bootstrap_servers}", f"acks={acks}",
-                              "linger.ms=5", f"batch.size={batch_size}")
-        # "1000000 records sent, 316000.0 records/sec (30.14 MB/sec), ..."
-        return float(last.split(" records/sec")[0].split(", ")[-1])
+        out = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                             "--num-records", str(records), "--record-size", str(size),
+                             "--throughput", "-1", "--producer-props",
+                             f"bootstrap.servers={self.bootstrap_servers}", f"acks={acks}",
+                             "linger.ms=5", f"batch.size={batch_size}")
+        # Its last "<n> records sent, <rate> records/sec ..." line is the whole run's.
+        found = re.findall(r"^\d+ records sent, ([\d.]+) records/sec", out, re.M)
+        if not found:
+            raise PeerUnavailable(f"Apache Kafka: no summary from ProducerPerformance: "
+                                  f"{out[-400:]}")
+        return float(found[-1])
 
     def consumer_perf(self, topic: str, records: int) -> float:
         """kafka-consumer-perf-test's records/sec (its nMsg.sec column)."""
-        last = self.perf_tool("org.apache.kafka.tools.ConsumerPerformance", "--topic", topic,
-                              "--messages", str(records), "--bootstrap-server",
-                              self.bootstrap_servers, "--timeout", "60000")
-        return float(last.split(",")[5])
+        out = self.perf_tool("org.apache.kafka.tools.ConsumerPerformance", "--topic", topic,
+                             "--messages", str(records), "--bootstrap-server",
+                             self.bootstrap_servers, "--timeout", "60000")
+        # A header ("start.time, end.time, ..., nMsg.sec, ...") and a line of values under it.
+        lines = out.splitlines()
+        for i, header in enumerate(lines[:-1]):
+            names = [n.strip() for n in header.split(",")]
+            if "nMsg.sec" in names:
+                return float(lines[i + 1].split(",")[names.index("nMsg.sec")])
+        raise PeerUnavailable(f"Apache Kafka: no summary from ConsumerPerformance: "
+                              f"{out[-400:]}")
 
 
 def measure(records: int, value: bytes, partitions: int = 6) -> dict[str, float]:
-    """The peer's figures in records/s, by name; PeerUnavailable when it cannot start."""
+    """The peer's figures in records/s, by name; PeerUnavailable when it cannot start or a
+    measurement fails (what was measured before is lost: a partial peer is no peer)."""
+    try:
+        return _measure(records, value, partitions)
+    except PeerUnavailable:
+        raise
+    except Exception as e:   # the client's own errors (KafkaException and friends)
+        raise PeerUnavailable(f"Apache Kafka: {type(e).__name__}: {e}") from e
+
+
+def _measure(records: int, value: bytes, partitions: int) -> dict[str, float]:
     out: dict[str, float] = {}
     with KafkaCluster() as kafka:
         print(f"peer: Apache Kafka {KAFKA_VERSION}, KRaft, 3 nodes on loopback (1 GiB heaps), "

@@ -139,7 +139,12 @@ async def _produce(nc, subject: str, records: int, value: bytes) -> float:
     for i in range(records):
         while i - acked >= WINDOW:
             moved.clear()
-            await moved.wait()
+            try:
+                await asyncio.wait_for(moved.wait(), 30)
+            except asyncio.TimeoutError:
+                await sub.unsubscribe()
+                raise PeerUnavailable(f"NATS JetStream: no ack for 30 s ({acked} of {i} "
+                                      "publishes acknowledged)") from None
         await nc.publish(subject, value, reply=f"{inbox}.{i}")
     deadline = time.monotonic() + 60
     while acked < records and time.monotonic() < deadline:
@@ -161,14 +166,15 @@ async def _consume(js, subject: str, records: int) -> tuple[int, float]:
     sub = await js.pull_subscribe(subject, durable=None, config=ConsumerConfig(
         ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL))
     seen = 0
-    started = time.perf_counter()
+    started = last = time.perf_counter()
     while seen < records:
         try:
             msgs = await sub.fetch(5000, timeout=5)
         except asyncio.TimeoutError:
-            break
+            break   # short of records: the time counted ends at the last one read
         seen += len(msgs)
-    elapsed = time.perf_counter() - started
+        last = time.perf_counter()
+    elapsed = last - started
     await sub.unsubscribe()
     return seen, elapsed
 
@@ -204,7 +210,12 @@ def measure(records: int, value: bytes) -> dict[str, float]:
     if importlib.util.find_spec("nats") is None:
         raise PeerUnavailable("NATS JetStream: the nats-py client is missing (pip install -e "
                               "'.[bench]')")
-    return asyncio.run(_measure(records, value))
+    try:
+        return asyncio.run(_measure(records, value))
+    except PeerUnavailable:
+        raise
+    except Exception as e:   # the client's own errors
+        raise PeerUnavailable(f"NATS JetStream: {type(e).__name__}: {e}") from e
 
 
 def main(argv=None) -> int:

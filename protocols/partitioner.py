@@ -52,6 +52,9 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 # Rows of padded keys hashed per numpy pass: bounds the padded copy to ~32 MiB.
 _PADDED_BYTES = 32 << 20
+# Keys longer than this are hashed one by one: padding every key to one long key's width
+# would make every pass as slow as that key.
+_LONG_KEY = 64
 
 
 def murmur2_many(keys):
@@ -67,17 +70,20 @@ def murmur2_many(keys):
     data = np.frombuffer(keys.buffers()[2], np.uint8) if count and offsets[-1] > offsets[0] \
         else np.zeros(1, np.uint8)
     out = np.empty(count, np.int32)
-    lengths = np.diff(offsets).astype(np.int64)
-    width = max(4, -(-int(lengths.max(initial=0)) // 4) * 4)
-    step = max(1, _PADDED_BYTES // width)
+    lengths = np.diff(offsets)
+    long_keys = np.flatnonzero(lengths > _LONG_KEY)
+    for i in long_keys.tolist():
+        out[i] = murmur2(data[offsets[i]:offsets[i + 1]].tobytes())
+    short = np.flatnonzero(lengths <= _LONG_KEY) if len(long_keys) else np.arange(count)
+    width = max(4, -(-int(lengths[short].max(initial=0)) // 4) * 4)
+    step = max(1, _PADDED_BYTES // (width * 4))   # ``where`` below: int32, 4 bytes a cell
     m = np.uint32(_M)
-    columns = np.arange(width)
-    for lo in range(0, count, step):
-        hi = min(count, lo + step)
-        length = lengths[lo:hi]
-        where = offsets[lo:hi, None].astype(np.int64) + columns
-        padded = np.where(columns < length[:, None],
-                          data[np.minimum(where, len(data) - 1)], 0).astype(np.uint8)
+    columns = np.arange(width, dtype=np.int32)
+    for lo in range(0, len(short), step):
+        rows_here = short[lo:lo + step]
+        length = lengths[rows_here]
+        where = np.minimum(offsets[rows_here, None] + columns, len(data) - 1)
+        padded = np.where(columns < length[:, None], data[where], 0).astype(np.uint8)
         blocks = padded.view("<u4")
         h = (np.uint32(0x9747B28C) ^ length.astype(np.uint32))
         full = length // 4
@@ -88,7 +94,7 @@ def murmur2_many(keys):
             h = np.where(full > j, (h * m) ^ k, h)
         tail = length % 4
         base = np.minimum(full * 4, width - 1)
-        rows = np.arange(hi - lo)
+        rows = np.arange(len(rows_here))
         at = lambda i: padded[rows, np.minimum(base + i, width - 1)].astype(np.uint32)  # noqa: E731
         h ^= np.where(tail == 3, at(2) << np.uint32(16), np.uint32(0))
         h ^= np.where(tail >= 2, at(1) << np.uint32(8), np.uint32(0))
@@ -97,7 +103,7 @@ def murmur2_many(keys):
         h ^= h >> np.uint32(13)
         h *= m
         h ^= h >> np.uint32(15)
-        out[lo:hi] = h.view(np.int32)
+        out[rows_here] = h.view(np.int32)
     return out
 
 

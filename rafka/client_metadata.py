@@ -88,9 +88,11 @@ class ClientMetadata:
             self._handles[key] = handle
         return LeaderInfo(p["leader"], p["leader_epoch"], handle)
 
-    def leaders(self, tps: list[TopicPartition]) -> dict[TopicPartition, LeaderInfo]:
+    def leaders(self, tps: list[TopicPartition], timeout_s: float = 30.0
+                ) -> dict[TopicPartition, LeaderInfo]:
         """``leader`` for many partitions, locating those not known yet with one call per
-        broker; a partition without a known leader is left out."""
+        broker (answered within ``timeout_s``); a partition without a known leader is left
+        out."""
         from actors.replica.locate import locate_replicas
         image = self._current()
         found = {}
@@ -101,7 +103,7 @@ class ClientMetadata:
         missing = [(tp.topic, tp.partition, b) for tp, (b, _) in found.items()
                    if (tp.topic, tp.partition, b) not in self._handles]
         if missing:
-            self._handles.update(locate_replicas(self.cluster.namespace, missing))
+            self._handles.update(locate_replicas(self.cluster.namespace, missing, timeout_s))
         return {tp: LeaderInfo(b, epoch, self._handles[(tp.topic, tp.partition, b)])
                 for tp, (b, epoch) in found.items()
                 if (tp.topic, tp.partition, b) in self._handles}

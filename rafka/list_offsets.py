@@ -34,7 +34,7 @@ def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: floa
         if not pending:
             return answers
         errors: dict[TopicPartition, BaseException] = {}
-        leaders = metadata.leaders(pending)
+        leaders = metadata.leaders(pending, max(MIN_ATTEMPT_S, deadline - time.monotonic()))
         by_host: dict[str, tuple] = {}
         for tp in pending:
             info = leaders.get(tp)

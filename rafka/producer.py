@@ -286,23 +286,25 @@ class Producer:
             groups = [(partition, np.arange(count))]
             return [(p, chunk) for p, indices in groups
                     for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
-        sticky = np.arange(count)
-        out = []
+        # Each record's partition: its key's (murmur2), else the sticky one, which takes a
+        # whole batch of the key-less records and then moves on (KIP-480). Records are then
+        # grouped per partition in the order given, so a partition's records keep it.
+        target = np.full(count, -1, np.int64)
         if key_array is not None and not self._ignore_keys:
             keyed = pc.is_valid(key_array).to_numpy(zero_copy_only=False)
-            by_key = np.full(count, -1, np.int64)
-            by_key[keyed] = partitions_for_keys(key_array.filter(pa.array(keyed)),
+            target[keyed] = partitions_for_keys(key_array.filter(pa.array(keyed)),
                                                 len(partitions))
-            for p in np.unique(by_key[keyed]):
-                indices = np.flatnonzero(by_key == p)
-                out += [(int(p), chunk)
-                        for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
-            sticky = np.flatnonzero(~keyed)
+        sticky = np.flatnonzero(target < 0)
         for start in range(0, len(sticky), per_batch):
-            # The sticky partition takes a whole batch, then moves on (KIP-480).
             p = self.sticky.partition(topic, partitions, len(partitions))
-            out.append((p, sticky[start:start + per_batch]))
+            target[sticky[start:start + per_batch]] = p
             self.sticky.next_partition(topic, partitions, len(partitions), p)
+        order = np.argsort(target, kind="stable")
+        bounds = np.flatnonzero(np.diff(target[order])) + 1
+        out = []
+        for indices in np.split(order, bounds):
+            out += [(int(target[indices[0]]), chunk)
+                    for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
         return out
 
     def _send_each(self, topic, values, keys, partition, timestamps, headers) -> BatchSendFuture:

@@ -38,7 +38,8 @@ def _polled(cluster, r: OffsetRange, timeout_s: float, poll, config: dict | None
     from protocols.errors import KafkaTimeoutError
 
     consumer = rafka.Consumer(cluster, {"max.partition.fetch.bytes": RANGE_FETCH_BYTES,
-                                        **(config or {}), "auto.offset.reset": "none"})
+                                        **(config or {}), "auto.offset.reset": "none",
+                                        "enable.auto.commit": False})
     tp = TopicPartition(r.topic, r.partition)
     consumer.assign([tp])
     consumer.seek(tp, r.from_offset)
@@ -65,7 +66,7 @@ def read_tables(cluster, r: OffsetRange, timeout_s: float = 120.0, headers: bool
     """The records of one range, in offset order, as pyarrow Tables (``Consumer.poll_arrow``:
     Spark's Kafka columns), at most ``max_records`` rows each, cut at the range's end;
     KafkaTimeoutError when the partition yields nothing for ``timeout_s``. ``config``: the
-    range's consumer's (``auto.offset.reset`` is always ``none``)."""
+    range's consumer's (``auto.offset.reset`` is always ``none``; nothing is committed)."""
     import pyarrow.compute as pc
 
     def poll(consumer):

@@ -10,6 +10,7 @@ finds replicas through this module, synchronously from a driver or thread, or wi
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,9 +96,10 @@ def locate_replicas(namespace: str, wanted: list[tuple[str, int, int]],
         if broker is not None:
             refs[broker_id] = broker.replica_hosts.remote(tps)
     out = {}
+    deadline = time.monotonic() + timeout_s
     for broker_id, ref in refs.items():
         try:
-            hosts = ray.get(ref, timeout=timeout_s)
+            hosts = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
         except ray.exceptions.RayError:
             continue
         for (topic, partition), host in zip(by_broker[broker_id], hosts):

@@ -147,7 +147,9 @@ def narrow_ranges(pushed: Pushed, start: Mapping[TopicPartition, int],
     new_start = {tp: max(s, low) for tp, s in start.items()}
     new_end = {tp: e if high is None else min(e, high) for tp, e in end.items()}
     floor = timestamp_floor_ms(pushed.timestamp)
-    if floor is not None:
+    # A bound at or before the epoch excludes nothing a lookup could find (and -1, -2 would
+    # ask ListOffsets for the latest or earliest offset): no lookup.
+    if floor is not None and floor > 0:
         wanted = [tp for tp in new_start if new_start[tp] < new_end[tp]]
         found = offsets_for_times({tp: floor for tp in wanted}) if wanted else {}
         for tp, offset in found.items():

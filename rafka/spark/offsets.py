@@ -22,9 +22,9 @@ class SparkSourceError(ValueError):
     """A bad option or an impossible read, worded as Spark's Kafka source words it."""
 
 
-# Spark's KafkaSourceProvider.validateGeneralOptions: consumer options a source refuses, and why.
+# Spark's KafkaSourceProvider.validateGeneralOptions: consumer options a source refuses, and why
+# (``group.id`` is taken since Spark 3.0: it names the reads' group, nothing is committed).
 _UNSUPPORTED_CONSUMER_OPTIONS = {
-    "group.id": "user-specified consumer groups are not used to track offsets.",
     "auto.offset.reset": "Instead set the source option 'startingoffsets' to 'earliest' or "
                          "'latest' to specify where to start.",
     "key.deserializer": "keys are deserialized as byte arrays with ByteArrayDeserializer. Use "
@@ -47,7 +47,7 @@ def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
 
 def consumer_options(options: Mapping[str, str]) -> dict[str, str]:
     """``kafka_options`` for a source's consumers: Spark's Kafka source refuses those that
-    would change what a read returns or where it starts."""
+    would change what a read returns or where it starts, or commit offsets."""
     out = kafka_options(options)
     for name, why in _UNSUPPORTED_CONSUMER_OPTIONS.items():
         if name in out:

@@ -34,6 +34,13 @@ def producer_config(options) -> dict:
     return bulk_config(config)
 
 
+def check_producer_options(options) -> None:
+    """Unknown or invalid ``kafka.*`` producer configs fail the query on the driver, not in
+    its tasks."""
+    from rafka.producer import PRODUCER_CONFIG
+    PRODUCER_CONFIG.parse(producer_config(options))
+
+
 def check_schema(schema, options) -> None:
     """Spark's KafkaWriter.validateQuery, on the driver before any task starts: the
     attributes the sink reads must be there (``value``; ``topic`` unless the option gives

@@ -31,7 +31,8 @@ from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
 from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss,
                                  consumer_options, from_json, parse_offsets,
                                  parse_subscription, plan_ranges, rate_limit, resolve, to_json)
-from rafka.spark.sink import RafkaBatchWriter, RafkaStreamWriter, check_schema
+from rafka.spark.sink import (RafkaBatchWriter, RafkaStreamWriter, check_producer_options,
+                              check_schema)
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
@@ -73,6 +74,13 @@ def _starting(options, cluster, partitions, earliest, latest, default: str) -> d
     return resolve(spec, partitions, earliest, latest, option="startingOffsets")
 
 
+def _check_consumer_options(options) -> None:
+    """Refused or unknown ``kafka.*`` consumer options fail the query on the driver, not in
+    its tasks."""
+    from rafka.consumer import CONSUMER_CONFIG
+    CONSUMER_CONFIG.parse(consumer_options(options))
+
+
 class RangePartition(InputPartition):
     def __init__(self, offset_range: OffsetRange):
         super().__init__(offset_range)
@@ -105,7 +113,7 @@ class RafkaBatchReader(DataSourceReader):
         self.options = options
         self.include_headers = _flag(options, "includeHeaders", False)
         self.pushed = Pushed()
-        consumer_options(options)   # refused ones fail the query here, not in its tasks
+        _check_consumer_options(options)
 
     def partitions(self):
         options = self.options
@@ -151,7 +159,7 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
         self.max_rows = _int(options, "maxOffsetsPerTrigger")
         self.subscription = parse_subscription(options)
-        consumer_options(options)   # refused ones fail the query here, not in its tasks
+        _check_consumer_options(options)
         parse_offsets(options.get("startingOffsets"), "latest", option="startingOffsets")
         self.target: dict[TopicPartition, int] | None = None
 
@@ -228,11 +236,13 @@ class RafkaDataSource(DataSource):
     def writer(self, schema, overwrite):
         _append_only(overwrite)
         check_schema(schema, self.options)
+        check_producer_options(self.options)
         return RafkaBatchWriter(self.options)
 
     def streamWriter(self, schema, overwrite):
         _append_only(overwrite)
         check_schema(schema, self.options)
+        check_producer_options(self.options)
         return RafkaStreamWriter(self.options)
 
 

@@ -36,6 +36,9 @@ def test_murmur2_of_many_keys_at_once_is_murmur2_of_each(monkeypatch):
     assert len(murmur2_many(pa.array([], pa.binary()))) == 0
     monkeypatch.setattr(protocols.partitioner, "_PADDED_BYTES", 100)  # many small passes
     assert murmur2_many(array).tolist() == [murmur2(k) for k in keys]
+    # A long key among short ones is hashed on its own (it does not widen every pass).
+    mixed = keys[:50] + [rng.randbytes(70_000), b"x" * 65, b"y" * 64] + keys[50:100]
+    assert murmur2_many(pa.array(mixed, pa.binary())).tolist() == [murmur2(k) for k in mixed]
 
 
 def test_to_positive_clears_the_sign_bit_not_abs():

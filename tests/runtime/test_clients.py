@@ -266,7 +266,7 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
     # (Spark's Kafka columns): keys by murmur2, null keys sticky per whole batch, an explicit
     # partition, and the per-record metadata in the order given.
     import pyarrow as pa
-    cluster.admin().create_topics([rafka.NewTopic("cols", 3, 2)])
+    cluster.admin().create_topics([rafka.NewTopic("cols", 3, 2), rafka.NewTopic("cols2", 3, 2)])
     keys = [f"user-{i % 7}".encode() for i in range(500)]
     with rafka.Producer(cluster, {"acks": "all", "batch.size": 4096,
                                   "compression.type": "lz4"}) as producer:
@@ -286,6 +286,15 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
         assert len(sticky.result(30)) == 300 and sticky.exception() is None
         with pytest.raises(RecordTooLargeError, match="index 1"):
             producer.send_batch("cols", [b"x", b"y" * 2_000_000])
+        # Keyed and key-less records in one call: each partition gets its records in the
+        # order given (the sticky partition also holds keyed ones: 7 keys over 3 partitions).
+        mixed = producer.send_batch("cols2", [b"m%d" % i for i in range(200)],
+                                    [None if i % 3 else b"k%d" % (i % 7) for i in range(200)])
+        meta = mixed.result(30)
+        per = defaultdict(list)
+        for p, o in zip(meta["partition"].to_pylist(), meta["offset"].to_pylist()):
+            per[p].append(o)
+        assert len(per) == 3 and all(offsets == sorted(offsets) for offsets in per.values())
     with rafka.Producer(cluster, value_serializer="string") as producer:
         # A configured serializer is given Python values, from an Arrow array too.
         assert len(producer.send_batch("cols", pa.array(["s1", "s2"]), partition=0)

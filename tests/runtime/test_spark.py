@@ -71,6 +71,13 @@ def test_batch_read_returns_every_acknowledged_record_with_kafkas_schema(spark, 
         sorted((m.partition, m.offset) for m in acked if m.timestamp >= cut)
     assert reader(spark, cluster, subscribe="clicks",
                   startingTimestamp=str(max(m.timestamp for m in acked) + 1)).count() == 0
+    # kafka.* options are consumer configs: an unknown one fails the query on the driver;
+    # kafka.bootstrap.servers (a Kafka job's) and kafka.group.id are taken.
+    assert reader(spark, cluster, subscribe="clicks", **{
+        "kafka.bootstrap.servers": "localhost:9092", "kafka.group.id": "g",
+        "kafka.max.partition.fetch.bytes": "1024"}).count() == 60
+    with pytest.raises(Exception, match="Unknown configuration 'security.protocol'"):
+        reader(spark, cluster, subscribe="clicks", **{"kafka.security.protocol": "SSL"}).count()
 
 
 def test_write_then_read_back_with_keys_partitions_and_headers(spark, cluster):

@@ -73,6 +73,12 @@ def test_ranges_cut_by_offsets_and_by_the_time_index():
     s, e = narrow_ranges(pushed, start, end, by_time)
     assert asked == [{TP("t", 0): 1001, TP("t", 1): 1001}]
     assert (s, e) == ({TP("t", 0): 30, TP("t", 1): 50}, {TP("t", 0): 60, TP("t", 1): 50})
+    # A bound before the epoch (-1 ms would be ListOffsets' LATEST_TIMESTAMP) narrows nothing.
+    asked.clear()
+    before = dt.datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=dt.timezone.utc)
+    pushed, _ = push([GreaterThanOrEqual(("timestamp",), before)])
+    assert timestamp_floor_ms(pushed.timestamp) == -1
+    assert narrow_ranges(pushed, start, end, by_time) == (start, end) and asked == []
     # Bounds outside what is there leave empty ranges, and the time index is not asked.
     asked.clear()
     pushed, _ = push([GreaterThan(("offset",), 200), GreaterThan(("timestamp",), 5)])

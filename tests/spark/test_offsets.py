@@ -89,9 +89,8 @@ def test_kafka_prefixed_options_are_client_configs_as_sparks_kafka_source_takes_
     # bootstrap.servers names a Kafka cluster; the cluster option names rafka's.
     assert kafka_options(options) == {"max.partition.fetch.bytes": "100"}
     assert consumer_options(options) == {"max.partition.fetch.bytes": "100"}
-    with pytest.raises(SparkSourceError, match="Kafka option 'group.id' is not supported as "
-                                               "user-specified consumer groups"):
-        consumer_options({"kafka.group.id": "g"})
+    # Spark 3.0+ takes a group id (SPARK-26350); nothing is committed under it.
+    assert consumer_options({"kafka.group.id": "g"}) == {"group.id": "g"}
     with pytest.raises(SparkSourceError, match="'auto.offset.reset' is not supported. Instead "
                                                "set the source option 'startingoffsets'"):
         consumer_options({"kafka.auto.offset.reset": "earliest"})
