@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import cpu_profile, describe, process_cpu_seconds  # noqa: E402
+from benchmarks.peers import free_port, stop  # noqa: E402
 
 VALUE = b"x" * 100
 
@@ -50,26 +50,10 @@ def line(name: str, records: int, seconds: float,
     return rate
 
 
-def kafka(records: int) -> dict[str, float]:
-    """Apache Kafka's figures (``kafka_peer.measure``), or none, said, when it cannot start."""
-    import importlib.util
-
-    from benchmarks.kafka_peer import PeerUnavailable, measure
-    if importlib.util.find_spec("confluent_kafka") is None:
-        print("peer: Apache Kafka not measured: the confluent-kafka client is missing "
-              "(pip install -e '.[bench]')", flush=True)
-        return {}
-    try:
-        return measure(records, VALUE)
-    except PeerUnavailable as e:
-        print(f"peer: {e}", flush=True)
-        return {}
-
-
-def nats(records: int) -> dict[str, float]:
-    """NATS JetStream's figures (``nats_peer.measure``), or none, said, when it cannot
-    start."""
-    from benchmarks.nats_peer import PeerUnavailable, measure
+def peer(measure, records: int) -> dict[str, float]:
+    """A peer harness's figures (``nats_peer.measure``, ``kafka_peer.measure``), or none,
+    said, when it cannot start."""
+    from benchmarks.peers import PeerUnavailable
     try:
         return measure(records, VALUE)
     except PeerUnavailable as e:
@@ -87,12 +71,6 @@ def measured(run, *args):
 
 
 # ---- the peer -------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def redis_streams(records: int) -> tuple[float | None, float | None]:
     server = shutil.which("redis-server")
@@ -136,8 +114,7 @@ def redis_streams(records: int) -> tuple[float | None, float | None]:
                        time.perf_counter() - started)
         return produce, consume
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop([proc])
 
 
 # ---- rafka ----------------------------------------------------------------------------------
@@ -325,8 +302,9 @@ def main(argv=None) -> int:
           f"warm-up, Kafka's ThroughputThrottler")
     wanted = set() if args.skip_peer or args.only_latency else set(args.peers.split(","))
     peer_p, peer_c = redis_streams(args.records) if "redis" in wanted else (None, None)
-    jetstream_figures = nats(args.records) if "nats" in wanted else {}
-    kafka_figures = kafka(args.records) if "kafka" in wanted else {}
+    from benchmarks import kafka_peer, nats_peer
+    jetstream_figures = peer(nats_peer.measure, args.records) if "nats" in wanted else {}
+    kafka_figures = peer(kafka_peer.measure, args.records) if "kafka" in wanted else {}
 
     def peers(kind: str) -> dict[str, float | None]:
         """The peer figures a rafka line compares with: produce at one RF and acks, or

@@ -10,12 +10,10 @@ figures are taken with the ``confluent-kafka`` Python client (librdkafka) and wi
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +21,13 @@ import time
 import uuid
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peers import (PeerUnavailable, free_port, guarded, main, output,  # noqa: E402
+                              start, stop, wait_for_ports)
+
 KAFKA_VERSION = "4.3.1"
+WHO = "Apache Kafka"
 LOG4J_VERSION = "2.24.3"
 CACHE = Path(os.environ.get("RAFKA_KAFKA_CACHE",
                             Path.home() / ".cache" / "rafka" / f"kafka-{KAFKA_VERSION}"))
@@ -54,10 +58,6 @@ LOG4J2 = """Configuration:
 """
 
 
-class PeerUnavailable(RuntimeError):
-    """The peer could not be built or started (the message says why)."""
-
-
 def classpath() -> Path:
     """The directory holding Kafka's jars and their dependencies (fetched once)."""
     lib = CACHE / "lib"
@@ -65,7 +65,7 @@ def classpath() -> Path:
     if done.exists():
         return lib
     if shutil.which("mvn") is None:
-        raise PeerUnavailable("Apache Kafka: mvn is not on PATH (apt-get install maven)")
+        raise PeerUnavailable(f"{WHO}: mvn is not on PATH (apt-get install maven)")
     CACHE.mkdir(parents=True, exist_ok=True)
     (CACHE / "pom.xml").write_text(POM)
     print(f"peer: fetching Apache Kafka {KAFKA_VERSION}'s jars from Maven Central into "
@@ -74,16 +74,10 @@ def classpath() -> Path:
                              "dependency:copy-dependencies", f"-DoutputDirectory={lib}"],
                             capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
-        raise PeerUnavailable("Apache Kafka: mvn could not fetch the jars: "
+        raise PeerUnavailable(f"{WHO}: mvn could not fetch the jars: "
                               + (result.stdout + result.stderr)[-800:])
     done.write_text(KAFKA_VERSION)
     return lib
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class KafkaCluster:
@@ -103,13 +97,15 @@ class KafkaCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
-    def java(self, main: str, *args: str, **kwargs) -> subprocess.Popen:
+    def java_cmd(self, main: str, *args: str) -> list[str]:
         java = shutil.which("java")
         if java is None:
-            raise PeerUnavailable("Apache Kafka: java is not on PATH")
-        return subprocess.Popen(
-            [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-cp", f"{self.lib}/*",
-             f"-Dlog4j2.configurationFile={self.root / 'log4j2.yaml'}", main, *args], **kwargs)
+            raise PeerUnavailable(f"{WHO}: java is not on PATH")
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-cp", f"{self.lib}/*",
+                f"-Dlog4j2.configurationFile={self.root / 'log4j2.yaml'}", main, *args]
+
+    def java(self, main: str, *args: str, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(self.java_cmd(main, *args), **kwargs)
 
     def _properties(self, node: int) -> Path:
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
@@ -136,40 +132,17 @@ class KafkaCluster:
         try:
             for node in range(self.nodes):
                 props = self._properties(node)
-                fmt = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-                                str(props), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-                try:
-                    out, _ = fmt.communicate(timeout=120)
-                except subprocess.TimeoutExpired:
-                    fmt.kill()
-                    fmt.wait(10)
-                    raise PeerUnavailable(f"Apache Kafka: formatting node {node + 1} took "
-                                          "more than 120 s") from None
-                if fmt.returncode != 0:
-                    raise PeerUnavailable(f"Apache Kafka: formatting node {node + 1} failed: "
-                                          f"{out[-600:]}")
+                output(WHO, f"formatting node {node + 1}",
+                       self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+                                 str(props), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True), 120)
             # All nodes first: a broker opens its port only once a controller quorum is up.
-            for node in range(self.nodes):
-                with open(self.root / f"node-{node}.log", "w") as log:   # the JVM keeps it
-                    self.procs.append(self.java("kafka.Kafka",
-                                                str(self.root / f"node-{node}.properties"),
-                                                stdout=log, stderr=subprocess.STDOUT))
+            logs = [self.root / f"node-{node}.log" for node in range(self.nodes)]
+            self.procs += [start(self.java_cmd("kafka.Kafka",
+                                               str(self.root / f"node-{node}.properties")),
+                                 logs[node]) for node in range(self.nodes)]
             deadline = time.monotonic() + 120
-            for node, port in enumerate(self.ports):
-                while True:
-                    if self.procs[node].poll() is not None:
-                        raise PeerUnavailable(
-                            f"Apache Kafka: node {node + 1} exited: "
-                            f"{(self.root / f'node-{node}.log').read_text()[-600:]}")
-                    try:
-                        socket.create_connection(("127.0.0.1", port), 1).close()
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline:
-                            raise PeerUnavailable(f"Apache Kafka: node {node + 1} did not open "
-                                                  "its port within 120 s") from None
-                        time.sleep(0.5)
+            wait_for_ports(WHO, self.procs, self.ports, logs, deadline)
             self._wait_for_brokers(deadline)
         except BaseException:
             self.__exit__()
@@ -185,24 +158,15 @@ class KafkaCluster:
             try:
                 if len(admin.list_topics(timeout=5).brokers) == self.nodes:
                     return
-            except Exception:
+            except Exception:   # not answering yet: ask again until the deadline
                 pass
             if time.monotonic() > deadline:
-                raise PeerUnavailable(f"Apache Kafka: {self.nodes} brokers not registered "
+                raise PeerUnavailable(f"{WHO}: {self.nodes} brokers not registered "
                                       "within 120 s")
             time.sleep(0.5)
 
     def __exit__(self, *exc) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        self.procs.clear()
+        stop(self.procs)
         shutil.rmtree(self.root, ignore_errors=True)
 
     # ---- topics and figures -------------------------------------------------------------
@@ -221,7 +185,7 @@ class KafkaCluster:
                     for p in meta.partitions.values()):
                 return
             time.sleep(0.2)
-        raise PeerUnavailable(f"Apache Kafka: topic {name} not ready within 60 s")
+        raise PeerUnavailable(f"{WHO}: topic {name} not ready within 60 s")
 
     def produce(self, topic: str, records: int, value: bytes, acks: str,
                 batch_size: int = 262_144) -> float:
@@ -251,7 +215,7 @@ class KafkaCluster:
         producer.flush(120)
         elapsed = time.perf_counter() - started
         if failed:
-            raise PeerUnavailable(f"Apache Kafka: {len(failed)} records failed: {failed[0]}")
+            raise PeerUnavailable(f"{WHO}: {len(failed)} records failed: {failed[0]}")
         return elapsed
 
     def consume(self, topic: str, partitions: int, records: int) -> tuple[int, float]:
@@ -277,17 +241,8 @@ class KafkaCluster:
 
     def perf_tool(self, main: str, *args: str) -> str:
         """One of Kafka's perf tools (by class); its standard output."""
-        proc = self.java(main, *args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True)
-        try:
-            out, _ = proc.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-            raise PeerUnavailable(f"Apache Kafka: {main} took more than 600 s") from None
-        if proc.returncode != 0:
-            raise PeerUnavailable(f"Apache Kafka: {main} failed: {out[-600:]}")
-        return out
+        return output(WHO, main, self.java(main, *args, stdout=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL, text=True), 600)
 
     def producer_perf(self, topic: str, records: int, size: int, acks: str,
                       batch_size: int = 262_144) -> float:
@@ -300,7 +255,7 @@ class KafkaCluster:
         # Its last "<n> records sent, <rate> records/sec ..." line is the whole run's.
         found = re.findall(r"^\d+ records sent, ([\d.]+) records/sec", out, re.M)
         if not found:
-            raise PeerUnavailable(f"Apache Kafka: no summary from ProducerPerformance: "
+            raise PeerUnavailable(f"{WHO}: no summary from ProducerPerformance: "
                                   f"{out[-400:]}")
         return float(found[-1])
 
@@ -315,19 +270,18 @@ class KafkaCluster:
             names = [n.strip() for n in header.split(",")]
             if "nMsg.sec" in names:
                 return float(lines[i + 1].split(",")[names.index("nMsg.sec")])
-        raise PeerUnavailable(f"Apache Kafka: no summary from ConsumerPerformance: "
+        raise PeerUnavailable(f"{WHO}: no summary from ConsumerPerformance: "
                               f"{out[-400:]}")
 
 
 def measure(records: int, value: bytes, partitions: int = 6) -> dict[str, float]:
     """The peer's figures in records/s, by name; PeerUnavailable when it cannot start or a
-    measurement fails (what was measured before is lost: a partial peer is no peer)."""
-    try:
-        return _measure(records, value, partitions)
-    except PeerUnavailable:
-        raise
-    except Exception as e:   # the client's own errors (KafkaException and friends)
-        raise PeerUnavailable(f"Apache Kafka: {type(e).__name__}: {e}") from e
+    measurement fails."""
+    import importlib.util
+    if importlib.util.find_spec("confluent_kafka") is None:
+        raise PeerUnavailable(f"{WHO}: the confluent-kafka client is missing (pip install -e "
+                              "'.[bench]')")
+    return guarded(WHO, lambda: _measure(records, value, partitions))
 
 
 def _measure(records: int, value: bytes, partitions: int) -> dict[str, float]:
@@ -360,17 +314,5 @@ def _measure(records: int, value: bytes, partitions: int) -> dict[str, float]:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    args = parser.parse_args(argv)
-    try:
-        measure(args.records, b"x" * 100)
-    except PeerUnavailable as e:
-        print(f"peer: {e}")
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, measure))

