@@ -4,10 +4,11 @@ Each follower replica of the host is placed in the ``ReplicaFetcher`` of the hos
 leader: one fetcher, one task and one request in flight per (this host, leader host) pair,
 however many partitions they share. The fetchers and their placement
 (``fetcher_placement``) decide; this shell finds leader hosts (``actors.replica.locate``),
-sends the requests, hands back answers, errors and timeouts. A request that fails or gets
-no answer in time backs its partitions off in their fetcher; a fetcher whose leader host
-died lets its partitions go to be located again (the leader's broker may have restarted,
-with new hosts).
+sends the requests over a replication connection to the leader host
+(``actors.replica.channel``), hands back answers, errors and timeouts. A request that fails
+or gets no answer in time backs its partitions off in their fetcher; a fetcher whose leader
+host died (its actor is dead, or its connection is lost or refused) lets its partitions go
+to be located again (the leader's broker may have restarted, with new hosts).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from typing import Any
 
 from ray.exceptions import ActorUnavailableError, RayActorError
 
+from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, ChannelClosed,
+                                    ReplicationConnection)
 from actors.replica.fetcher import FIRST_BACKOFF_MS, ReplicaFetcher
 from actors.replica.fetcher_placement import FetcherPlacement
 from actors.replica.locate import locate_replica_async
@@ -45,9 +48,16 @@ class _FetcherTask:
         self.wake = asyncio.Event()
         self.requests_sent = 0
         self.last_request_bytes = 0
+        self.connection: ReplicationConnection | None = None
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
+        try:
+            await self._fetch_until_done()
+        finally:
+            self.close()
+
+    async def _fetch_until_done(self) -> None:
         fetcher = self.fetcher
         # An answer may take replica.fetch.wait.max.ms by design; well past that, the leader
         # host is gone or wedged.
@@ -65,20 +75,21 @@ class _FetcherTask:
                 continue
             self.requests_sent += 1
             try:
+                connection = await self._connection(timeout_s)
                 if isinstance(request, FetchManyRequest):
                     payload = encode_fetch_many_request(request)
                     self.last_request_bytes = len(payload)
                     answer = decode_fetch_many_response(await asyncio.wait_for(
-                        self.leader_host.fetch_many.remote(payload), timeout_s))
+                        connection.call(API_FETCH, payload), timeout_s))
                     fetcher.on_fetch_response(answer)
                 else:
                     answers = decode(await asyncio.wait_for(
-                        self.leader_host.offsets_for_leader_epoch_many.remote(encode(request)),
+                        connection.call(API_OFFSETS_FOR_LEADER_EPOCH, encode(request)),
                         timeout_s))
                     fetcher.on_epoch_end_offsets(request, answers)
             except asyncio.CancelledError:
                 raise
-            except RayActorError as e:
+            except (RayActorError, ChannelClosed, ConnectionRefusedError) as e:
                 if isinstance(e, ActorUnavailableError):  # restarting or unreachable: retry
                     fetcher.on_error(request)
                     continue
@@ -88,6 +99,19 @@ class _FetcherTask:
             except Exception as e:  # no answer in time, or a failed call: back off, retry
                 log.debug("fetcher %s: request failed: %r", self.key, e)
                 fetcher.on_error(request)
+
+    async def _connection(self, timeout_s: float) -> ReplicationConnection:
+        if self.connection is None or self.connection.closed:
+            address, port, token = await asyncio.wait_for(
+                self.leader_host.replication_address.remote(), timeout_s)
+            self.connection = await asyncio.wait_for(
+                ReplicationConnection.open(address, port, token), timeout_s)
+        return self.connection
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
 
 class ReplicaFetcherManager:

@@ -26,6 +26,8 @@ import os
 import ray
 
 from actors.process import freeze_startup_objects, keep_freed_memory
+from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH,
+                                    ReplicationListener)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
@@ -67,6 +69,11 @@ class ReplicaHostActor:
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
+        # Where follower hosts fetch from (actors.replica.channel): started on first ask.
+        self.listener = ReplicationListener({
+            API_FETCH: self.fetch_many,
+            API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many})
+        self._listening: asyncio.Task | None = None
         keep_freed_memory()
         freeze_startup_objects()
 
@@ -149,6 +156,7 @@ class ReplicaHostActor:
         """Close every replica (a broker's shutdown): (topic, partition, checkpoint triple)."""
         replicas, self.replicas, self.cores = self.replicas, {}, {}
         self.fetchers.shutdown()
+        self.listener.close()
         states = await asyncio.gather(*[r.stop(False) for r in replicas.values()],
                                       return_exceptions=True)
         self.timer.shutdown()
@@ -182,6 +190,19 @@ class ReplicaHostActor:
         """Never answers: the broker keeps one call pending so that it hears at once when
         this host's process dies (the call fails then)."""
         await asyncio.Event().wait()
+
+    async def replication_address(self) -> tuple[str, int, bytes]:
+        """(address, port, token) of this host's replication listener, for a follower
+        host's fetcher (``actors.replica.channel``); the listener starts on the first ask."""
+        if self._listening is None:
+            self._listening = asyncio.ensure_future(
+                self.listener.start(ray.util.get_node_ip_address()))
+        try:
+            address, port = await asyncio.shield(self._listening)
+        except OSError:
+            self._listening = None  # ask again next time
+            raise
+        return address, port, self.listener.token
 
     async def num_replicas(self) -> int:
         return len(self.replicas)

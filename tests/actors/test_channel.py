@@ -1,0 +1,139 @@
+"""The replication channel between replica hosts (actors.replica.channel), on real sockets."""
+import asyncio
+import struct
+
+import pytest
+
+from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, HEADER,
+                                    MAX_FRAME_BYTES, ChannelClosed, ChannelError,
+                                    ReplicationConnection, ReplicationListener)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+async def _listener(**handlers):
+    async def echo(payload: bytes) -> bytes:
+        return b"fetched:" + payload
+
+    async def fail(payload: bytes) -> bytes:
+        raise ValueError("no such partition")
+
+    listener = ReplicationListener({API_FETCH: echo, API_OFFSETS_FOR_LEADER_EPOCH: fail,
+                                    **handlers})
+    address, port = await listener.start("127.0.0.1")
+    return listener, address, port
+
+
+def test_answers_carry_the_request_they_answer():
+    async def main():
+        gate = asyncio.Event()
+
+        async def slow(payload: bytes) -> bytes:
+            await gate.wait()
+            return b"slow"
+        listener, address, port = await _listener()
+        listener.handlers[3] = slow
+        connection = await ReplicationConnection.open(address, port, listener.token)
+        slow_call = asyncio.ensure_future(connection.call(3, b""))
+        # Served concurrently: a long poll does not hold up the next request's answer.
+        assert await connection.call(API_FETCH, b"x" * 100_000) == b"fetched:" + b"x" * 100_000
+        gate.set()
+        assert await slow_call == b"slow"
+        connection.close()
+        listener.close()
+    run(main())
+
+
+def test_a_failed_handler_is_an_error_answer_and_the_connection_goes_on():
+    async def main():
+        listener, address, port = await _listener()
+        connection = await ReplicationConnection.open(address, port, listener.token)
+        with pytest.raises(ChannelError, match="no such partition"):
+            await connection.call(API_OFFSETS_FOR_LEADER_EPOCH, b"")
+        with pytest.raises(ChannelError, match="unknown api 9"):
+            await connection.call(9, b"")
+        assert await connection.call(API_FETCH, b"a") == b"fetched:a"
+        connection.close()
+        listener.close()
+    run(main())
+
+
+def test_a_connection_without_the_token_is_closed():
+    async def main():
+        listener, address, port = await _listener()
+        with pytest.raises(ChannelClosed):
+            await ReplicationConnection.open(address, port, b"wrong token!!!!!")
+        assert listener.connections == 1
+        listener.close()
+    run(main())
+
+
+def test_a_frame_over_socket_request_max_bytes_closes_the_connection():
+    async def main():
+        listener, address, port = await _listener()
+        reader, writer = await asyncio.open_connection(address, port)
+        writer.write(HEADER.pack(MAX_FRAME_BYTES + 1, 1, 0))
+        assert await reader.read() == b""   # closed without an answer
+        writer.close()
+        # The listener serves the next connection as before.
+        connection = await ReplicationConnection.open(address, port, listener.token)
+        assert await connection.call(API_FETCH, b"b") == b"fetched:b"
+        connection.close()
+        listener.close()
+    run(main())
+
+
+def test_calls_in_flight_fail_when_the_leader_host_goes_away():
+    async def main():
+        async def never(payload: bytes) -> bytes:
+            await asyncio.Event().wait()
+        listener, address, port = await _listener()
+        listener.handlers[API_FETCH] = never
+        connection = await ReplicationConnection.open(address, port, listener.token)
+        call = asyncio.ensure_future(connection.call(API_FETCH, b""))
+        await asyncio.sleep(0.05)
+        listener.close()
+        with pytest.raises(ChannelClosed):
+            await call
+        assert connection.closed
+        with pytest.raises(ChannelClosed):
+            await connection.call(API_FETCH, b"")
+    run(main())
+
+
+def test_an_answer_after_the_caller_gave_up_is_dropped():
+    async def main():
+        gate = asyncio.Event()
+
+        async def late(payload: bytes) -> bytes:
+            if payload == b"late":
+                await gate.wait()
+            return payload
+        listener, address, port = await _listener()
+        listener.handlers[API_FETCH] = late
+        connection = await ReplicationConnection.open(address, port, listener.token)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(connection.call(API_FETCH, b"late"), 0.1)
+        gate.set()
+        assert await connection.call(API_FETCH, b"next") == b"next"
+        assert not connection._pending
+        connection.close()
+        listener.close()
+    run(main())
+
+
+def test_refused_when_nothing_listens():
+    async def main():
+        listener, address, port = await _listener()
+        listener.close()
+        await asyncio.sleep(0.05)
+        with pytest.raises(ConnectionRefusedError):
+            await ReplicationConnection.open(address, port, listener.token)
+    run(main())
+
+
+def test_frame_layout():
+    # length counts what follows it: correlation id, api, payload.
+    assert HEADER.pack(5 + 3, 42, API_FETCH) + b"abc" == struct.pack(">IIB", 8, 42, 1) + b"abc"
