@@ -16,8 +16,9 @@ def broker_name(broker_id: int) -> str:
     return f"broker-{broker_id}"
 
 
-def timer_name(broker_id: int) -> str:
-    return f"timer-{broker_id}"
+def timer_name(node_id: str) -> str:
+    """The timing-wheel scheduler of a Ray node, shared by the brokers on it."""
+    return f"timer-{node_id}"
 
 
 def coordinator_name(broker_id: int) -> str:

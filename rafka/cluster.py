@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import msgpack
 
-from actors.names import CONTROLLER, broker_name, namespace_for
+from actors.names import CONTROLLER, broker_name, namespace_for, timer_name
 from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, KafkaError,
                               KafkaTimeoutError, LeaderNotAvailableError,
                               UnknownTopicOrPartitionError)
@@ -301,5 +301,11 @@ class Cluster:
                 log.warning("broker %d did not shut down cleanly: %r", b, e)
         for h in handles.values():
             ray.kill(h, no_restart=True)
+        for node in set(self.broker_nodes.values()):  # the nodes' timers (detached)
+            try:
+                ray.kill(ray.get_actor(timer_name(node), namespace=self.namespace),
+                         no_restart=True)
+            except ValueError:
+                pass
         forget_snapshot(self.name)
         _kv_del(INFO_KEY.format(name=self.name))

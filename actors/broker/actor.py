@@ -32,11 +32,11 @@ from actors.broker.state import BrokerState, ControlledShutdown
 from actors.controller.actor import ControllerActor
 from actors.coordinator.actor import GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
-from actors.names import (CONTROLLER, coordinator_name, dedicated_host_name, namespace_for,
-                          replica_host_name, timer_name)
+from actors.names import (CONTROLLER, broker_name, coordinator_name, dedicated_host_name,
+                          namespace_for, replica_host_name)
 from actors.replica.host import ReplicaHostActor
 from actors.replica.placement import default_num_replica_hosts, host_index
-from actors.timer.actor import TimerActor
+from actors.timer.actor import keep_scheduled, node_timer
 from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
                               StaleControllerEpochError, TopicAlreadyExistsError)
 from protocols.messages import LeaderAndIsr, StopReplica
@@ -109,23 +109,26 @@ class BrokerActor:
         self.timer = None
         self._coordinator = None
         self._heartbeat_task: asyncio.Task | None = None
+        self._timer_tasks: asyncio.Task | None = None  # keeps our work on the node's timer
         asyncio.get_running_loop().create_task(self._boot())
 
     # ---- start -----------------------------------------------------------------------------
     async def _boot(self) -> None:
         try:
-            self.timer = await create_named(TimerActor, timer_name(self.broker_id),
-                                            self.namespace, self.broker_id)
+            self.timer = await node_timer(self.namespace)
             await self._start_hosts()
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker
-            await asyncio.gather(
-                self.timer.schedule_periodic.remote(
-                    b["replica.high.watermark.checkpoint.interval.ms"], me, "checkpoint"),
-                self.timer.schedule_periodic.remote(
-                    b["log.retention.check.interval.ms"], me, "log_maintenance"),
-                self.timer.schedule_periodic.remote(
-                    max(1, b["replica.lag.time.max.ms"] // 2), me, "isr_expiry"))
+            key = broker_name(self.broker_id)
+            self._timer_tasks = asyncio.get_running_loop().create_task(keep_scheduled(
+                self.namespace,
+                [(f"{key}:checkpoint", b["replica.high.watermark.checkpoint.interval.ms"], me,
+                  "checkpoint"),
+                 (f"{key}:log_maintenance", b["log.retention.check.interval.ms"], me,
+                  "log_maintenance"),
+                 (f"{key}:isr_expiry", max(1, b["replica.lag.time.max.ms"] // 2), me,
+                  "isr_expiry")],
+                lambda: not self._stopping))
             controller = await self._ensure_controller()
             await self._register(controller)
             self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeats())
@@ -512,8 +515,9 @@ class BrokerActor:
                     break
                 await asyncio.sleep(backoff_ms / 1000)
         self._stopping = True
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
+        for task in (self._heartbeat_task, self._timer_tasks):
+            if task is not None:
+                task.cancel()
         async with self._lock:
             hosts = self._all_hosts()
             await self._save_checkpoints(lambda host: host.stop_all.remote())

@@ -26,7 +26,8 @@ import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
 from actors.controller.state import ControllerState
-from actors.names import broker_name, timer_name
+from actors.names import broker_name
+from actors.timer.actor import keep_scheduled
 from protocols.errors import InvalidRequestError, KafkaError
 from protocols.messages import AlterPartition
 from protocols.wire import decode, encode
@@ -86,7 +87,8 @@ class ControllerActor:
                  self.state.controller_epoch, host_broker_id)
         if snapshot is not None and not cold:
             self._dispatch(self.state.full_state())
-        asyncio.get_running_loop().create_task(self._schedule_background())
+        # A strong reference: the event loop keeps only weak ones to its tasks.
+        self._background = asyncio.get_running_loop().create_task(self._schedule_background())
 
     # ---- checkpoints and fencing -----------------------------------------------------------
     def _checkpoint(self) -> None:
@@ -104,16 +106,14 @@ class ControllerActor:
         write_atomically(directory / "snapshot.msgpack", data)
 
     async def _schedule_background(self) -> None:
-        """Session expiry every second and the auto-rebalance task, on the host broker's
-        timer actor."""
-        try:
-            me = ray.get_runtime_context().current_actor
-            timer = ray.get_actor(timer_name(self.host_broker_id), namespace=self.namespace)
-            await timer.schedule_periodic.remote(1000, me, "check_sessions")
-            interval = self.state.config["leader.imbalance.check.interval.seconds"] * 1000
-            await timer.schedule_periodic.remote(interval, me, "auto_rebalance")
-        except Exception as e:  # the host broker is going away with us
-            log.warning("controller: could not schedule background tasks: %r", e)
+        """Session expiry every second and the auto-rebalance task, on this node's timer
+        actor (scheduled again if it restarts; a successor's tasks replace ours)."""
+        me = ray.get_runtime_context().current_actor
+        interval = self.state.config["leader.imbalance.check.interval.seconds"] * 1000
+        await keep_scheduled(self.namespace,
+                             [("controller:check_sessions", 1000, me, "check_sessions"),
+                              ("controller:auto_rebalance", interval, me, "auto_rebalance")],
+                             lambda: True)
 
     async def _apply(self, change, quiet_is_no_change: bool = False) -> Any:
         """Run one state change under the lock, checkpoint, send what it produced.

@@ -1,5 +1,12 @@
-"""TimerActor: a broker's scheduler for delayed and periodic work (Kafka's KafkaScheduler role,
-built on the timing wheel).
+"""TimerActor: a node's scheduler for delayed and periodic work (Kafka's KafkaScheduler role,
+built on the timing wheel), shared by the brokers and the controller on the node.
+
+One per node rather than one per broker: an idle Ray actor process costs ~0.8% of a core
+(Ray's core worker wakes every 10 ms), and an embedded cluster runs all its brokers on one
+node. It is detached, so it outlives any one broker, and restarted by Ray if its process
+dies; the work scheduled on it is then gone, so its users keep a ``watch`` call pending and
+schedule again when it fails (``keep_scheduled``). A task scheduled with a ``key`` replaces
+the task of that key: a broker that restarts schedules its work again without doubling it.
 
 A task names a target actor, a method and its arguments; when the task fires the actor calls
 ``getattr(target, method).remote(*args)`` and watches the result in the background. A target
@@ -15,17 +22,21 @@ import itertools
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Optional
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.names import timer_name
 
 from protocols.errors import InvalidRequestError
 
 from actors.timer.system_timer import AsyncioTimer, monotonic_ms
 from actors.timer.wheel import TimerTask
 
-__all__ = ["TimerActor"]
+__all__ = ["TimerActor", "keep_scheduled", "node_timer"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,69 +51,81 @@ class _ScheduledCall:
     next_fire_ms: int
     timer_task: Optional[TimerTask] = None
     in_flight: bool = False
+    key: Optional[str] = None
 
 
 @ray.remote(num_cpus=0)
 class TimerActor:
-    """One per broker. Methods are coroutines: they all run on the actor's event loop."""
+    """One per node. Methods are coroutines: they all run on the actor's event loop."""
 
-    def __init__(self, broker_id: int = -1, tick_ms: int = 1, wheel_size: int = 20):
-        self.broker_id = broker_id
+    def __init__(self, label: str = "timer", tick_ms: int = 1, wheel_size: int = 20):
+        self.label = label
         self._tick_ms = tick_ms
         self._wheel_size = wheel_size
         # Built on first use: the event loop that runs this actor's methods is not running
         # while __init__ executes.
         self._timer: Optional[AsyncioTimer] = None
         self._scheduled: dict[int, _ScheduledCall] = {}
+        self._keys: dict[str, int] = {}   # key -> task id
         self._task_ids = itertools.count(1)
         self._outstanding_calls: set[asyncio.Task] = set()
 
     def _ensure_timer(self) -> AsyncioTimer:
         if self._timer is None:
             self._timer = AsyncioTimer(tick_ms=self._tick_ms, wheel_size=self._wheel_size,
-                                       name=f"timer-actor-{self.broker_id}")
+                                       name=self.label)
         return self._timer
 
     async def schedule(self, delay_ms: int, target_handle: Any, method_name: str,
-                       *args: Any) -> int:
-        """Call ``target_handle.<method_name>.remote(*args)`` once, ``delay_ms`` from now."""
+                       *args: Any, key: Optional[str] = None) -> int:
+        """Call ``target_handle.<method_name>.remote(*args)`` once, ``delay_ms`` from now
+        (in place of the task scheduled with ``key``, if any)."""
         if delay_ms < 0:
             raise InvalidRequestError(f"delay_ms must be >= 0, got {delay_ms}")
-        return self._add(target_handle, method_name, args, delay_ms, period_ms=None)
+        return self._add(target_handle, method_name, args, delay_ms, period_ms=None, key=key)
 
     async def schedule_periodic(self, period_ms: int, target_handle: Any, method_name: str,
-                                *args: Any, initial_delay_ms: Optional[int] = None) -> int:
+                                *args: Any, initial_delay_ms: Optional[int] = None,
+                                key: Optional[str] = None) -> int:
         """Call the method every ``period_ms`` (first after ``initial_delay_ms``, default one
-        period) until cancelled or the target dies."""
+        period) until cancelled or the target dies; in place of the task scheduled with
+        ``key``, if any."""
         if period_ms <= 0:
             raise InvalidRequestError(f"period_ms must be > 0, got {period_ms}")
         first = period_ms if initial_delay_ms is None else initial_delay_ms
         if first < 0:
             raise InvalidRequestError(f"initial_delay_ms must be >= 0, got {first}")
-        return self._add(target_handle, method_name, args, first, period_ms=period_ms)
+        return self._add(target_handle, method_name, args, first, period_ms=period_ms,
+                         key=key)
 
     async def cancel(self, task_id: int) -> bool:
         """True iff the task was still scheduled (a one-shot task that fired is not)."""
-        call = self._scheduled.pop(task_id, None)
-        if call is None:
-            return False
-        if call.timer_task is not None:
-            call.timer_task.cancel()
-        return True
+        call = self._scheduled.get(task_id)
+        self._drop(task_id)
+        return call is not None
+
+    async def watch(self) -> None:
+        """Never answers: a user keeps one call pending to hear at once when this actor's
+        process dies (the call fails then) and the work it scheduled here is lost."""
+        await asyncio.Event().wait()
 
     async def pending(self) -> int:
         """Scheduled tasks: one-shot tasks not yet fired plus live periodic tasks."""
         return len(self._scheduled)
 
     def _add(self, target: Any, method_name: str, args: tuple, delay_ms: int,
-             period_ms: Optional[int]) -> int:
+             period_ms: Optional[int], key: Optional[str] = None) -> int:
         if not isinstance(method_name, str) or not method_name:
             raise InvalidRequestError(f"method_name must be a method name, got {method_name!r}")
         self._ensure_timer()
+        if key is not None and key in self._keys:
+            self._drop(self._keys[key])
         task_id = next(self._task_ids)
         call = _ScheduledCall(task_id, target, method_name, tuple(args), period_ms,
-                              next_fire_ms=monotonic_ms() + delay_ms)
+                              next_fire_ms=monotonic_ms() + delay_ms, key=key)
         self._scheduled[task_id] = call
+        if key is not None:
+            self._keys[key] = task_id
         self._arm(call, delay_ms)
         return task_id
 
@@ -115,7 +138,7 @@ class TimerActor:
         if call is None:
             return
         if call.period_ms is None:
-            del self._scheduled[task_id]
+            self._forget(call)
         else:
             self._rearm_periodic(call)
             if call.in_flight:
@@ -168,6 +191,65 @@ class TimerActor:
             call.in_flight = False
 
     def _drop(self, task_id: int) -> None:
-        call = self._scheduled.pop(task_id, None)
-        if call is not None and call.timer_task is not None:
-            call.timer_task.cancel()
+        call = self._scheduled.get(task_id)
+        if call is not None:
+            self._forget(call)
+            if call.timer_task is not None:
+                call.timer_task.cancel()
+
+    def _forget(self, call: _ScheduledCall) -> None:
+        del self._scheduled[call.task_id]
+        if call.key is not None and self._keys.get(call.key) == call.task_id:
+            del self._keys[call.key]
+
+
+NAME_FREE_TIMEOUT_S = 30.0
+RESCHEDULE_DELAY_S = 0.5
+
+
+async def node_timer(namespace: str) -> Any:
+    """The TimerActor of the node this runs on, created by the first to ask (waiting while
+    a killed predecessor still holds the name)."""
+    node_id = ray.get_runtime_context().get_node_id()
+    name = timer_name(node_id)
+    deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
+    while True:
+        try:
+            return TimerActor.options(
+                name=name, namespace=namespace, get_if_exists=True, lifetime="detached",
+                max_restarts=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote(name)
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
+                         running: Callable[[], bool]) -> None:
+    """Keep ``tasks`` (key, period_ms, target, method) scheduled on this node's timer while
+    ``running()``: scheduled now, and again whenever the timer's process died and Ray
+    started it again (empty). A timer killed for good (the cluster shutting down) ends it."""
+    timer = await node_timer(namespace)
+    while running():
+        try:
+            # Calls to a timer Ray is restarting wait for it; to one killed for good they
+            # fail at once.
+            await asyncio.gather(*[
+                timer.schedule_periodic.remote(period_ms, target, method, key=key)
+                for key, period_ms, target, method in tasks])
+        except ActorUnavailableError:
+            await asyncio.sleep(RESCHEDULE_DELAY_S)  # restarting: try again
+            continue
+        except RayActorError as e:
+            logger.info("the node's timer is gone for good (%r); %s not scheduled", e,
+                        [key for key, *_ in tasks])
+            return
+        try:
+            await timer.watch.remote()
+        except RayActorError as e:
+            if running():
+                logger.warning("the node's timer died (%r); scheduling %s again", e,
+                               [key for key, *_ in tasks])
+        await asyncio.sleep(RESCHEDULE_DELAY_S)

@@ -227,3 +227,24 @@ def test_a_full_cache_takes_a_new_session_only_for_a_stale_or_less_valuable_one(
     consumer = cache.maybe_create_session(False, parts(0))
     assert consumer != 0 and f3 not in cache.sessions       # the stale one went
     assert cache.evictions == 5
+
+
+def test_an_idle_fetch_that_expires_unchecked_reads_its_partitions_once(hosts, monkeypatch):
+    import actors.replica.fetch_many as fetch_many_module
+    clock, timer, leader_host, _, fetcher = hosts
+    round_trip(fetcher, leader_host, timer, clock)              # full: the session opens
+    reads = []
+    real = fetch_many_module.read_partitions
+    monkeypatch.setattr(fetch_many_module, "read_partitions",
+                        lambda *a, **k: reads.append(1) or real(*a, **k))
+    answers = leader_host.answer_fetch(fetcher.next_request())  # idle: parks
+    clock.advance(500)
+    timer.advance_clock()
+    assert len(answers) == 1 and answers[0].results == () and len(reads) == 1
+    fetcher.on_fetch_response(answers[0])
+    # Checked by an append while it waits: read again when it completes, with the records.
+    answers = leader_host.answer_fetch(fetcher.next_request())
+    leader_host.cores[PARTITIONS[0]].produce(msg("v"), acks=1, timeout_ms=5000,
+                                             on_done=lambda result: None)
+    assert len(answers) == 1 and len(reads) == 3
+    assert [(t, p) for t, p, r in answers[0].results if r.records] == [PARTITIONS[0]]

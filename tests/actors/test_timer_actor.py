@@ -1,4 +1,4 @@
-"""TimerActor with real Ray actors: the broker's scheduler for delayed and periodic calls."""
+"""TimerActor with real Ray actors: a node's scheduler for delayed and periodic calls."""
 from __future__ import annotations
 
 import time
@@ -46,7 +46,7 @@ def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.02):
 
 @pytest.fixture(scope="module")
 def timer(ray_session):
-    actor = TimerActor.remote(broker_id=0)
+    actor = TimerActor.remote("timer-test")
     yield actor
     ray.kill(actor)
 
@@ -169,3 +169,57 @@ def test_invalid_arguments_are_rejected(timer, recorder):
     with pytest.raises(InvalidRequestError):
         ray.get(timer.schedule_periodic.remote(0, recorder, "record"))
     assert ray.get(timer.pending.remote()) == 0
+
+
+def test_a_keyed_task_replaces_the_task_of_its_key(timer, recorder):
+    # A broker that restarts schedules its periodic work again under the same keys: the
+    # shared node timer runs it once, not twice.
+    first = ray.get(timer.schedule_periodic.remote(100, recorder, "record", "old",
+                                                   key="broker-0:checkpoint"))
+    second = ray.get(timer.schedule_periodic.remote(100, recorder, "record", "new",
+                                                    initial_delay_ms=0,
+                                                    key="broker-0:checkpoint"))
+    assert first != second and ray.get(timer.pending.remote()) == 1
+    assert ray.get(timer.cancel.remote(first)) is False
+    calls = wait_until(lambda: (lambda h: h if len(h) >= 3 else None)(
+        ray.get(recorder.history.remote())))
+    assert {args for _, args, _ in calls} == {("new",)}
+    assert ray.get(timer.cancel.remote(second)) is True
+    # A cancelled key is free: a one-shot task under it fires and leaves nothing behind.
+    ray.get(timer.schedule.remote(0, recorder, "record", "once", key="broker-0:checkpoint"))
+    wait_until(lambda: ray.get(timer.pending.remote()) == 0)
+
+
+def test_keep_scheduled_schedules_again_when_the_node_timer_restarts(ray_session, recorder):
+    import asyncio
+
+    from actors.names import timer_name
+    from actors.timer.actor import keep_scheduled
+
+    @ray.remote(num_cpus=0)
+    class Broker:
+        async def start(self, target):
+            self.task = asyncio.get_running_loop().create_task(keep_scheduled(
+                "timer-test", [("b:tick", 100, target, "record")], lambda: True))
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    broker = Broker.remote()
+    ray.get(broker.start.remote(recorder))
+    node_timer = wait_until(lambda: _named(timer_name(ray.get(broker.node.remote()))))
+    wait_until(lambda: len(ray.get(recorder.history.remote())) >= 2)
+    ray.kill(node_timer, no_restart=False)   # its process dies; Ray starts it again, empty
+    time.sleep(0.5)
+    seen = len(ray.get(recorder.history.remote()))
+    wait_until(lambda: len(ray.get(recorder.history.remote())) >= seen + 3, timeout_s=20)
+    assert ray.get(node_timer.pending.remote()) == 1
+    ray.kill(broker)
+    ray.kill(node_timer, no_restart=True)
+
+
+def _named(name):
+    try:
+        return ray.get_actor(name, namespace="timer-test")
+    except ValueError:
+        return None
