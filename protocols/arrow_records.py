@@ -3,10 +3,11 @@
 Encoding: the values (and keys, timestamps) of many records, as Arrow arrays or any
 sequences of bytes or strings, become a v2 batch body in a few numpy passes: every varint of
 every record is computed at once (zig-zag, then base-128 groups), and Arrow's element-wise
-join lays the records end to end (the varints, key and value of each). The body, and so the
+join lays the records end to end (the varints, key and value of each). Headers (Spark's
+``array<struct<key: string, value: binary>>``) are encoded the same way one level down: every
+header's bytes at once, then each record's joined by Arrow's list join. The body, and so the
 batch ``MemoryRecordsBuilder`` builds from it, is byte for byte the one the per-record
-builder makes from the same records. Records with headers take the per-record builder
-(headers are rare on bulk paths).
+builder makes from the same records.
 
 Decoding: a batch body located by ``columnar.locate_records`` becomes Arrow columns
 (offset, timestamp, key, value): the keys and values are Arrow binary views into the body,
@@ -122,15 +123,61 @@ _EMPTY = pa.scalar(b"", pa.binary())
 _NO_HEADERS_BYTE = pa.scalar(bytes([_NO_HEADERS]), pa.binary())
 
 
-def encode_body(values: Any, keys: Any = None, timestamps: Any = None, *,
-                now_ms: int) -> EncodedBody:
-    """The v2 batch body of records with these values, keys (None: all null) and
-    timestamps (None: ``now_ms`` for all; an int for all; or one per record), offset
-    deltas 0, 1, ..., no headers.
+def as_headers(headers: Any, count: int) -> pa.Array | None:
+    """``headers`` (an Arrow list of (key, value) structs, chunked or not, or a sequence with
+    one list of ``(key, value)`` pairs or None per record) as a ``HEADERS_TYPE`` array; None
+    when no record has a header."""
+    if headers is None:
+        return None
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    if not isinstance(headers, pa.Array):
+        headers = pa.array([None if h is None else
+                            [{"key": k, "value": v.encode() if isinstance(v, str) else v}
+                             for k, v in h] for h in headers], HEADERS_TYPE)
+    elif headers.type != HEADERS_TYPE:
+        headers = headers.cast(HEADERS_TYPE)
+    if len(headers) != count:
+        raise ValueError(f"{len(headers)} header lists where {count} records were given")
+    if not pc.any(pc.greater(pc.list_value_length(headers), 0)).as_py():
+        return None
+    return headers
+
+
+def _header_field(headers: pa.Array) -> pa.Array:
+    """Per record, its ``headerCount`` varint and headers (``headerKeyLength, headerKey,
+    headerValueLength, headerValue`` each) as one binary array."""
+    n = pc.fill_null(pc.list_value_length(headers), 0).to_numpy().astype(np.int64)
+    flat = pc.list_flatten(headers)   # null lists add nothing
+    keys, values = flat.field("key"), flat.field("value")
+    if keys.null_count:
+        raise ValueError("a record header's key must not be null")
+    keys = as_binary(keys)
+    value_len = _lengths(values)
+    each = pc.binary_join_element_wise(
+        _byte_runs([_varints(_lengths(keys))]), keys, _byte_runs([_varints(value_len)]),
+        pc.fill_null(values, _EMPTY), _EMPTY)
+    offsets = np.zeros(len(n) + 1, np.int32)
+    np.cumsum(n, out=offsets[1:])
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), each), _EMPTY)
+    return pc.binary_join_element_wise(_byte_runs([_varints(n)]), joined, _EMPTY)
+
+
+def header_sizes(headers: pa.Array) -> np.ndarray:
+    """Each record's encoded headers (count and headers) in bytes, for ``as_headers``'
+    array."""
+    return pc.binary_length(_header_field(headers)).to_numpy().astype(np.int64)
+
+
+def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: Any = None,
+                *, now_ms: int) -> EncodedBody:
+    """The v2 batch body of records with these values, keys (None: all null), timestamps
+    (None: ``now_ms`` for all; an int for all; or one per record) and headers (None: none;
+    see ``as_headers``), offset deltas 0, 1, ....
 
     Each record is ``length, attributes, timestampDelta, offsetDelta, keyLength, key,
-    valueLength, value, headerCount``: the varints are computed for all records at once,
-    and Arrow's element-wise join lays the records end to end in C."""
+    valueLength, value, headerCount, headers``: the varints are computed for all records at
+    once, and Arrow's element-wise join lays the records end to end in C."""
     value_array = as_binary(values)
     count = len(value_array)
     if count == 0:
@@ -145,13 +192,18 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, *,
     base_ts = int(stamps[0])
     ts, off = _varints(stamps - base_ts), _varints(np.arange(count, dtype=np.int64))
     key_field, value_field = _varints(key_len), _varints(value_len)
+    header_array = as_headers(headers, count)
+    if header_array is None:
+        header_field, header_len = _NO_HEADERS_BYTE, 1
+    else:
+        header_field = _header_field(header_array)
+        header_len = pc.binary_length(header_field).to_numpy().astype(np.int64)
     record_len = (1 + ts[0] + off[0] + key_field[0] + np.maximum(key_len, 0)
-                  + value_field[0] + np.maximum(value_len, 0) + 1)
+                  + value_field[0] + np.maximum(value_len, 0) + header_len)
     pieces = [_byte_runs([_varints(record_len), _ATTRIBUTES, ts, off, key_field])]
     if key_array is not None:
         pieces.append(pc.fill_null(key_array, _EMPTY))
-    pieces += [_byte_runs([value_field]), pc.fill_null(value_array, _EMPTY),
-               _NO_HEADERS_BYTE]
+    pieces += [_byte_runs([value_field]), pc.fill_null(value_array, _EMPTY), header_field]
     records = pc.binary_join_element_wise(*pieces, _EMPTY)
     offsets = records.buffers()[1]
     start, end = np.frombuffer(offsets, np.int32, count=count + 1,

@@ -155,16 +155,17 @@ class MemoryRecordsBuilder:
         return len(length) + n
 
     @classmethod
-    def from_columns(cls, values, keys=None, timestamps=None, *,
+    def from_columns(cls, values, keys=None, timestamps=None, headers=None, *,
                      now_ms: int | None = None) -> "MemoryRecordsBuilder":
         """A builder holding many records at once, encoded column by column
         (``arrow_records.encode_body``: no Python loop per record): the same body the
         records appended one by one give. ``values`` and ``keys`` are Arrow binary or string
         arrays or sequences of bytes, str or None; ``timestamps`` None (now), one int, or one
-        per record; no headers."""
+        per record; ``headers`` None or one list of (key, value) per record
+        (``arrow_records.as_headers``)."""
         from protocols import arrow_records
         encoded = arrow_records.encode_body(
-            values, keys, timestamps,
+            values, keys, timestamps, headers,
             now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
         builder = cls()
         builder.body = bytearray(encoded.body)
@@ -251,14 +252,16 @@ def encode_batch(records: Iterable[Record], *, base_offset: int = 0,
                          last_offset_delta=last_offset_delta)
 
 
-def encode_batch_columns(values, keys=None, timestamps=None, *, base_offset: int = 0,
+def encode_batch_columns(values, keys=None, timestamps=None, headers=None, *,
+                         base_offset: int = 0,
                          compression: str = "none", producer_id: int = -1,
                          producer_epoch: int = -1, base_sequence: int = -1,
                          partition_leader_epoch: int = -1, now_ms: int | None = None) -> bytes:
     """One v2 record batch of many records given as columns (see
     ``MemoryRecordsBuilder.from_columns``): byte for byte what ``encode_batch`` makes of the
     same records."""
-    return MemoryRecordsBuilder.from_columns(values, keys, timestamps, now_ms=now_ms).build(
+    return MemoryRecordsBuilder.from_columns(values, keys, timestamps, headers,
+                                             now_ms=now_ms).build(
         base_offset=base_offset, compression=compression, producer_id=producer_id,
         producer_epoch=producer_epoch, base_sequence=base_sequence,
         partition_leader_epoch=partition_leader_epoch)

@@ -5,8 +5,7 @@ The columns are Spark's Kafka sink's: ``value`` (string or binary, required), ``
 (array<struct<key: string, value: binary>>); other columns are ignored. Rows go to
 ``Producer.send_batch`` a group at a time, so no Python object is made per row on the common
 path; a row whose ``partition`` is null is partitioned by its key (murmur2), else
-stickily, as ``Producer.send`` does. Rows with headers go through ``send`` one by one
-(``send_batch`` encodes header-less records only).
+stickily, as ``Producer.send`` does. Headers are encoded column by column too.
 """
 from __future__ import annotations
 
@@ -69,17 +68,6 @@ def split_rows(batch, topic: str | None) -> Iterator[tuple[str, int | None, obje
                 yield target, p, run.filter(pc.equal(in_run, p))
 
 
-def _headers(rows) -> list | None:
-    """Each row's headers as ``[(key, value), ...]``, or None when no row has any."""
-    if "headers" not in rows.schema.names:
-        return None
-    column = rows.column(rows.schema.names.index("headers"))
-    lists = column.to_pylist()
-    if not any(lists):
-        return None
-    return [[(h["key"], h["value"]) for h in hs or ()] for hs in lists]
-
-
 def send_rows(producer, topic: str, partition: int | None, rows):
     """One group of rows to ``send_batch``: its future."""
     from protocols.arrow_records import as_binary
@@ -89,4 +77,5 @@ def send_rows(producer, topic: str, partition: int | None, rows):
         raise SinkError("Required attribute 'value' not found")
     values = as_binary(rows.column(names.index("value")))
     keys = as_binary(rows.column(names.index("key"))) if "key" in names else None
-    return producer.send_batch(topic, values, keys, partition, headers=_headers(rows))
+    headers = rows.column(names.index("headers")) if "headers" in names else None
+    return producer.send_batch(topic, values, keys, partition, headers=headers)

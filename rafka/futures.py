@@ -224,19 +224,6 @@ class BatchSendFuture:
 
     get = result
 
-    @classmethod
-    def of_records(cls, topic: str, futures: list, timestamps) -> "BatchSendFuture":
-        """One future for records sent one by one (``FutureRecordMetadata``s)."""
-        import numpy as np
-        groups: dict[int, tuple] = {}
-        for i, f in enumerate(futures):
-            entry = groups.setdefault(id(f[0]), (f[0], f[3], [], []))
-            entry[2].append(i)
-            entry[3].append(f[1])
-        parts = [(r, p, np.array(ix, np.int64), np.array(pos, np.int64))
-                 for r, p, ix, pos in groups.values()]
-        return cls(topic, len(futures), np.asarray(timestamps, np.int64), parts)
-
     def add_done_callback(self, fn: Callable[["BatchSendFuture"], Any]) -> None:
         with self._lock:
             if not self._event.is_set():

@@ -38,7 +38,7 @@ from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
                               RecordTooLargeError)
 from protocols.messages import (ProduceManyRequest, ProduceResult,
                                 decode_produce_many_response, encode_produce_many_request)
-from protocols.arrow_records import as_binary, timestamp_column
+from protocols.arrow_records import as_binary, as_headers, header_sizes, timestamp_column
 from protocols.partitioner import (StickyPartitionCache, partition_for_key,
                                    partitions_for_keys)
 from protocols.records import MemoryRecordsBuilder
@@ -226,12 +226,11 @@ class Producer:
         batch) and encoded column by column into whole batches of about ``batch.size``
         (``arrow_records``), with every producer setting applying as for ``send``. Returns
         one future; its result is a ``pyarrow.Table`` of each record's partition, offset and
-        timestamp, in the order given. Records with ``headers`` (one list per record) go
-        through ``send`` one by one."""
+        timestamp, in the order given. ``headers``: None, or per record a list of
+        ``(key, value)`` pairs or None, or an Arrow list of (key, value) structs (Spark's
+        headers column), encoded column by column too."""
         if self._closed:
             raise KafkaError("Cannot send after the producer is closed.")
-        if headers is not None:
-            return self._send_each(topic, values, keys, partition, timestamps, headers)
         if not self._value_ser_default:
             values = [self._value_ser(v) for v in _python_values(values)]
         value_array = as_binary(values)
@@ -244,10 +243,19 @@ class Producer:
                 keys = [None if k is None else self._key_ser(k) for k in _python_values(keys)]
             key_array = as_binary(keys, count)
         stamps = timestamp_column(timestamps, count, time.time_ns() // 1_000_000)
+        if headers is not None and not isinstance(headers, (pa.Array, pa.ChunkedArray)):
+            # As ``send`` takes them: pairs or a mapping, values through the serializer.
+            headers = [None if h is None else
+                       [(k, self._value_ser(v))
+                        for k, v in (h.items() if hasattr(h, "items") else h)]
+                       for h in headers]
+        header_array = as_headers(headers, count)
         sizes = RECORD_OVERHEAD + np.maximum(
             pc.fill_null(pc.binary_length(value_array), 0).to_numpy(), 0)
         if key_array is not None:
             sizes = sizes + pc.fill_null(pc.binary_length(key_array), 0).to_numpy()
+        if header_array is not None:
+            sizes = sizes + header_sizes(header_array) - 1  # RECORD_OVERHEAD counts one
         if count and int(sizes.max()) > self._max_request_size:
             first = int(np.argmax(sizes > self._max_request_size))
             raise RecordTooLargeError(
@@ -263,7 +271,8 @@ class Producer:
                 tp = self._tps[(topic, p)] = TopicPartition(topic, p)
             builder = MemoryRecordsBuilder.from_columns(
                 value_array.take(indices),
-                None if key_array is None else key_array.take(indices), stamps[indices])
+                None if key_array is None else key_array.take(indices), stamps[indices],
+                None if header_array is None else header_array.take(indices))
             with self._lock:
                 if not self.accumulator.has_room_for(builder.size_in_bytes):
                     self._wait_for_room(builder.size_in_bytes)
@@ -306,19 +315,6 @@ class Producer:
             out += [(int(target[indices[0]]), chunk)
                     for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
         return out
-
-    def _send_each(self, topic, values, keys, partition, timestamps, headers) -> BatchSendFuture:
-        """send_batch with headers: each record through ``send``."""
-        values = list(_python_values(values))
-        count = len(values)
-        keys = [None] * count if keys is None else list(_python_values(keys))
-        stamps = [None] * count if timestamps is None or isinstance(timestamps, int) \
-            else list(timestamps)
-        if isinstance(timestamps, int):
-            stamps = [timestamps] * count
-        futures = [self.send(topic, v, k, partition, t, h)
-                   for v, k, t, h in zip(values, keys, stamps, headers)]
-        return BatchSendFuture.of_records(topic, futures, [f[4] for f in futures])
 
     def _wait_for_room(self, size: int) -> None:
         """buffer.memory is full: block (holding the condition) up to max.block.ms."""

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocols.arrow_records import HEADERS_TYPE
 from protocols.records import (MemoryRecordsBuilder, Record, encode_batch,
                                encode_batch_columns, iter_batches)
 
@@ -29,9 +30,17 @@ def record_columns(draw):
     return values, keys, stamps
 
 
-def per_record(values, keys, stamps, **batch) -> bytes:
+header_lists = st.one_of(
+    st.none(), st.lists(st.tuples(st.text(max_size=12),
+                                  st.one_of(st.none(), st.binary(max_size=20),
+                                            st.binary(min_size=130, max_size=140))),
+                        max_size=3))
+
+
+def per_record(values, keys, stamps, headers=None, **batch) -> bytes:
     return encode_batch([Record(None if keys is None else keys[i], v,
-                                NOW if stamps is None else stamps[i])
+                                NOW if stamps is None else stamps[i],
+                                tuple(headers[i] or ()) if headers is not None else ())
                          for i, v in enumerate(values)], **batch)
 
 
@@ -41,6 +50,30 @@ def test_the_columnar_encoder_matches_the_per_record_encoder_byte_for_byte(colum
     values, keys, stamps = columns
     assert encode_batch_columns(values, keys, stamps, now_ms=NOW) == \
         per_record(values, keys, stamps)
+
+
+@settings(max_examples=150, deadline=None)
+@given(record_columns(), st.data())
+def test_headers_encode_column_by_column_as_the_per_record_encoder_does(columns, data):
+    # Kafka's header: a String key (never null), a nullable byte[] value; a record may
+    # have none, one or many, and a header list may be null (none).
+    values, keys, stamps = columns
+    headers = data.draw(st.lists(header_lists, min_size=len(values), max_size=len(values)))
+    expected = per_record(values, keys, stamps, headers)
+    assert encode_batch_columns(values, keys, stamps, headers, now_ms=NOW) == expected
+    as_arrow = pa.array([None if h is None else [{"key": k, "value": v} for k, v in h]
+                         for h in headers], HEADERS_TYPE)
+    assert encode_batch_columns(values, keys, stamps, as_arrow, now_ms=NOW) == expected
+    # A slice of a bigger column (non-zero list offsets) encodes as its own records.
+    padded = pa.concat_arrays([pa.array([[{"key": "x", "value": b"y"}]], HEADERS_TYPE),
+                               as_arrow]).slice(1)
+    assert encode_batch_columns(values, keys, stamps, padded, now_ms=NOW) == expected
+
+
+def test_a_null_header_key_is_refused():
+    headers = pa.array([[{"key": None, "value": b"v"}]], HEADERS_TYPE)
+    with pytest.raises(ValueError, match="header's key must not be null"):
+        encode_batch_columns([b"a"], headers=headers, now_ms=NOW)
 
 
 @settings(max_examples=100, deadline=None)

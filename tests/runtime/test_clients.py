@@ -10,6 +10,7 @@ import pytest
 import ray
 
 import rafka
+from protocols.arrow_records import HEADERS_TYPE
 from protocols.errors import (InvalidConfigError, KafkaTimeoutError, OffsetOutOfRangeError,
                               RecordTooLargeError)
 from protocols.partitioner import partition_for_key
@@ -321,11 +322,16 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
     # Batches fetched after poll_arrow are buffered as Arrow columns; poll still hands them
     # out as ConsumerRecords, headers and all.
     with rafka.Producer(cluster) as producer:
-        # Arrow arrays with headers too (they go through send, record by record).
-        producer.send_batch("cols", pa.array([b"h1", b"h2"]), pa.array(["k", None]),
-                            partition=1, headers=[[("trace", b"t1")], []]).result(30)
-    got = consume_all(consumer, 2, 30)
+        # Headers, given as pairs or a mapping per record, or as Spark's column of structs,
+        # encoded column by column into one batch.
+        producer.send_batch("cols", pa.array([b"h1", b"h2", b"h3"]), pa.array(["k", None, "c"]),
+                            partition=1,
+                            headers=[[("trace", b"t1")], None, {"a": b"1", "b": None}]).result(30)
+        producer.send_batch("cols", [b"h4"], partition=1, headers=pa.array(
+            [[{"key": "span", "value": b"s"}]], HEADERS_TYPE)).result(30)
+    got = consume_all(consumer, 4, 30)
     assert [(r.key, r.value, r.headers, r.partition) for r in got] == \
-        [(b"k", b"h1", (("trace", b"t1"),), 1), (None, b"h2", (), 1)]
+        [(b"k", b"h1", (("trace", b"t1"),), 1), (None, b"h2", (), 1),
+         (b"c", b"h3", (("a", b"1"), ("b", None)), 1), (None, b"h4", (("span", b"s"),), 1)]
     assert isinstance(got[0].timestamp, int) and isinstance(got[0].offset, int)
     consumer.close()
