@@ -36,6 +36,13 @@ API_FETCH = 1               # FetchManyRequest -> FetchManyResponse (protocols.m
 API_OFFSETS_FOR_LEADER_EPOCH = 2
 API_ERROR = 255
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
+# How much a connection buffers before it stops reading (asyncio pauses the socket at twice
+# this): above the largest fetch answer (replica.fetch.response.max.bytes, 10 MiB), so that
+# one answer is read in one go rather than paused and resumed every 128 KiB (the default).
+READ_LIMIT = 16 * 1024 * 1024
+# Smaller payloads are sent joined to their header in one write; larger ones in two, as
+# copying megabytes costs more than a second system call.
+JOIN_BELOW = 65_536
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 
@@ -61,6 +68,14 @@ def _frame(correlation_id: int, api: int, payload: bytes) -> bytes:
     return HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api) + payload
 
 
+def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int, payload: bytes) -> None:
+    if len(payload) < JOIN_BELOW:
+        writer.write(_frame(correlation_id, api, payload))
+    else:
+        writer.write(HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api))
+        writer.write(payload)
+
+
 class ReplicationListener:
     """A host's end: serves ``handlers[api](payload)`` to connections that said the token."""
 
@@ -73,7 +88,7 @@ class ReplicationListener:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self, host: str) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, 0)
+        self._server = await asyncio.start_server(self._serve, host, 0, limit=READ_LIMIT)
         return host, self._server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -84,7 +99,7 @@ class ReplicationListener:
             if api != API_HELLO or not hmac.compare_digest(payload, self.token):
                 log.warning("replication channel: a connection without the token, closed")
                 return
-            writer.write(_frame(correlation_id, API_HELLO, b""))
+            _send(writer, correlation_id, API_HELLO, b"")
             while True:
                 correlation_id, api, payload = await _read_frame(reader)
                 task = asyncio.ensure_future(self._answer(writer, correlation_id, api,
@@ -103,14 +118,14 @@ class ReplicationListener:
         try:
             if handler is None:
                 raise ChannelError(f"unknown api {api}")
-            frame = _frame(correlation_id, api, await handler(payload))
+            answer = await handler(payload)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the follower backs off and asks again, as after a timeout
             log.debug("replication channel: api %d failed: %r", api, e)
-            frame = _frame(correlation_id, API_ERROR, repr(e).encode())
+            api, answer = API_ERROR, repr(e).encode()
         if not writer.is_closing():
-            writer.write(frame)
+            _send(writer, correlation_id, api, answer)
 
     def close(self) -> None:
         if self._server is not None:
@@ -136,7 +151,7 @@ class ReplicationConnection:
 
     @classmethod
     async def open(cls, host: str, port: int, token: bytes) -> "ReplicationConnection":
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
         connection = cls(reader, writer)
         try:
             await connection._call(API_HELLO, token)
@@ -156,7 +171,7 @@ class ReplicationConnection:
         self._pending[correlation_id] = future
         # A caller that gives up (a timeout) leaves no entry behind; a late answer is dropped.
         future.add_done_callback(lambda _: self._pending.pop(correlation_id, None))
-        self._writer.write(_frame(correlation_id, api, payload))
+        _send(self._writer, correlation_id, api, payload)
         return future
 
     async def _read_answers(self) -> None:

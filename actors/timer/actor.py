@@ -232,10 +232,11 @@ async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
     ``running()``: scheduled now, and again whenever the timer's process died and Ray
     started it again (empty). A timer killed for good (the cluster shutting down) ends it."""
     timer = await node_timer(namespace)
+    restarted = False
     while running():
         try:
-            # Calls to a timer Ray is restarting wait for it; to one killed for good they
-            # fail at once.
+            # Calls to a timer Ray is restarting wait for it; to one killed for good (the
+            # cluster shutting down) they fail at once.
             await asyncio.gather(*[
                 timer.schedule_periodic.remote(period_ms, target, method, key=key)
                 for key, period_ms, target, method in tasks])
@@ -246,10 +247,11 @@ async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
             logger.info("the node's timer is gone for good (%r); %s not scheduled", e,
                         [key for key, *_ in tasks])
             return
+        if restarted:
+            logger.warning("the node's timer was restarted; scheduled %s again",
+                           [key for key, *_ in tasks])
         try:
             await timer.watch.remote()
-        except RayActorError as e:
-            if running():
-                logger.warning("the node's timer died (%r); scheduling %s again", e,
-                               [key for key, *_ in tasks])
+        except RayActorError:
+            restarted = True
         await asyncio.sleep(RESCHEDULE_DELAY_S)
