@@ -25,13 +25,13 @@ from typing import Any
 
 import ray
 from ray.exceptions import ActorAlreadyExistsError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker.config import ClusterConfig
 from actors.broker.state import BrokerState, ControlledShutdown
 from actors.controller.actor import ControllerActor
 from actors.coordinator.actor import GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
+from actors.named import create_named, here
 from actors.names import (CONTROLLER, broker_name, coordinator_name, dedicated_host_name,
                           namespace_for, replica_host_name)
 from actors.replica.host import ReplicaHostActor
@@ -47,27 +47,6 @@ from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOIN
                                  RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 
 log = logging.getLogger(__name__)
-
-NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
-
-
-def _here() -> NodeAffinitySchedulingStrategy:
-    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-
-
-async def create_named(actor_cls, name: str, namespace: str, *args, **options) -> Any:
-    """Create a named actor on this node, waiting while a dead predecessor still holds the
-    name (Ray frees it shortly after the owner process dies)."""
-    deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
-    while True:
-        try:
-            return actor_cls.options(name=name, namespace=namespace, scheduling_strategy=_here(),
-                                     **options).remote(*args)
-        except (ActorAlreadyExistsError, ValueError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
-
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class BrokerActor:
@@ -236,7 +215,7 @@ class BrokerActor:
                 try:
                     handle = ControllerActor.options(
                         name=CONTROLLER, namespace=self.namespace,
-                        scheduling_strategy=_here()).remote(
+                        scheduling_strategy=here()).remote(
                             self.cluster_name, self.namespace, self.data_dir,
                             self.cfg.controller, self.broker_id)
                 except (ActorAlreadyExistsError, ValueError):

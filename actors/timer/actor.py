@@ -22,13 +22,12 @@ import itertools
 import logging
 from dataclasses import dataclass
 from functools import partial
-import time
 from typing import Any, Callable, Optional
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.named import create_named
 from actors.names import timer_name
 
 from protocols.errors import InvalidRequestError
@@ -203,27 +202,14 @@ class TimerActor:
             del self._keys[call.key]
 
 
-NAME_FREE_TIMEOUT_S = 30.0
 RESCHEDULE_DELAY_S = 0.5
 
 
 async def node_timer(namespace: str) -> Any:
-    """The TimerActor of the node this runs on, created by the first to ask (waiting while
-    a killed predecessor still holds the name)."""
-    node_id = ray.get_runtime_context().get_node_id()
-    name = timer_name(node_id)
-    deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
-    while True:
-        try:
-            return TimerActor.options(
-                name=name, namespace=namespace, get_if_exists=True, lifetime="detached",
-                max_restarts=-1,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(name)
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+    """The TimerActor of the node this runs on, created by the first to ask."""
+    name = timer_name(ray.get_runtime_context().get_node_id())
+    return await create_named(TimerActor, name, namespace, name, get_if_exists=True,
+                              lifetime="detached", max_restarts=-1)
 
 
 async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
