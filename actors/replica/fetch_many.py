@@ -10,9 +10,10 @@ on any of them makes ``min_bytes`` readable, leadership of one moves, or ``max_w
 runs out. ``max_bytes`` bounds the whole response: once it is spent, the remaining
 partitions answer with no records (their positions still count, as in Kafka).
 
-In a fetch session (``fetch_session.py``) the request reads every partition of the session,
-the answer leaves out those with nothing new, and a partition with nothing to read and
-nothing new to say is not read at all: an idle session's fetch costs a glance per partition.
+In a fetch session (``fetch_session.py``) the request reads the partitions of the session
+that are not parked, the answer leaves out those with nothing new, and a partition with
+nothing to read and nothing new to say is parked: the session's later fetches skip it until
+an event on it. An idle session's fetch costs nothing per partition.
 """
 from __future__ import annotations
 
@@ -39,35 +40,44 @@ def _not_here(topic: str, partition: int, broker_id: int) -> NotLeaderOrFollower
 
 
 def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
-                    moved: list | None = None) -> list:
-    """Read every partition of the request (of its session, for an incremental one):
+                    moved: list | None = None, partitions=None, purgatory=None) -> list:
+    """Read the partitions of the request (``partitions``, else ``context.partitions``):
     ``[(topic, partition, FetchResult), ...]``. With ``moved`` (a list), as the request
     arrives: the positions are recorded and the partitions where one moved what the leader
-    knows (its ISR or HW may change) are added to it. Without, when a delayed fetch
-    completes: reads only. The answer is ``context.respond(results)``, made once, when it
-    is sent."""
+    knows (its ISR or HW may change) are added to it; with ``purgatory`` too, the idle
+    partitions of an incremental fetch are parked in its session. Without, when a delayed
+    fetch completes: reads only. The answer is ``context.respond(results)``, made once,
+    when it is sent."""
     budget = context.request.max_bytes
     first = moved is not None
+    session = context.session
     # In an incremental fetch, what the session last told each partition's fetcher.
-    told = context.session.partitions if context.session is not None else {}
+    told = session.partitions if session is not None else {}
+    park = first and purgatory is not None and session is not None
     results = []
-    for topic, partition, req in context.partitions:
+    for topic, partition, req in (context.partitions if partitions is None else partitions):
         key = (topic, partition)
         core = replicas.get(key)
         try:
             if core is None:
                 raise _not_here(topic, partition, broker_id)
+            changed = False
             if first:
-                if core.accept_fetch(req):
+                changed = core.accept_fetch(req)
+                if changed:
                     moved.append(key)
             elif core.role is not Role.LEADER:
                 raise NotLeaderOrFollowerError(f"Leadership of {core.name} moved while a "
                                                "fetch waited")
+            else:
+                core.check_fetch_epoch(req.current_leader_epoch)  # a new epoch meanwhile
             log = core.log
             end = log.log_end_offset if req.replica_id >= 0 else log.high_watermark
             cached = told.get(key)
             if (cached is not None and end == cached.request.fetch_offset
                     and cached.quiet(log.high_watermark, log.log_start_offset)):
+                if park and not changed:
+                    session.park(key, core, req.replica_id, purgatory)
                 continue  # an idle partition of a session: no read, nothing to say
             result = core.read_or_out_of_range(req)
         except KafkaError as e:
@@ -95,20 +105,26 @@ class DelayedFetchMany(DelayedOperation):
     partition again (an idle session's fetch reads its partitions once, not twice)."""
 
     def __init__(self, replicas: Replicas, context: FetchContext, broker_id: int,
-                 on_done: Callable[[FetchManyResponse], None], results: list | None = None):
+                 on_done: Callable[[FetchManyResponse], None], results: list | None = None,
+                 partitions: list | None = None):
         super().__init__(context.request.max_wait_ms)
         self.replicas = replicas
         self.context = context
+        self.partitions = list(context.partitions) if partitions is None else partitions
         self.broker_id = broker_id
         self.on_done = on_done
         self.results = results
         self.checked = False
 
+    def add_partition(self, key: tuple[str, int], request: FetchRequest) -> None:
+        """A parked partition of the session woke up while this fetch waited: read it too."""
+        self.partitions.append((key[0], key[1], request))
+
     def try_complete(self) -> bool:
         self.checked = True
         readable = 0
         min_bytes = self.context.request.min_bytes
-        for topic, partition, req in self.context.partitions:
+        for topic, partition, req in self.partitions:
             core = self.replicas.get((topic, partition))
             if core is None or core.role is not Role.LEADER:
                 return self.force_complete()      # Kafka's case A: not the leader any more
@@ -129,9 +145,13 @@ class DelayedFetchMany(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
+        session = self.context.session
+        if session is not None and session.pending is self:
+            session.pending = None
         results = self.results
         if self.checked or results is None:
-            results = read_partitions(self.replicas, self.context, self.broker_id)
+            results = read_partitions(self.replicas, self.context, self.broker_id,
+                                      partitions=self.partitions)
         self.on_done(self.context.respond(results))
 
     def on_expiration(self) -> None:
@@ -155,13 +175,19 @@ def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: Delayed
         on_done(context.respond([]))
         return []
     moved: list = []
-    results = read_partitions(replicas, context, broker_id, moved)
-    if request.max_wait_ms <= 0 or not context.partitions or _answerable(results,
-                                                                         request.min_bytes):
+    results = read_partitions(replicas, context, broker_id, moved, purgatory=purgatory)
+    session = context.session
+    if (request.max_wait_ms <= 0 or _answerable(results, request.min_bytes)
+            or not (context.partitions or (session is not None and session.parked))):
         on_done(context.respond(results))
         return moved
-    op = DelayedFetchMany(replicas, context, broker_id, on_done, results)
-    purgatory.watch(op, [(topic, partition) for topic, partition, _ in context.partitions])
+    # Only the partitions not parked wait: parked ones are heard through the session.
+    waiting = [entry for entry in context.partitions
+               if session is None or (entry[0], entry[1]) not in session.parked]
+    op = DelayedFetchMany(replicas, context, broker_id, on_done, results, waiting)
+    if session is not None:
+        session.pending = op   # its parked partitions join the wait if they wake
+    purgatory.watch(op, [(topic, partition) for topic, partition, _ in waiting])
     return moved
 
 

@@ -7,9 +7,16 @@ added or changed since (a new fetch offset, leader epoch or log start offset) an
 forget; the session remembers the rest, so an idle follower's request does not grow with the
 partitions it follows. An incremental answer carries only the partitions with something new
 to say: records, an error, a high watermark or log start offset other than the last one
-sent. Every partition of the session still counts at every fetch (a follower's position
-for the ISR and HW, exactly as with full requests); only its log is not read while it has
-nothing to say.
+sent.
+
+An idle session costs the leader nothing per partition. A partition with nothing to say at
+an incremental fetch (its fetcher at our log end, or a consumer at the HW; nothing new to
+tell; for a follower, in sync) is *parked*: later fetches skip it, and the session listens
+on the fetch purgatory for its key instead. Any event there (an append, a HW, log start,
+ISR or leadership change) unparks it, and a fetch of the session waiting at that moment
+takes it in. A parked follower counts as caught up at each of the session's fetches (its
+``FollowerState`` reads the session's last fetch time), as if its position had been
+recorded partition by partition, which is what Kafka does.
 
 The cache holds ``max.incremental.fetch.session.cache.slots`` sessions (per replica host: a
 rafka host is where Kafka's broker-wide cache would stand). When it is full, a new session
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from protocols.errors import (FetchSessionIdNotFoundError, InvalidFetchSessionEpochError,
                               KafkaError)
@@ -64,7 +71,7 @@ class CachedPartition:
         return respond
 
 
-@dataclass
+@dataclass(eq=False)   # by identity: it listens on the purgatory for its parked keys
 class FetchSession:
     id: int
     privileged: bool  # a follower's (Kafka: isFromFollower); outranks consumers' in eviction
@@ -77,17 +84,24 @@ class FetchSession:
     def size(self) -> int:
         return len(self.partitions)
 
-    # ((topic, partition, FetchRequest), ...) as of the last change: an idle session's
-    # fetches (twice a second per follower fetcher) reuse it.
+    # ((topic, partition, FetchRequest), ...) of the partitions not parked, as of the last
+    # change: an idle session's fetches (twice a second per follower fetcher) reuse it.
     _view: tuple | None = field(default=None, repr=False, compare=False)
+    # Parked partitions: (their PartitionReplica, the fetcher's replica id) by key.
+    parked: dict = field(default_factory=dict, repr=False, compare=False)
+    purgatory: Any = field(default=None, repr=False, compare=False)
+    # The DelayedFetchMany answering the session's latest request while it waits.
+    pending: Any = field(default=None, repr=False, compare=False)
 
     def update(self, request: FetchManyRequest) -> None:
         """Apply an incremental request: add and change what it names, drop what it forgets.
         A changed partition is told its high watermark again (its fetcher may have dropped
         an earlier answer when its leader epoch moved)."""
         for topic, partition, req in request.partitions:
+            self.unpark((topic, partition))
             self.partitions[(topic, partition)] = CachedPartition(req)
         for topic, partition in request.forgotten:
+            self.unpark((topic, partition))
             self.partitions.pop((topic, partition), None)
         if request.partitions or request.forgotten:
             self._view = None
@@ -98,8 +112,47 @@ class FetchSession:
 
     def fetch_partitions(self) -> tuple:
         if self._view is None:
-            self._view = tuple((t, p, c.request) for (t, p), c in self.partitions.items())
+            parked = self.parked
+            self._view = tuple((t, p, c.request) for (t, p), c in self.partitions.items()
+                               if (t, p) not in parked)
         return self._view
+
+    def park(self, key: TP, core: Any, replica_id: int, purgatory: Any) -> None:
+        """Skip ``key`` at the next fetches until an event on it (see the module's text)."""
+        self.parked[key] = (core, replica_id)
+        self.purgatory = purgatory
+        purgatory.listen(key, self)
+        if replica_id >= 0:
+            core.park_follower(replica_id, self)
+        self._view = None
+
+    def unpark(self, key: TP) -> bool:
+        entry = self.parked.pop(key, None)
+        if entry is None:
+            return False
+        core, replica_id = entry
+        self.purgatory.unlisten(key, self)
+        if replica_id >= 0:
+            core.unpark_follower(replica_id, self)
+        self._view = None
+        return True
+
+    def on_key_event(self, key: TP) -> None:
+        """The fetch purgatory's listener: something happened to a parked partition. A fetch
+        of this session waiting now reads it too (it is checked right after this call)."""
+        if not self.unpark(key):
+            return
+        pending = self.pending
+        cached = self.partitions.get(key)
+        if pending is not None and not pending.is_completed and cached is not None:
+            pending.add_partition(key, cached.request)
+            self.purgatory.watch_key(pending, key)
+
+    def close(self) -> None:
+        """The session ends (removed, evicted or emptied): nothing stays parked."""
+        for key in list(self.parked):
+            self.unpark(key)
+        self.pending = None
 
 
 class FetchSessionCache:
@@ -123,7 +176,10 @@ class FetchSessionCache:
         return self.sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+        return session
 
     def _new_id(self) -> int:
         # Random, as Kafka's: a fetcher that outlived a leader host's restart must not find
@@ -163,6 +219,7 @@ class FetchSessionCache:
             if (privileged, size) < (victim.privileged, victim.size):
                 return False
         del self.sessions[victim.id]
+        victim.close()
         self.evictions += 1
         return True
 

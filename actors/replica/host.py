@@ -31,9 +31,9 @@ from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH,
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
-from actors.replica.hosted import HostedReplica, answer_future
+from actors.replica.hosted import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
-from actors.timer.system_timer import AsyncioTimer, monotonic_ms
+from actors.timer.system_timer import AsyncioTimer
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceResult,
                                 decode_fetch_many_request, decode_produce_many_request,
@@ -62,7 +62,7 @@ class ReplicaHostActor:
         self.fetchers = ReplicaFetcherManager(namespace, broker_id, self.config)
         # The fetch sessions of the fetchers that fetch from this host (KIP-227).
         self.fetch_sessions = FetchSessionCache(
-            broker_config["max.incremental.fetch.session.cache.slots"], monotonic_ms)
+            broker_config["max.incremental.fetch.session.cache.slots"], wall_ms)
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.cores: dict[TopicPartition, PartitionReplica] = {}
         self._opening: dict[TopicPartition, asyncio.Future] = {}
@@ -168,8 +168,16 @@ class ReplicaHostActor:
                 for tp, r in self.replicas.items()]
 
     async def background(self) -> dict:
-        """log.retention.check.interval.ms for every replica here, in a worker thread."""
-        return await asyncio.to_thread(self._background_pass, list(self.replicas.values()))
+        """log.retention.check.interval.ms for every replica here, in a worker thread. Back
+        on the event loop, a leader whose log start moved tells its fetchers (their fetch
+        sessions may have parked it)."""
+        replicas = list(self.replicas.values())
+        starts = [r.log.log_start_offset for r in replicas]
+        totals = await asyncio.to_thread(self._background_pass, replicas)
+        for r, start in zip(replicas, starts):
+            if r.log.log_start_offset != start:
+                r.replica.wake_fetchers()
+        return totals
 
     @staticmethod
     def _background_pass(replicas: list[HostedReplica]) -> dict:

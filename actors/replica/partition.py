@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable
 
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError, KafkaError,
@@ -65,6 +65,14 @@ class FollowerState:
     last_fetch_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1
     last_caught_up_ms: int = 0
+    # The fetch session where this partition sits parked for this follower
+    # (actors.replica.fetch_session): each of its fetches counts as a caught-up fetch here.
+    parked_in: Any = None
+
+    def caught_up_ms(self) -> int:
+        if self.parked_in is None:
+            return self.last_caught_up_ms
+        return max(self.last_caught_up_ms, self.parked_in.last_used_ms)
 
 
 @dataclass
@@ -255,6 +263,7 @@ class PartitionReplica:
         self.followers = {r: FollowerState(r, last_caught_up_ms=now)
                           for r in self.replicas if r != self.broker_id}
         self.maybe_increment_high_watermark()
+        self.fetch_purgatory.check_and_complete(self._key)  # a new epoch: fetchers must hear
 
     def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
                         replicas: list[int], isr: list[int] | None = None) -> None:
@@ -309,6 +318,7 @@ class PartitionReplica:
                               for r in self.replicas if r != self.broker_id}
             self.pending_alter = None
             self.maybe_increment_high_watermark()
+            self.fetch_purgatory.check_and_complete(self._key)  # the ISR or replicas moved
 
     def make_offline(self) -> None:
         self.role = Role.OFFLINE
@@ -440,7 +450,7 @@ class PartitionReplica:
         return False
 
     # ==== leader side: fetch ==============================================================
-    def _check_fetch_epoch(self, current_leader_epoch: int) -> None:
+    def check_fetch_epoch(self, current_leader_epoch: int) -> None:
         if current_leader_epoch < 0:
             return
         if current_leader_epoch < self.leader_epoch:
@@ -474,11 +484,33 @@ class PartitionReplica:
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
-        self._check_fetch_epoch(request.current_leader_epoch)
+        self.check_fetch_epoch(request.current_leader_epoch)
         if request.replica_id >= 0:
             return self._update_follower(request.replica_id, request.fetch_offset,
                                          request.log_start_offset)
         return False
+
+    def wake_fetchers(self) -> None:
+        """What a fetcher is told moved outside a request (the log start, by retention): the
+        fetches waiting here, and the fetch sessions that parked this partition, hear of it."""
+        self.fetch_purgatory.check_and_complete(self._key)
+
+    def park_follower(self, replica_id: int, session: Any) -> None:
+        """The follower's fetch session skips this partition while it is idle: its fetches
+        count as caught up here (``FollowerState.caught_up_ms``)."""
+        state = self.followers.get(replica_id)
+        if state is not None:
+            state.parked_in = session
+
+    def unpark_follower(self, replica_id: int, session: Any) -> None:
+        """Something happened here: the follower's last fetch in the session, at our log
+        end, becomes its recorded one (Kafka's rule reads it at the follower's next fetch)."""
+        state = self.followers.get(replica_id)
+        if state is not None and state.parked_in is session:
+            fetched = session.last_used_ms
+            state.last_caught_up_ms = max(state.last_caught_up_ms, fetched)
+            state.last_fetch_ms = max(state.last_fetch_ms, fetched)
+            state.parked_in = None
 
     def read_or_out_of_range(self, request: FetchRequest) -> FetchResult:
         """The read, or OFFSET_OUT_OF_RANGE with where the log starts and ends (a follower
@@ -573,7 +605,7 @@ class PartitionReplica:
             return None
         now = self.clock()
         lagging = [r for r in self.isr if r != self.broker_id and
-                   now - self.followers[r].last_caught_up_ms > self.config.replica_lag_time_max_ms]
+                   now - self.followers[r].caught_up_ms() > self.config.replica_lag_time_max_ms]
         if not lagging:
             return None
         return self._propose([r for r in self.isr if r not in lagging])
@@ -594,6 +626,7 @@ class PartitionReplica:
         if error is None and isr is not None:
             self.isr = list(isr)
             self.partition_epoch = partition_epoch
+            self.fetch_purgatory.check_and_complete(self._key)  # parked fetches: ISR moved
         self.maybe_increment_high_watermark()
         self.produce_purgatory.check_and_complete(self._key)
 
@@ -616,6 +649,7 @@ class PartitionReplica:
                                            f"{self.name}")
         target = self.log.high_watermark if offset == -1 else offset
         self.log.delete_records(target)  # OffsetOutOfRangeError above the HW
+        self.wake_fetchers()
         op = DelayedDeleteRecords(timeout_ms, self, target, on_done or (lambda r: None))
         if self.delete_records_purgatory.try_complete_else_watch(op, [self._key]):
             return op.result
@@ -630,7 +664,7 @@ class PartitionReplica:
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
-        self._check_fetch_epoch(current_leader_epoch)
+        self.check_fetch_epoch(current_leader_epoch)
         log = self.log
         if timestamp == EARLIEST_TIMESTAMP:
             return log.log_start_offset, -1
@@ -655,6 +689,6 @@ class PartitionReplica:
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
-        self._check_fetch_epoch(current_leader_epoch)
+        self.check_fetch_epoch(current_leader_epoch)
         return self.log.leader_epoch_cache.end_offset_for(requested_epoch,
                                                           self.log.log_end_offset)

@@ -89,6 +89,10 @@ class DelayedOperation(TimerTask):
 T = TypeVar("T", bound=DelayedOperation)
 
 
+class KeyListener(Protocol):
+    def on_key_event(self, key: Hashable) -> None: ...
+
+
 class DelayedOperationPurgatory(Generic[T]):
     """Watches delayed operations by key and expires them through ``timer``.
 
@@ -107,6 +111,9 @@ class DelayedOperationPurgatory(Generic[T]):
         self._timer_enabled = timer_enabled
         self._lock = threading.Lock()
         self._watchers_by_key: dict[Hashable, list[T]] = {}
+        # Who hears of every event on a key besides its operations (a fetch session whose
+        # idle partitions are not read until something happens to them).
+        self._listeners_by_key: dict[Hashable, set[KeyListener]] = {}
         # Watch entries added since the last purge: an over-estimate of those still pending.
         self._estimated_total_operations = 0
         self._shut_down = False
@@ -142,11 +149,30 @@ class DelayedOperationPurgatory(Generic[T]):
         ``try_complete_else_watch``'s two checks around it would only repeat the caller's
         work (for a fetch of a thousand partitions, twice a second per fetcher)."""
         keys = list(watch_keys)
-        if not keys:
-            raise ValueError("the watch key list can't be empty")
-        with operation.lock:
-            self._watch_all(operation, keys)
+        if keys:   # none: it waits for its timeout (or a ``watch_key`` added later)
+            with operation.lock:
+                self._watch_all(operation, keys)
         self._time(operation)
+
+    def watch_key(self, operation: T, key: Hashable) -> None:
+        """Watch a waiting operation under one more key (a listener adding a partition to a
+        fetch that waits, while ``check_and_complete`` of that key is under way)."""
+        with operation.lock:
+            self._watch_all(operation, [key])
+
+    def listen(self, key: Hashable, listener: "KeyListener") -> None:
+        """``listener.on_key_event(key)`` is called at every ``check_and_complete(key)``,
+        before the key's operations are checked, until ``unlisten``."""
+        with self._lock:
+            self._listeners_by_key.setdefault(key, set()).add(listener)
+
+    def unlisten(self, key: Hashable, listener: "KeyListener") -> None:
+        with self._lock:
+            listeners = self._listeners_by_key.get(key)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self._listeners_by_key[key]
 
     def _watch_all(self, operation: T, keys: list[Hashable]) -> None:
         """Under the operation's lock (held by the caller), which every completion takes:
@@ -175,7 +201,14 @@ class DelayedOperationPurgatory(Generic[T]):
         self._maybe_purge()
 
     def check_and_complete(self, key: Hashable) -> int:
-        """An event on ``key``: try to complete its watchers; how many this call completed."""
+        """An event on ``key``: tell its listeners, then try to complete its watchers; how
+        many this call completed."""
+        if self._listeners_by_key:
+            with self._lock:
+                listeners = self._listeners_by_key.get(key)
+                listeners = list(listeners) if listeners else ()
+            for listener in listeners:
+                listener.on_key_event(key)
         with self._lock:
             watchers = self._watchers_by_key.get(key)
             snapshot = list(watchers) if watchers else None

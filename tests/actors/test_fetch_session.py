@@ -105,11 +105,107 @@ def test_an_idle_fetch_moves_no_isr_and_a_follower_that_moved_is_checked(hosts):
     timer.advance_clock()
     fetcher.on_fetch_response(answers[0])
     leader = leader_host.cores[("b", 0)]
-    leader.isr = [LEADER]                                   # say the follower had fallen out
+    leader.on_alter_partition_result([LEADER], leader.partition_epoch + 1)  # it had fallen out
     moved = fetch_many(leader_host.cores, fetcher.next_request(), leader_host.purgatories.fetch,
                        LEADER, lambda response: None, leader_host.sessions)
     assert moved == [("b", 0)]                              # caught up again: expand the ISR
     assert leader.pending_alter.new_isr == (LEADER, FOLLOWER)
+
+
+# ---- parked partitions: an idle session's fetch costs nothing per partition ------------
+def idle(fetcher, leader_host, timer, clock, rounds=1):
+    for _ in range(rounds):
+        round_trip(fetcher, leader_host, timer, clock)
+
+
+def test_an_idle_session_parks_its_partitions_and_an_append_wakes_the_waiting_fetch(hosts):
+    clock, timer, leader_host, follower_host, fetcher = hosts
+    round_trip(fetcher, leader_host, timer, clock)          # full: the session opens
+    idle(fetcher, leader_host, timer, clock)                # nothing to say anywhere: parked
+    [session] = leader_host.sessions.sessions.values()
+    assert sorted(session.parked) == sorted(PARTITIONS) and session.fetch_partitions() == ()
+    purgatory = leader_host.purgatories.fetch
+    purgatory.purge_completed()
+    answers = leader_host.answer_fetch(fetcher.next_request())
+    assert answers == [] and purgatory.watched == 0         # it waits on no partition
+    leader_host.cores[("b", 0)].produce(msg("x"), acks=1, timeout_ms=1000)
+    assert len(answers) == 1                                # the append woke it at once
+    assert [(t, p) for t, p, r in answers[0].results if r.records] == [("b", 0)]
+    fetcher.on_fetch_response(answers[0])
+    assert follower_host.cores[("b", 0)].log_end_offset == 1
+    assert sorted(session.parked) == [("a", 0), ("a", 1)]   # b-0 is read again until idle
+    idle(fetcher, leader_host, timer, clock, rounds=3)      # position, then HW, then quiet
+    assert follower_host.cores[("b", 0)].high_watermark == 1
+    assert sorted(session.parked) == sorted(PARTITIONS)
+
+
+def test_a_parked_follower_stays_in_sync_while_its_session_fetches_and_leaves_when_it_stops(
+        hosts):
+    # replica.lag.time.max.ms (30 s) reads a parked follower's last fetch from its session.
+    clock, timer, leader_host, _, fetcher = hosts
+    idle(fetcher, leader_host, timer, clock, rounds=2)
+    core = leader_host.cores[("a", 0)]
+    assert ("a", 0) in leader_host.sessions.sessions[fetcher.session.session_id].parked
+    idle(fetcher, leader_host, timer, clock, rounds=80)     # 40 s of idle fetches
+    assert core.maybe_shrink_isr() is None and core.isr == [LEADER, FOLLOWER]
+    clock.advance(30_001)                                   # the follower stops fetching
+    assert core.maybe_shrink_isr().new_isr == (LEADER,)
+
+
+def test_an_append_records_a_parked_followers_last_fetch_as_caught_up(hosts):
+    # Kafka's rule at the follower's next fetch: caught up if it fetched from where our log
+    # ended at its previous fetch; the previous fetch was the session's last one.
+    clock, timer, leader_host, _, fetcher = hosts
+    idle(fetcher, leader_host, timer, clock, rounds=2)
+    idle(fetcher, leader_host, timer, clock, rounds=60)     # 30 s parked
+    last_fetch = clock()
+    state = leader_host.cores[("a", 0)].followers[FOLLOWER]
+    assert state.parked_in is not None and state.caught_up_ms() == last_fetch - 500
+    leader_host.cores[("a", 0)].produce(msg("x"), acks=1, timeout_ms=1000)
+    assert state.parked_in is None
+    assert state.last_fetch_ms == state.last_caught_up_ms == last_fetch - 500
+
+
+def test_an_ended_session_unparks_everything_and_stops_listening(hosts):
+    clock, timer, leader_host, _, fetcher = hosts
+    idle(fetcher, leader_host, timer, clock, rounds=2)
+    [session] = leader_host.sessions.sessions.values()
+    assert len(session.parked) == 3
+    leader_host.sessions.remove(session.id)
+    assert session.parked == {} and leader_host.purgatories.fetch._listeners_by_key == {}
+    assert all(core.followers[FOLLOWER].parked_in is None
+               for core in leader_host.cores.values())
+
+
+def test_delete_records_on_a_parked_partition_tells_its_fetcher_the_new_log_start(hosts):
+    clock, timer, leader_host, follower_host, fetcher = hosts
+    leader = leader_host.cores[("a", 0)]
+    for value in "xyz":
+        leader.produce(msg(value), acks=1, timeout_ms=1000)
+    idle(fetcher, leader_host, timer, clock, rounds=6)      # replicated, HW told, parked
+    [session] = leader_host.sessions.sessions.values()
+    assert ("a", 0) in session.parked and leader.high_watermark == 3
+    answers = leader_host.answer_fetch(fetcher.next_request())
+    assert answers == []
+    leader.delete_records(2, timeout_ms=1000)
+    assert answers == []               # no bytes for min_bytes: it waits, as Kafka's does,
+    clock.advance(500)                 # and its answer carries the partition again
+    timer.advance_clock()
+    assert len(answers) == 1
+    [(_, _, result)] = answers[0].results
+    assert result.log_start_offset == 2
+    fetcher.on_fetch_response(answers[0])
+    assert follower_host.cores[("a", 0)].log.log_start_offset == 2
+
+
+def test_a_new_leader_epoch_on_a_parked_partition_answers_the_fetcher_at_once(hosts):
+    clock, timer, leader_host, _, fetcher = hosts
+    idle(fetcher, leader_host, timer, clock, rounds=2)
+    answers = leader_host.answer_fetch(fetcher.next_request())
+    leader_host.cores[("a", 1)].become_leader(1, 1, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
+    assert len(answers) == 1
+    [(topic, partition, result)] = answers[0].results
+    assert (topic, partition) == ("a", 1) and result.error is not None
 
 
 def test_an_unknown_session_id_gets_fetch_session_id_not_found_and_a_full_fetch_follows(hosts):

@@ -199,8 +199,46 @@ def test_watch_without_a_check_waits_for_an_event_on_any_key_or_its_expiry(purga
     clock.now_ms = 500
     purgatory.advance_clock(0)
     assert idle.completions == 1 and idle.expired
-    with pytest.raises(ValueError):
-        purgatory.watch(TimeoutOnly(10), [])
+
+
+def test_watch_with_no_key_waits_for_its_timeout_or_a_key_watched_later(purgatory, clock):
+    # A fetch session whose partitions are all parked waits on none of them; one that wakes
+    # up is added to the waiting fetch (``watch_key``) by the session's listener.
+    timed_out = DelayedFetchModel(500, [PartitionState()], min_bytes=1)
+    purgatory.watch(timed_out, [])
+    assert purgatory.watched == 0 and purgatory.delayed == 1
+    clock.now_ms = 500
+    purgatory.advance_clock(0)
+    assert timed_out.completions == 1 and timed_out.expired
+    woken = DelayedFetchModel(500, [p := PartitionState()], min_bytes=1)
+    purgatory.watch(woken, [])
+    p.bytes_available = 1
+    purgatory.watch_key(woken, ("t", 3))
+    assert purgatory.check_and_complete(("t", 3)) == 1
+    assert woken.completions == 1 and not woken.expired
+
+
+def test_listeners_hear_every_event_on_their_key_before_its_operations_are_checked(purgatory):
+    heard = []
+    ops = []
+
+    class Listener:
+        def on_key_event(self, key):
+            heard.append(key)
+            # what a fetch session does: a waiting fetch is watched under the woken key now
+            purgatory.watch_key(ops[0], key)
+
+    op = DelayedFetchModel(500, [PartitionState(bytes_available=1)], min_bytes=1)
+    ops.append(op)
+    purgatory.watch(op, [])
+    listener = Listener()
+    purgatory.listen(("t", 0), listener)
+    assert purgatory.check_and_complete(("t", 1)) == 0 and heard == []
+    assert purgatory.check_and_complete(("t", 0)) == 1      # checked in the same call
+    assert heard == [("t", 0)] and op.completions == 1
+    purgatory.unlisten(("t", 0), listener)
+    purgatory.check_and_complete(("t", 0))
+    assert heard == [("t", 0)]
 
 
 def test_fetch_without_enough_bytes_returns_on_max_wait(purgatory, clock):
