@@ -10,7 +10,8 @@ failed as a whole) backs off alone, exponentially from 50 ms up to
 ``replica.fetch.backoff.ms``; the others keep fetching. Fetches run in a fetch session
 (KIP-227, ``protocols.fetch_session_handler``): after the first full request, each names
 only the partitions whose position changed, so an idle fetcher's request does not grow with
-the partitions it holds. The shell (``actors.replica.host``)
+the partitions it holds. Building it does not either: only the partitions something happened
+to (an answer, a backoff, added or removed) are looked at again. The shell (``actors.replica.host``)
 sends the requests, calls back with answers, errors and timeouts, and adds and removes
 partitions as leadership moves. Time is an injected clock in milliseconds.
 """
@@ -39,8 +40,14 @@ class ReplicaFetcher:
         self._backoff_until: dict[tuple[str, int], int] = {}
         self._failures: dict[tuple[str, int], int] = {}
         self.session = FetchSessionHandler()
-        # The partitions the fetch in flight is for, and whether it was a full one.
-        self._in_flight: tuple[list[tuple[str, int]], bool] = ([], True)
+        # What each partition asks for next, as of the last look at it: the ready ones'
+        # FetchRequests, and the OffsetsForLeaderEpoch entries of those that must truncate.
+        self._ready: dict[tuple[str, int], object] = {}
+        self._truncating: dict[tuple[str, int], tuple] = {}
+        # The partitions to look at again before the next request: something happened to
+        # them (an answer, a backoff, added or removed). A dict, for a stable order.
+        self._changed: dict[tuple[str, int], None] = {}
+        self._in_flight_full = True   # whether the fetch in flight is a full one
 
     def __len__(self) -> int:
         return len(self.partitions)
@@ -51,11 +58,19 @@ class ReplicaFetcher:
         self._epochs[key] = replica.leader_epoch
         self._backoff_until.pop(key, None)
         self._failures.pop(key, None)
+        self._changed[key] = None
 
     def remove_partition(self, topic: str, partition: int) -> None:
         key = (topic, partition)
         for d in (self.partitions, self._epochs, self._backoff_until, self._failures):
             d.pop(key, None)
+        self._changed[key] = None
+
+    def partition_changed(self, topic: str, partition: int) -> None:
+        """Something outside the fetcher moved what the partition asks for (its log start,
+        by retention): look at it again before the next request."""
+        if (topic, partition) in self.partitions:
+            self._changed[(topic, partition)] = None
 
     def _current(self, topic: str, partition: int) -> PartitionReplica | None:
         """The replica if it still follows in the epoch it was added in."""
@@ -70,32 +85,46 @@ class ReplicaFetcher:
         """Truncation first, for the partitions that need it; else one fetch for all the
         ready partitions; None when no partition is ready (see ``next_wakeup_ms``)."""
         now = self.clock()
-        backoff_until, epochs = self._backoff_until, self._epochs
-        truncating, wanted = [], {}
-        # One pass (an idle fetcher of a thousand partitions runs it twice a second), with
-        # _current's rule and the backoff inline.
-        for key, r in self.partitions.items():
-            if (r.role is not Role.FOLLOWER or r.leader_epoch != epochs[key]
-                    or (backoff_until and backoff_until.get(key, 0) > now)):
-                continue
-            epoch = r.truncation_request()
-            if epoch is not None:
-                truncating.append((r.topic, r.partition, epoch, r.leader_epoch))
-            elif not truncating:
-                request = r.fetch_request()
-                if request is not None:
-                    wanted[key] = request
-        if truncating:
-            return OffsetsForLeaderEpochRequest(self.broker_id, tuple(truncating))
-        if not wanted:
+        changed = self._changed
+        for key in self._backoff_until:   # a backoff may have run out
+            changed[key] = None
+        self._changed = {}
+        for key in changed:
+            self._look_again(key, now)
+        if self._truncating:
+            return OffsetsForLeaderEpochRequest(self.broker_id, tuple(self._truncating.values()))
+        if not self._ready:
             return None
         was_full = self.session.full
-        named, forgotten, session_id, epoch = self.session.build(wanted)
-        self._in_flight = (list(wanted), was_full)
+        named, forgotten, session_id, epoch = self.session.build(self._ready, changed)
+        self._in_flight_full = was_full
         c = self.config
         return FetchManyRequest(self.broker_id, c.replica_fetch_wait_max_ms,
                                 c.replica_fetch_min_bytes, c.replica_fetch_response_max_bytes,
                                 named, session_id, epoch, forgotten)
+
+    def _look_again(self, key: tuple[str, int], now: int) -> None:
+        """What the partition asks for now: nothing (gone, backing off, not following in
+        the epoch it was added in), truncation, or a fetch."""
+        self._ready.pop(key, None)
+        self._truncating.pop(key, None)
+        r = self.partitions.get(key)
+        if r is None:
+            return
+        until = self._backoff_until.get(key)
+        if until is not None:
+            if until > now:
+                return
+            del self._backoff_until[key]
+        if r.role is not Role.FOLLOWER or r.leader_epoch != self._epochs[key]:
+            return
+        epoch = r.truncation_request()
+        if epoch is not None:
+            self._truncating[key] = (r.topic, r.partition, epoch, r.leader_epoch)
+            return
+        request = r.fetch_request()
+        if request is not None:
+            self._ready[key] = request
 
     def next_wakeup_ms(self) -> int | None:
         """When the earliest backed-off partition may go again (None: none is waiting)."""
@@ -108,6 +137,7 @@ class ReplicaFetcher:
     def on_epoch_end_offsets(self, request: OffsetsForLeaderEpochRequest,
                              answers) -> None:
         for topic, partition, answer in answers:
+            self._changed[(topic, partition)] = None
             r = self._current(topic, partition)
             if r is None:
                 continue
@@ -123,9 +153,10 @@ class ReplicaFetcher:
     def on_fetch_response(self, response: FetchManyResponse) -> None:
         """Apply the answer to the last fetch. A session error applies nothing: the next
         request is a full one, sent at once."""
-        if not self.session.handle_response(response, was_full=self._in_flight[1]):
+        if not self.session.handle_response(response, was_full=self._in_flight_full):
             return
         for topic, partition, result in response.results:
+            self._changed[(topic, partition)] = None
             r = self._current(topic, partition)
             if r is None:
                 continue
@@ -140,7 +171,8 @@ class ReplicaFetcher:
         request timed out): every partition in it backs off."""
         if isinstance(request, FetchManyRequest):
             self.session.handle_error()
-            keys = self._in_flight[0]  # an incremental request names only some of them
+            # Every partition it was for (an incremental request names only some of them).
+            keys = list(self._ready)
         else:
             keys = [(topic, partition) for topic, partition, *_ in request.partitions]
         for key in keys:
@@ -154,3 +186,4 @@ class ReplicaFetcher:
         delay = min(self.config.replica_fetch_backoff_ms, FIRST_BACKOFF_MS * 2 ** failures)
         self._backoff_until[key] = self.clock() + delay
         self._failures[key] = failures + 1
+        self._changed[key] = None

@@ -177,6 +177,14 @@ class ReplicaFetcherManager:
             self._tasks[host_key] = _FetcherTask(self, host_key, handle.host, fetcher)
         self._tasks[host_key].wake.set()
 
+    def partition_changed(self, topic: str, partition: int) -> None:
+        """A follower's log start moved outside its fetcher (retention): its next request
+        names it (``ReplicaFetcher.partition_changed``)."""
+        host_key = self.placement.placed.get((topic, partition))
+        fetcher = self.placement.fetchers.get(host_key) if host_key is not None else None
+        if fetcher is not None:
+            fetcher.partition_changed(topic, partition)
+
     def _leader_host_failed(self, fetcher_task: _FetcherTask) -> None:
         """Its leader host died: let every partition find its leader's host again (after
         its backoff), as the old host is gone for good."""

@@ -169,14 +169,15 @@ class ReplicaHostActor:
 
     async def background(self) -> dict:
         """log.retention.check.interval.ms for every replica here, in a worker thread. Back
-        on the event loop, a leader whose log start moved tells its fetchers (their fetch
-        sessions may have parked it)."""
+        on the event loop, a replica whose log start moved is looked at again: as a leader,
+        by the fetch sessions that parked it; as a follower, by its fetcher."""
         replicas = list(self.replicas.values())
         starts = [r.log.log_start_offset for r in replicas]
         totals = await asyncio.to_thread(self._background_pass, replicas)
         for r, start in zip(replicas, starts):
             if r.log.log_start_offset != start:
                 r.replica.wake_fetchers()
+                self.fetchers.partition_changed(r.replica.topic, r.replica.partition)
         return totals
 
     @staticmethod

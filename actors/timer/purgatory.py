@@ -113,7 +113,8 @@ class DelayedOperationPurgatory(Generic[T]):
         self._watchers_by_key: dict[Hashable, list[T]] = {}
         # Who hears of every event on a key besides its operations (a fetch session whose
         # idle partitions are not read until something happens to them).
-        self._listeners_by_key: dict[Hashable, set[KeyListener]] = {}
+        # A dict (insertion order), not a set: the order they hear in must not depend on ids.
+        self._listeners_by_key: dict[Hashable, dict[KeyListener, None]] = {}
         # Watch entries added since the last purge: an over-estimate of those still pending.
         self._estimated_total_operations = 0
         self._shut_down = False
@@ -164,13 +165,13 @@ class DelayedOperationPurgatory(Generic[T]):
         """``listener.on_key_event(key)`` is called at every ``check_and_complete(key)``,
         before the key's operations are checked, until ``unlisten``."""
         with self._lock:
-            self._listeners_by_key.setdefault(key, set()).add(listener)
+            self._listeners_by_key.setdefault(key, {})[listener] = None
 
     def unlisten(self, key: Hashable, listener: "KeyListener") -> None:
         with self._lock:
             listeners = self._listeners_by_key.get(key)
             if listeners is not None:
-                listeners.discard(listener)
+                listeners.pop(listener, None)
                 if not listeners:
                     del self._listeners_by_key[key]
 

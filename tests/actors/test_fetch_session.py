@@ -208,6 +208,22 @@ def test_a_new_leader_epoch_on_a_parked_partition_answers_the_fetcher_at_once(ho
     assert (topic, partition) == ("a", 1) and result.error is not None
 
 
+def test_an_idle_fetcher_names_nothing_until_something_happens_to_a_partition(hosts):
+    # The fetcher's side of the same: an idle request looks at no partition; one whose log
+    # start retention moved (outside any answer) is named in the next request.
+    clock, timer, leader_host, follower_host, fetcher = hosts
+    leader = leader_host.cores[("a", 0)]
+    for value in "xyz":
+        leader.produce(msg(value), acks=1, timeout_ms=1000)
+    idle(fetcher, leader_host, timer, clock, rounds=6)
+    request = round_trip(fetcher, leader_host, timer, clock)
+    assert request.partitions == () and fetcher._changed == {}
+    follower_host.cores[("a", 0)].log.delete_records(2)    # say, retention
+    fetcher.partition_changed("a", 0)
+    [(topic, partition, named)] = fetcher.next_request().partitions
+    assert (topic, partition, named.log_start_offset) == ("a", 0, 2)
+
+
 def test_an_unknown_session_id_gets_fetch_session_id_not_found_and_a_full_fetch_follows(hosts):
     clock, timer, leader_host, _, fetcher = hosts
     round_trip(fetcher, leader_host, timer, clock)
