@@ -47,6 +47,9 @@ class ReplicaFetcher:
         # The partitions to look at again before the next request: something happened to
         # them (an answer, a backoff, added or removed). A dict, for a stable order.
         self._changed: dict[tuple[str, int], None] = {}
+        # Those looked at again since the last fetch request was built (a truncation round
+        # in between sends no fetch: the next fetch must still name what moved before it).
+        self._unbuilt: dict[tuple[str, int], None] = {}
         self._in_flight_full = True   # whether the fetch in flight is a full one
 
     def __len__(self) -> int:
@@ -89,14 +92,17 @@ class ReplicaFetcher:
         for key in self._backoff_until:   # a backoff may have run out
             changed[key] = None
         self._changed = {}
+        unbuilt = self._unbuilt
         for key in changed:
             self._look_again(key, now)
+            unbuilt[key] = None
         if self._truncating:
             return OffsetsForLeaderEpochRequest(self.broker_id, tuple(self._truncating.values()))
         if not self._ready:
             return None
         was_full = self.session.full
-        named, forgotten, session_id, epoch = self.session.build(self._ready, changed)
+        named, forgotten, session_id, epoch = self.session.build(self._ready, unbuilt)
+        self._unbuilt = {}
         self._in_flight_full = was_full
         c = self.config
         return FetchManyRequest(self.broker_id, c.replica_fetch_wait_max_ms,

@@ -14,7 +14,8 @@ from actors.replica.fetch_many import fetch_many
 from actors.replica.fetch_session import EVICTION_MS, CachedPartition, FetchSessionCache
 from protocols.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from protocols.fetch_session_handler import FINAL_EPOCH, INITIAL_EPOCH
-from protocols.messages import FetchManyRequest, FetchRequest, encode_fetch_many_request
+from protocols.messages import (FetchManyRequest, FetchRequest, OffsetsForLeaderEpochRequest,
+                                encode_fetch_many_request)
 from tests.actors.test_fetcher import FOLLOWER, LEADER, PARTITIONS, make_hosts, msg, round_trip
 from tests.clock import ManualClock
 
@@ -222,6 +223,24 @@ def test_an_idle_fetcher_names_nothing_until_something_happens_to_a_partition(ho
     fetcher.partition_changed("a", 0)
     [(topic, partition, named)] = fetcher.next_request().partitions
     assert (topic, partition, named.log_start_offset) == ("a", 0, 2)
+
+
+def test_a_position_that_moved_during_a_truncation_round_is_named_in_the_next_fetch(hosts):
+    # A fetch answer moves b-0 on; a partition added meanwhile must truncate first, so the
+    # next request is OffsetsForLeaderEpoch: the fetch after it still names b-0's position.
+    clock, timer, leader_host, follower_host, fetcher = hosts
+    idle(fetcher, leader_host, timer, clock, rounds=2)
+    leader_host.cores[("b", 0)].produce(msg("x"), acks=1, timeout_ms=1000)
+    round_trip(fetcher, leader_host, timer, clock)          # b-0's record arrives
+    leader_host.open("c", 0).become_leader(0, 0, [LEADER, FOLLOWER], [LEADER, FOLLOWER])
+    newcomer = follower_host.open("c", 0)
+    newcomer.become_follower(LEADER, 0, 0, [LEADER, FOLLOWER])
+    fetcher.add_partition(newcomer)
+    request = round_trip(fetcher, leader_host, timer, clock)
+    assert isinstance(request, OffsetsForLeaderEpochRequest)
+    request = round_trip(fetcher, leader_host, timer, clock)
+    assert names(request) == [("b", 0), ("c", 0)]
+    assert leader_host.cores[("b", 0)].high_watermark == 1
 
 
 def test_an_unknown_session_id_gets_fetch_session_id_not_found_and_a_full_fetch_follows(hosts):

@@ -3,6 +3,7 @@
     python -m tests.sim.run --seeds 100000          # seeds 0..99999
     python -m tests.sim.run --seed 4242 --verbose   # replay one, printing its schedule
     python -m tests.sim.run --seeds 1000 --no-epochs  # pre-KIP-101 truncation: finds losses
+    python -m tests.sim.run --seeds 300 --liveness    # followers caught up after the heal
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--no-epochs", action="store_true",
                         help="truncate to the HW instead of using leader epochs")
+    parser.add_argument("--liveness", action="store_true",
+                        help="also require every follower to catch up after the final heal")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
@@ -29,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     exercised: Counter = Counter()
     for i, seed in enumerate(seeds, 1):
         try:
-            sim = Simulation(seed, epochs=not args.no_epochs, steps=args.steps).run()
+            sim = Simulation(seed, epochs=not args.no_epochs, steps=args.steps,
+                             liveness=args.liveness).run()
             exercised.update(sim.stats)
             if args.verbose:
                 print(f"seed {seed}: {' | '.join(sim.trace)}")
