@@ -28,6 +28,8 @@ from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _in
 from actors.controller.state import ControllerState
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
+from actors.timer.system_timer import AsyncioTimer
+from actors.timer.wheel import TimerTask
 from protocols.errors import InvalidRequestError, KafkaError
 from protocols.messages import AlterPartition
 from protocols.wire import decode, encode
@@ -87,6 +89,12 @@ class ControllerActor:
                  self.state.controller_epoch, host_broker_id)
         if snapshot is not None and not cold:
             self._dispatch(self.state.full_state())
+        # Session expiry: a check due when the earliest broker session runs out, on this
+        # actor's own timing wheel (no message, however many brokers heartbeat meanwhile).
+        self._session_timer = AsyncioTimer(name="controller-sessions")
+        self._session_check: TimerTask | None = None
+        self._session_check_due = 0
+        self._arm_session_check()
         # A strong reference: the event loop keeps only weak ones to its tasks.
         self._background = asyncio.get_running_loop().create_task(self._schedule_background())
 
@@ -106,14 +114,38 @@ class ControllerActor:
         write_atomically(directory / "snapshot.msgpack", data)
 
     async def _schedule_background(self) -> None:
-        """Session expiry every second and the auto-rebalance task, on this node's timer
-        actor (scheduled again if it restarts; a successor's tasks replace ours)."""
+        """The auto-rebalance task, on this node's timer actor (scheduled again if it
+        restarts; a successor's task replaces ours)."""
         me = ray.get_runtime_context().current_actor
         interval = self.state.config["leader.imbalance.check.interval.seconds"] * 1000
         await keep_scheduled(self.namespace,
-                             [("controller:check_sessions", 1000, me, "check_sessions"),
-                              ("controller:auto_rebalance", interval, me, "auto_rebalance")],
+                             [("controller:auto_rebalance", interval, me, "auto_rebalance")],
                              lambda: True)
+
+    def _arm_session_check(self) -> None:
+        """Have ``check_sessions`` run just after the earliest session deadline, unless a
+        check is due before it already (heartbeats only move deadlines later)."""
+        deadline = self.state.next_session_expiry_ms()
+        if deadline is None:
+            return
+        if self._session_check is not None:
+            if self._session_check_due <= deadline:
+                return
+            self._session_check.cancel()
+        self._session_check_due = deadline
+        self._session_check = self._session_timer.schedule(
+            max(0, deadline + 1 - wall_ms()), self._start_session_check)
+
+    def _start_session_check(self) -> None:
+        # Held: the event loop keeps only weak references to its tasks.
+        self._session_checking = asyncio.get_running_loop().create_task(self._sessions_due())
+
+    async def _sessions_due(self) -> None:
+        self._session_check = None
+        try:
+            await self.check_sessions()
+        finally:
+            self._arm_session_check()
 
     async def _apply(self, change, quiet_is_no_change: bool = False) -> Any:
         """Run one state change under the lock, checkpoint, send what it produced.
@@ -175,7 +207,10 @@ class ControllerActor:
             self.incarnations[broker_id] = incarnation
             msgs += self.state.register_broker(broker_id, rack, incarnation=incarnation)
             return msgs, self.state.controller_epoch
-        return await self._apply(change)
+        try:
+            return await self._apply(change)
+        finally:
+            self._arm_session_check()
 
     async def heartbeat(self, broker_id: int, incarnation: str) -> tuple[int, bool]:
         """(controller epoch, whether the broker must register again)."""

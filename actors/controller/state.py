@@ -158,6 +158,14 @@ class ControllerState:
             raise InvalidRequestError(f"Broker {broker_id} is not registered")
         info.last_heartbeat_ms = self.clock()
 
+    def next_session_expiry_ms(self) -> int | None:
+        """When the earliest live broker's session runs out without a heartbeat: Kafka's
+        controller schedules its fencing check for then rather than polling."""
+        timeout = self.config["broker.session.timeout.ms"]
+        deadlines = [info.last_heartbeat_ms + timeout for info in self.brokers.values()
+                     if info.alive]
+        return min(deadlines) if deadlines else None
+
     def expire_sessions(self) -> list:
         now = self.clock()
         timeout = self.config["broker.session.timeout.ms"]

@@ -115,6 +115,27 @@ def test_seed_example_broker_0_stops():
     assert {m.broker_id for m in msgs if isinstance(m, UpdateMetadata)} == {1, 2}
 
 
+def test_the_session_check_is_due_when_the_earliest_live_session_runs_out():
+    # Kafka's controller schedules its fencing check for the next session expiry instead
+    # of polling; a heartbeat moves that broker's deadline, a fenced broker has none.
+    c, clock = controller()
+    seed_topic(c)
+    timeout = c.config["broker.session.timeout.ms"]
+    start = clock()
+    assert c.next_session_expiry_ms() == start + timeout
+    clock.advance(2_000)
+    for b in (0, 1, 2):
+        c.heartbeat(b)
+    clock.advance(1_000)
+    c.heartbeat(1)
+    assert c.next_session_expiry_ms() == start + 2_000 + timeout
+    clock.advance(timeout - 1_000)                 # 0 and 2 are exactly at their deadline
+    assert c.expire_sessions() == []
+    clock.advance(1)
+    assert c.expire_sessions() != []               # both fenced just after it
+    assert c.next_session_expiry_ms() == start + 3_000 + timeout
+
+
 def test_a_partition_without_live_isr_goes_offline_and_comes_back_with_its_replica():
     c, _ = controller()
     c.create_topic("solo", assignment={0: [0]})
