@@ -306,6 +306,6 @@ class Cluster:
                 ray.kill(ray.get_actor(timer_name(node), namespace=self.namespace),
                          no_restart=True)
             except ValueError:
-                pass
+                pass   # no timer on that node (never started, or already gone)
         forget_snapshot(self.name)
         _kv_del(INFO_KEY.format(name=self.name))

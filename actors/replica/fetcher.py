@@ -11,9 +11,10 @@ failed as a whole) backs off alone, exponentially from 50 ms up to
 (KIP-227, ``protocols.fetch_session_handler``): after the first full request, each names
 only the partitions whose position changed, so an idle fetcher's request does not grow with
 the partitions it holds. Building it does not either: only the partitions something happened
-to (an answer, a backoff, added or removed) are looked at again. The shell (``actors.replica.host``)
-sends the requests, calls back with answers, errors and timeouts, and adds and removes
-partitions as leadership moves. Time is an injected clock in milliseconds.
+to (an answer, a backoff, added or removed, a log start moved by retention) are looked at
+again. The shell (``actors.replica.host``) sends the requests, calls back with answers,
+errors and timeouts, and adds and removes partitions as leadership moves. Time is an
+injected clock in milliseconds.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Callable
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
 from protocols.errors import KafkaError, OffsetOutOfRangeError
 from protocols.fetch_session_handler import FetchSessionHandler
-from protocols.messages import (FetchManyRequest, FetchManyResponse,
+from protocols.messages import (FetchManyRequest, FetchManyResponse, FetchRequest,
                                 OffsetsForLeaderEpochRequest)
 
 FIRST_BACKOFF_MS = 50
@@ -42,7 +43,7 @@ class ReplicaFetcher:
         self.session = FetchSessionHandler()
         # What each partition asks for next, as of the last look at it: the ready ones'
         # FetchRequests, and the OffsetsForLeaderEpoch entries of those that must truncate.
-        self._ready: dict[tuple[str, int], object] = {}
+        self._ready: dict[tuple[str, int], FetchRequest] = {}
         self._truncating: dict[tuple[str, int], tuple] = {}
         # The partitions to look at again before the next request: something happened to
         # them (an answer, a backoff, added or removed). A dict, for a stable order.

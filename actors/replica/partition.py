@@ -263,7 +263,7 @@ class PartitionReplica:
         self.followers = {r: FollowerState(r, last_caught_up_ms=now)
                           for r in self.replicas if r != self.broker_id}
         self.maybe_increment_high_watermark()
-        self.fetch_purgatory.check_and_complete(self._key)  # a new epoch: fetchers must hear
+        self.wake_fetchers()  # a new epoch: fetchers must hear
 
     def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int,
                         replicas: list[int], isr: list[int] | None = None) -> None:
@@ -318,7 +318,7 @@ class PartitionReplica:
                               for r in self.replicas if r != self.broker_id}
             self.pending_alter = None
             self.maybe_increment_high_watermark()
-            self.fetch_purgatory.check_and_complete(self._key)  # the ISR or replicas moved
+            self.wake_fetchers()  # the ISR or replicas moved
 
     def make_offline(self) -> None:
         self.role = Role.OFFLINE
@@ -491,8 +491,9 @@ class PartitionReplica:
         return False
 
     def wake_fetchers(self) -> None:
-        """What a fetcher is told moved outside a request (the log start, by retention): the
-        fetches waiting here, and the fetch sessions that parked this partition, hear of it."""
+        """Something a fetcher is told of moved outside its fetch (a new leader epoch, the
+        ISR, the log start): the fetches waiting here, and the fetch sessions that parked
+        this partition, hear of it."""
         self.fetch_purgatory.check_and_complete(self._key)
 
     def park_follower(self, replica_id: int, session: Any) -> None:
@@ -626,7 +627,7 @@ class PartitionReplica:
         if error is None and isr is not None:
             self.isr = list(isr)
             self.partition_epoch = partition_epoch
-            self.fetch_purgatory.check_and_complete(self._key)  # parked fetches: ISR moved
+            self.wake_fetchers()  # parked fetches: ISR moved
         self.maybe_increment_high_watermark()
         self.produce_purgatory.check_and_complete(self._key)
 
