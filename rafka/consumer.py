@@ -14,7 +14,8 @@ The fetcher keeps one fetch in flight per leader replica host, for every assigne
 that host leads (Kafka's FetchRequest per node: a long poll with ``fetch.min.bytes`` /
 ``fetch.max.wait.ms`` over the whole request, ``fetch.max.bytes`` over the response,
 ``max.partition.fetch.bytes`` per partition), in a fetch session (KIP-227: after the first
-request, only the partitions whose position changed are named), so the next records are on
+request, only the partitions whose position changed are named), sent over the host's
+listener (``rafka.channels``), so the next records are on
 their way while the application handles the current ones; ``poll`` hands out at most
 ``max.poll.records``.
 It follows leader changes through metadata, and after a leader change it checks its
@@ -23,6 +24,7 @@ truncated log is detected rather than silently skipped.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import re
 import time
@@ -34,6 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
+from actors.replica.channel import API_FETCH
 from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError, OffsetOutOfRangeError)
@@ -45,6 +48,7 @@ from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchManyR
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode
+from rafka.channels import host_channels
 from rafka.client_metadata import ClientMetadata
 from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
 from rafka.list_offsets import list_offsets
@@ -151,7 +155,7 @@ class _PartitionState:
 @dataclass(eq=False)
 class _HostFetch:
     """A fetch in flight to one leader host (Kafka's FetchRequest to one node)."""
-    ref: Any
+    future: concurrent.futures.Future | None
     partitions: list[TopicPartition]   # every partition it fetches (named or in the session)
     was_full: bool
 
@@ -563,8 +567,8 @@ class Consumer:
             payload = encode_fetch_many_request(request)
             self._request_bytes[host_id] = len(payload)
             try:
-                fetch.ref = host.fetch_many.remote(payload)
-            except Exception as e:  # the host's handle is dead
+                fetch.future = host_channels().call(host_id, host, API_FETCH, payload)
+            except Exception as e:  # no way to send
                 session.handle_error()
                 for tp in requests:
                     self._backoff(tp, self._parts[tp], e)
@@ -587,24 +591,21 @@ class Consumer:
     def _collect(self, timeout_s: float, also: list = ()) -> None:
         """Wait up to ``timeout_s`` for a fetch answer (or one of ``also``: the group's
         JoinGroup / SyncGroup in flight) and buffer whatever fetches are answered."""
-        import ray
-        pending = {fetch.ref: host_id for host_id, fetch in self._fetches.items()}
+        pending = {fetch.future: host_id for host_id, fetch in self._fetches.items()}
         if not pending and not also:
             if timeout_s > 0:
                 time.sleep(min(timeout_s, self.config["retry.backoff.ms"] / 1000))
             return
-        done, _ = ray.wait(list(pending) + list(also), num_returns=1, timeout=timeout_s)
-        if done and not pending:
+        waited = list(pending) + [ref.future() for ref in also]
+        done, _ = concurrent.futures.wait(waited, timeout=timeout_s,
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        if not done:
             return
-        if done:  # take everything that is ready, not just the first
-            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-        for ref in done:
-            host_id = pending.get(ref)
-            if host_id is not None:
+        for future, host_id in pending.items():   # everything that is ready, not just one
+            if future.done():
                 self._complete_fetch(self._fetches.pop(host_id), self._sessions[host_id])
 
     def _complete_fetch(self, fetch: "_HostFetch", session: FetchSessionHandler) -> None:
-        import ray
         mine = {}   # the partitions whose answer this fetch still is (no seek, no reset)
         for tp in fetch.partitions:
             st = self._parts.get(tp)
@@ -612,7 +613,7 @@ class Consumer:
                 st.in_flight = None
                 mine[tp] = st
         try:
-            response = decode_fetch_many_response(ray.get(fetch.ref))
+            response = decode_fetch_many_response(fetch.future.result())
         except Exception as e:   # the leader's host died under the request
             session.handle_error()
             for tp, st in mine.items():
@@ -796,19 +797,18 @@ class Consumer:
     def _close_fetch_sessions(self, timeout_s: float) -> None:
         """Kafka's consumer closes its fetch sessions on close (a fetch with FINAL_EPOCH),
         so their slots in the leaders' caches are free at once, not after 2 minutes."""
-        import ray
-        refs = []
+        futures = []
         for host_id, session in self._sessions.items():
             if session.session_id == INVALID_SESSION_ID:
                 continue
             request = FetchManyRequest(-1, 0, 0, 0, (), session.session_id, FINAL_EPOCH)
             try:
-                refs.append(self._hosts[host_id].fetch_many.remote(
-                    encode_fetch_many_request(request)))
-            except Exception:  # the host is gone, and its sessions with it
+                futures.append(host_channels().call(host_id, self._hosts[host_id], API_FETCH,
+                                                    encode_fetch_many_request(request)))
+            except Exception:  # no way to send; the session expires on the host
                 pass
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        if futures:
+            concurrent.futures.wait(futures, timeout=timeout_s)
 
     def __enter__(self) -> "Consumer":
         return self

@@ -8,7 +8,8 @@ The pipeline is Kafka's: serializers, the partitioner (murmur2 of the key, stick
 keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` with
 ``max.block.ms``), and a sender thread that drains ready batches into one request per leader
 replica host (Kafka's ProduceRequest: the first batch of every ready partition the host
-leads, up to ``max.request.size``, answered per partition) with at most
+leads, up to ``max.request.size``, answered per partition; sent over the host's listener,
+``rafka.channels``) with at most
 ``max.in.flight.requests.per.connection`` requests in flight per host, retrying retriable
 errors (refreshing metadata when the leader moved) with ``retry.backoff.ms`` until
 ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
@@ -22,6 +23,7 @@ blocking it or the constructor: until the id comes, only new idempotent batches 
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -33,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from actors.names import CONTROLLER
+from actors.replica.channel import API_PRODUCE
 from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
                               RecordTooLargeError)
@@ -45,6 +48,7 @@ from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
                                estimate_size)
+from rafka.channels import host_channels
 from rafka.client_metadata import ClientMetadata
 from rafka.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.sender import Outcome, SenderState
@@ -125,7 +129,7 @@ class Producer:
         self._sending = 0   # drained from the accumulator, not yet in flight
         # InitProducerId, asked by the sender thread without blocking it: the request in
         # flight, and when to ask again after a failed one.
-        self._producer_id_ref = None
+        self._producer_id_future: concurrent.futures.Future | None = None
         self._producer_id_retry_at = 0.0
         self._sender = threading.Thread(target=self._run, name="rafka-producer-sender",
                                         daemon=True)
@@ -137,21 +141,20 @@ class Producer:
         answer. A controller that is not there or dies under the request is asked again
         after retry.backoff.ms."""
         import ray
-        if not self.sender.needs_producer_id or self._producer_id_ref is not None \
+        if not self.sender.needs_producer_id or self._producer_id_future is not None \
                 or time.monotonic() < self._producer_id_retry_at:
             return
         try:
             controller = ray.get_actor(CONTROLLER, namespace=self.cluster.namespace)
-            self._producer_id_ref = controller.init_producer_id.remote()
+            self._producer_id_future = controller.init_producer_id.remote().future()
         except Exception as e:   # no controller at the moment (an election)
             log.debug("InitProducerId: %r", e)
             self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
 
     def _producer_id_answered(self) -> None:
-        import ray
-        ref, self._producer_id_ref = self._producer_id_ref, None
+        future, self._producer_id_future = self._producer_id_future, None
         try:
-            self.sender.set_producer_id(*ray.get(ref))
+            self.sender.set_producer_id(*future.result())
         except Exception as e:   # the controller died under the request
             log.info("InitProducerId failed: %r; asking again", e)
             self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
@@ -372,7 +375,6 @@ class Producer:
 
     # ---- the sender thread -----------------------------------------------------------------
     def _run(self) -> None:
-        import ray
         while True:
             self._maybe_init_producer_id()
             with self._cond:
@@ -391,16 +393,17 @@ class Producer:
                 self._send_request(request)
                 with self._lock:
                     self._sending -= 1
-            refs = [entry.ref for entry in self._in_flight]
-            pid_ref = self._producer_id_ref
-            if refs or pid_ref is not None:
+            futures = [entry.future for entry in self._in_flight]
+            pid_future = self._producer_id_future
+            if futures or pid_future is not None:
                 wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
-                waited = refs + ([pid_ref] if pid_ref is not None else [])
-                done, _ = ray.wait(waited, num_returns=len(waited), timeout=wait_s)
-                if pid_ref is not None and pid_ref in done:
+                waited = futures + ([pid_future] if pid_future is not None else [])
+                done, _ = concurrent.futures.wait(waited, timeout=wait_s,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                if pid_future is not None and pid_future in done:
                     self._producer_id_answered()
-                if refs and done:
-                    self._complete(set(done))
+                if futures and done:
+                    self._complete(done)
                 self._expire_requests()
             else:
                 with self._cond:
@@ -437,8 +440,9 @@ class Producer:
             partitions.append((batch.tp.topic, batch.tp.partition, data))
         produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
         try:
-            ref = request.host.produce_many.remote(encode_produce_many_request(produce))
-        except Exception as e:  # the handle is dead: retry through fresh metadata
+            future = host_channels().call(request.host_id, request.host, API_PRODUCE,
+                                          encode_produce_many_request(produce))
+        except Exception as e:  # no way to send: retry through fresh metadata
             self.sender.request_done(request.host_id)
             for batch in request.batches:
                 self._retry_or_fail(batch, NetworkError(repr(e)))
@@ -449,15 +453,15 @@ class Producer:
             for batch in request.batches:
                 self._succeed(batch, None)
             return
-        self._in_flight.append(_InFlight(ref, request.batches, request.host_id,
+        self._in_flight.append(_InFlight(future, request.batches, request.host_id,
                                          time.monotonic()))
 
     def _complete(self, done: set) -> None:
-        import ray
-        finished = [e for e in self._in_flight if e.ref in done]
+        finished = [e for e in self._in_flight if e.future in done]
         for entry in finished:
             try:
-                results = [r for _, _, r in decode_produce_many_response(ray.get(entry.ref))]
+                results = [r for _, _, r in decode_produce_many_response(
+                    entry.future.result())]
             except Exception as e:  # the leader's host died mid-request
                 results = [ProduceResult(error=NetworkError(f"{type(e).__name__}: {e}"))
                            ] * len(entry.batches)
@@ -527,7 +531,7 @@ class Producer:
 @dataclass(eq=False)
 class _InFlight:
     """One produce request awaiting its answer: its batches, in the request's order."""
-    ref: Any
+    future: concurrent.futures.Future
     batches: list[ProducerBatch]
     host_id: str
     sent: float  # time.monotonic()

@@ -20,7 +20,7 @@ from typing import Any
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, ChannelClosed,
-                                    ReplicationConnection)
+                                    ReplicationConnection, connect)
 from actors.replica.fetcher import FIRST_BACKOFF_MS, ReplicaFetcher
 from actors.replica.fetcher_placement import FetcherPlacement
 from actors.replica.locate import locate_replica_async
@@ -102,10 +102,7 @@ class _FetcherTask:
 
     async def _connection(self, timeout_s: float) -> ReplicationConnection:
         if self.connection is None or self.connection.closed:
-            address, port, token = await asyncio.wait_for(
-                self.leader_host.replication_address.remote(), timeout_s)
-            self.connection = await asyncio.wait_for(
-                ReplicationConnection.open(address, port, token), timeout_s)
+            self.connection = await connect(self.leader_host, timeout_s)
         return self.connection
 
     def close(self) -> None:

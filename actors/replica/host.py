@@ -26,7 +26,7 @@ import os
 import ray
 
 from actors.process import freeze_startup_objects, keep_freed_memory
-from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH,
+from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
                                     ReplicationListener)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
@@ -69,10 +69,12 @@ class ReplicaHostActor:
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
-        # Where follower hosts fetch from (actors.replica.channel): started on first ask.
+        # Where follower hosts fetch from, and producers and consumers send their requests
+        # (actors.replica.channel): started on first ask.
         self.listener = ReplicationListener({
             API_FETCH: self.fetch_many,
-            API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many})
+            API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
+            API_PRODUCE: self.produce_many})
         self._listening: asyncio.Task | None = None
         keep_freed_memory()
         freeze_startup_objects()
@@ -201,8 +203,8 @@ class ReplicaHostActor:
         await asyncio.Event().wait()
 
     async def replication_address(self) -> tuple[str, int, bytes]:
-        """(address, port, token) of this host's replication listener, for a follower
-        host's fetcher (``actors.replica.channel``); the listener starts on the first ask."""
+        """(address, port, token) of this host's listener, for a follower host's fetcher, a
+        producer or a consumer (``actors.replica.channel``); it starts on the first ask."""
         if self._listening is None:
             self._listening = asyncio.ensure_future(
                 self.listener.start(ray.util.get_node_ip_address()))
