@@ -15,7 +15,7 @@ that host leads (Kafka's FetchRequest per node: a long poll with ``fetch.min.byt
 ``fetch.max.wait.ms`` over the whole request, ``fetch.max.bytes`` over the response,
 ``max.partition.fetch.bytes`` per partition), in a fetch session (KIP-227: after the first
 request, only the partitions whose position changed are named), sent over the host's
-listener (``rafka.channels``), so the next records are on
+listener (``rafka.network_client``), so the next records are on
 their way while the application handles the current ones; ``poll`` hands out at most
 ``max.poll.records``.
 It follows leader changes through metadata, and after a leader change it checks its
@@ -24,7 +24,6 @@ truncated log is detected rather than silently skipped.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import re
 import time
@@ -48,7 +47,7 @@ from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchManyR
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from rafka.channels import host_channels
+from rafka.network_client import ClientRequest, NetworkClient
 from rafka.client_metadata import ClientMetadata
 from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
 from rafka.list_offsets import list_offsets
@@ -155,7 +154,7 @@ class _PartitionState:
 @dataclass(eq=False)
 class _HostFetch:
     """A fetch in flight to one leader host (Kafka's FetchRequest to one node)."""
-    future: concurrent.futures.Future | None
+    future: ClientRequest | None
     partitions: list[TopicPartition]   # every partition it fetches (named or in the session)
     was_full: bool
 
@@ -233,6 +232,10 @@ class Consumer:
         self._next_fetch = -1
         # One fetch in flight per leader replica host, each in its fetch session.
         self._fetches: dict[str, _HostFetch] = {}
+        # The connections to leader hosts (Kafka's NetworkClient), and the group's Ray calls
+        # in flight that end a wait for fetches.
+        self._network = NetworkClient()
+        self._watched: dict[Any, Any] = {}
         self._sessions: dict[str, FetchSessionHandler] = {}
         self._request_bytes: dict[str, int] = {}
         self._hosts: dict[str, Any] = {}
@@ -567,8 +570,8 @@ class Consumer:
             payload = encode_fetch_many_request(request)
             self._request_bytes[host_id] = len(payload)
             try:
-                fetch.future = host_channels().call(host_id, host, API_FETCH, payload)
-            except Exception as e:  # no way to send
+                fetch.future = self._network.send(host_id, host, API_FETCH, payload)
+            except Exception as e:  # no connection to the host
                 session.handle_error()
                 for tp in requests:
                     self._backoff(tp, self._parts[tp], e)
@@ -596,13 +599,19 @@ class Consumer:
             if timeout_s > 0:
                 time.sleep(min(timeout_s, self.config["retry.backoff.ms"] / 1000))
             return
-        waited = list(pending) + [ref.future() for ref in also]
-        done, _ = concurrent.futures.wait(waited, timeout=timeout_s,
-                                          return_when=concurrent.futures.FIRST_COMPLETED)
-        if not done:
-            return
+        # The group's calls are Ray's: each wakes the network poll when it is answered.
+        watched = {}
+        for ref in also:
+            future = self._watched.get(ref)
+            if future is None:
+                future = ref.future()
+                future.add_done_callback(lambda _: self._network.wakeup())
+            watched[ref] = future
+        self._watched = watched
+        if not any(f.done for f in pending) and not any(f.done() for f in watched.values()):
+            self._network.poll(timeout_s)
         for future, host_id in pending.items():   # everything that is ready, not just one
-            if future.done():
+            if future.done:
                 self._complete_fetch(self._fetches.pop(host_id), self._sessions[host_id])
 
     def _complete_fetch(self, fetch: "_HostFetch", session: FetchSessionHandler) -> None:
@@ -791,24 +800,26 @@ class Consumer:
                 self._group.close(timeout_ms / 1000)
             self._close_fetch_sessions(min(timeout_ms, 1000) / 1000)
         finally:
+            self._network.close()
             self._closed = True
             self._parts = {}
 
     def _close_fetch_sessions(self, timeout_s: float) -> None:
         """Kafka's consumer closes its fetch sessions on close (a fetch with FINAL_EPOCH),
         so their slots in the leaders' caches are free at once, not after 2 minutes."""
-        futures = []
+        requests = []
         for host_id, session in self._sessions.items():
             if session.session_id == INVALID_SESSION_ID:
                 continue
             request = FetchManyRequest(-1, 0, 0, 0, (), session.session_id, FINAL_EPOCH)
             try:
-                futures.append(host_channels().call(host_id, self._hosts[host_id], API_FETCH,
-                                                    encode_fetch_many_request(request)))
-            except Exception:  # no way to send; the session expires on the host
+                requests.append(self._network.send(host_id, self._hosts[host_id], API_FETCH,
+                                                   encode_fetch_many_request(request)))
+            except Exception:  # no connection to the host; the session expires there
                 pass
-        if futures:
-            concurrent.futures.wait(futures, timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not all(r.done for r in requests) and time.monotonic() < deadline:
+            self._network.poll(deadline - time.monotonic())
 
     def __enter__(self) -> "Consumer":
         return self

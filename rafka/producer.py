@@ -9,7 +9,7 @@ keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` w
 ``max.block.ms``), and a sender thread that drains ready batches into one request per leader
 replica host (Kafka's ProduceRequest: the first batch of every ready partition the host
 leads, up to ``max.request.size``, answered per partition; sent over the host's listener,
-``rafka.channels``) with at most
+``rafka.network_client``) with at most
 ``max.in.flight.requests.per.connection`` requests in flight per host, retrying retriable
 errors (refreshing metadata when the leader moved) with ``retry.backoff.ms`` until
 ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
@@ -48,8 +48,8 @@ from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
                                estimate_size)
-from rafka.channels import host_channels
 from rafka.client_metadata import ClientMetadata
+from rafka.network_client import ClientRequest, NetworkClient
 from rafka.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.sender import Outcome, SenderState
 from rafka.serde import serializer
@@ -126,6 +126,8 @@ class Producer:
                                   c["max.request.size"], self.idempotent, c["retries"],
                                   c["delivery.timeout.ms"])
         self._in_flight: list[_InFlight] = []
+        # The connections to leader hosts: the sender thread's alone (Kafka's NetworkClient).
+        self._network = NetworkClient()
         self._sending = 0   # drained from the accumulator, not yet in flight
         # InitProducerId, asked by the sender thread without blocking it: the request in
         # flight, and when to ask again after a failed one.
@@ -147,6 +149,7 @@ class Producer:
         try:
             controller = ray.get_actor(CONTROLLER, namespace=self.cluster.namespace)
             self._producer_id_future = controller.init_producer_id.remote().future()
+            self._producer_id_future.add_done_callback(lambda _: self._network.wakeup())
         except Exception as e:   # no controller at the moment (an election)
             log.debug("InitProducerId: %r", e)
             self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
@@ -379,6 +382,7 @@ class Producer:
             self._maybe_init_producer_id()
             with self._cond:
                 if self._closed and not self._in_flight:
+                    self._network.close()
                     return
                 now = _now_ms()
                 for batch in self.accumulator.expired(now):
@@ -393,19 +397,19 @@ class Producer:
                 self._send_request(request)
                 with self._lock:
                     self._sending -= 1
-            futures = [entry.future for entry in self._in_flight]
             pid_future = self._producer_id_future
-            if futures or pid_future is not None:
+            if self._in_flight or pid_future is not None:
                 wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
-                waited = futures + ([pid_future] if pid_future is not None else [])
-                done, _ = concurrent.futures.wait(waited, timeout=wait_s,
-                                                  return_when=concurrent.futures.FIRST_COMPLETED)
-                if pid_future is not None and pid_future in done:
+                answered = self._network.poll(0 if pid_future is not None and pid_future.done()
+                                              else wait_s)
+                if pid_future is not None and pid_future.done():
                     self._producer_id_answered()
-                if futures and done:
-                    self._complete(done)
+                if answered:
+                    self._complete(set(answered))
                 self._expire_requests()
             else:
+                if self.acks == 0:
+                    self._network.poll(0)   # drop the answers no one waits for
                 with self._cond:
                     if not self._closed and (self.sender.needs_producer_id
                                              or not self.accumulator.ready(_now_ms())[0]):
@@ -440,9 +444,10 @@ class Producer:
             partitions.append((batch.tp.topic, batch.tp.partition, data))
         produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
         try:
-            future = host_channels().call(request.host_id, request.host, API_PRODUCE,
-                                          encode_produce_many_request(produce))
-        except Exception as e:  # no way to send: retry through fresh metadata
+            future = self._network.send(request.host_id, request.host, API_PRODUCE,
+                                        encode_produce_many_request(produce),
+                                        expect_answer=self.acks != 0)
+        except Exception as e:  # no connection to the host: retry through fresh metadata
             self.sender.request_done(request.host_id)
             for batch in request.batches:
                 self._retry_or_fail(batch, NetworkError(repr(e)))
@@ -483,6 +488,7 @@ class Producer:
         now = time.monotonic()
         stale = [e for e in self._in_flight if now - e.sent > timeout]
         for entry in stale:
+            self._network.abandon(entry.future)
             self.sender.request_done(entry.host_id)
             for batch in entry.batches:
                 self._retry_or_fail(batch, KafkaTimeoutError(
@@ -531,7 +537,7 @@ class Producer:
 @dataclass(eq=False)
 class _InFlight:
     """One produce request awaiting its answer: its batches, in the request's order."""
-    future: concurrent.futures.Future
+    future: ClientRequest
     batches: list[ProducerBatch]
     host_id: str
     sent: float  # time.monotonic()

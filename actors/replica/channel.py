@@ -9,9 +9,9 @@ costs ~2-3 ms of CPU at each end (measured: a 500 ms long poll every half second
 on a busy one it is the round trip acks=all waits for.
 
 Producers and consumers send their produce and fetch requests the same way
-(``rafka.channels``), as Kafka's clients talk to a broker's listener: an actor call's reply
-crosses Ray's core worker and its threads at each end, which on a busy two-core machine is
-milliseconds of an acks=all record's end-to-end latency.
+(``rafka.network_client``), as Kafka's clients talk to a broker's listener: an actor
+call's reply crosses Ray's core worker and its threads at each end, which on a busy
+two-core machine is milliseconds of an acks=all record's end-to-end latency.
 
 Ray stays the control plane: a caller asks the host for its address with an actor call
 (``ReplicaHostActor.replication_address``, ``connect``), which also hands it a token the
@@ -61,22 +61,28 @@ class ChannelClosed(ConnectionError):
     """The connection is gone: the other end closed it, died, or sent a bad frame."""
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
-    length, correlation_id, api = HEADER.unpack(await reader.readexactly(HEADER.size))
+def decode_header(header: bytes) -> tuple[int, int, int]:
+    """(the payload's length, correlation id, api) of a frame's header."""
+    length, correlation_id, api = HEADER.unpack(header)
     body = length - (HEADER.size - 4)
     if body < 0 or length > MAX_FRAME_BYTES:
         raise ChannelClosed(f"frame of {length} bytes (socket.request.max.bytes is "
                             f"{MAX_FRAME_BYTES})")
+    return body, correlation_id, api
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
+    body, correlation_id, api = decode_header(await reader.readexactly(HEADER.size))
     return correlation_id, api, await reader.readexactly(body)
 
 
-def _frame(correlation_id: int, api: int, payload: bytes) -> bytes:
+def encode_frame(correlation_id: int, api: int, payload: bytes) -> bytes:
     return HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api) + payload
 
 
 def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int, payload: bytes) -> None:
     if len(payload) < JOIN_BELOW:
-        writer.write(_frame(correlation_id, api, payload))
+        writer.write(encode_frame(correlation_id, api, payload))
     else:
         writer.write(HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api))
         writer.write(payload)

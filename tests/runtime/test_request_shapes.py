@@ -118,10 +118,10 @@ def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_clu
 
 def test_clients_send_produce_and_fetch_over_the_hosts_listeners_and_reconnect(
         one_host_cluster):
-    """Producers and consumers reach leader hosts over their listeners (rafka.channels), as
-    Kafka's clients reach a broker's: a broken connection fails what is in flight on it,
-    the clients retry on a new one, and nothing is lost or read twice."""
-    from rafka.channels import host_channels
+    """Producers and consumers reach leader hosts over their listeners
+    (rafka.network_client), as Kafka's clients reach a broker's: a broken connection fails
+    what is in flight on it, the client sends again on a new one, and nothing is lost or
+    read twice."""
     cluster = one_host_cluster
     cluster.admin().create_topics([rafka.NewTopic("door", 3, 3)])
     consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
@@ -133,21 +133,23 @@ def test_clients_send_produce_and_fetch_over_the_hosts_listeners_and_reconnect(
         deadline = time.monotonic() + 60
         while len(got) < count and time.monotonic() < deadline:
             got.extend((r.partition, r.value) for r in consumer.poll(200))
+    before = produce_requests(cluster)
     with rafka.Producer(cluster, {"acks": "all", "linger.ms": 0}) as producer:
         for i in range(30):
             producer.send("door", f"a{i}".encode(), partition=i % 3).result(timeout=30)
-        read(30)
         leaders = {cluster.leader("door", p)[1].host_id for p in range(3)}
-        assert leaders <= host_channels().connected_hosts()
-        assert consumer.poll(100) == []   # now a long poll is in flight on each connection
-        host_channels().disconnect()
-        assert not host_channels().connected_hosts()
-        futures = [producer.send("door", f"b{i}".encode(), partition=i % 3)
-                   for i in range(30)]
-        assert [f.result(timeout=60).partition for f in futures] == [i % 3 for i in range(30)]
+        assert set(producer._network.connected_hosts()) == leaders
+        read(30)
+        assert consumer._network.connected_hosts() == leaders
+        assert consumer.poll(100) == []   # a long poll is in flight on each connection now
+        consumer._network.disconnect()    # the consumer's thread is the one polling: safe
+        assert not consumer._network.connected_hosts()
+        for i in range(30):
+            producer.send("door", f"b{i}".encode(), partition=i % 3)
         read(60)
+        assert consumer._network.connected_hosts() == leaders
+    assert produce_requests(cluster) - before > 30   # one per send of a, and some for b
     consumer.close()
-    assert leaders <= host_channels().connected_hosts()
     for p in range(3):
         values = [v for partition, v in got if partition == p]
         assert values == [f"{x}{i}".encode() for x in "ab" for i in range(p, 30, 3)]
