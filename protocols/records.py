@@ -144,7 +144,8 @@ class MemoryRecordsBuilder:
             _SMALL_VARINTS[delta] if 0 <= delta < 16_384 else encode_varint(delta),
             _SMALL_VARINTS[offset_delta] if offset_delta < 16_384 else encode_varint(offset_delta),
             b"\x01" if key is None else _varint(len(key)) + key,
-            b"\x01" if value is None else _varint(len(value)),
+            b"\x01" if value is None else (_SMALL_VARINTS[len(value)] if len(value) < 16_384
+                                            else encode_varint(len(value))),
             b"" if value is None else value,
             _headers(headers) if headers else b"\x00"))
         n = len(record)

@@ -24,27 +24,30 @@ class ClientMetadata:
         self.cluster = cluster
         self.max_age_s = max_age_ms / 1000
         self._lock = threading.Lock()
-        self._image: dict = {}
+        # The current image: replaced on refresh, never changed in place, so ``is`` tells
+        # whether something derived from it is current.
+        self.image: dict = {}
         self._fetched_at = 0.0
         self._handles: dict[tuple[str, int, int], Any] = {}
-        self._partitions: dict[str, tuple[dict, list[int]]] = {}
+        # topic -> (the image they come from, its partitions); current while that image is.
+        self.partitions_by_topic: dict[str, tuple[dict, list[int]]] = {}
 
     def refresh(self) -> dict:
         image = self.cluster.metadata()
         with self._lock:
-            self._image = image
+            self.image = image
             self._fetched_at = time.monotonic()
         return image
 
     def _current(self) -> dict:
-        if not self._image or time.monotonic() - self._fetched_at > self.max_age_s:
+        if not self.image or time.monotonic() - self._fetched_at > self.max_age_s:
             return self.refresh()
-        return self._image
+        return self.image
 
     def partitions_for(self, topic: str, max_block_ms: int = 60_000) -> list[int]:
         """The topic's partitions, waiting up to max.block.ms for it to appear."""
         image = self._current()
-        cached = self._partitions.get(topic)
+        cached = self.partitions_by_topic.get(topic)
         if cached is not None and cached[0] is image:
             return cached[1]
         deadline = time.monotonic() + max_block_ms / 1000
@@ -57,7 +60,7 @@ class ClientMetadata:
             time.sleep(0.1)
             image = self.refresh()
         partitions = sorted(image["topics"][topic])
-        self._partitions[topic] = (image, partitions)
+        self.partitions_by_topic[topic] = (image, partitions)
         return partitions
 
     def brokers(self) -> list[int]:
@@ -67,8 +70,8 @@ class ClientMetadata:
     def cached_partitions(self, topic: str) -> list[int] | None:
         """The topic's partitions from the current image without reading the clock (a
         producer's send asks this for every record; age is checked on the sender's side)."""
-        cached = self._partitions.get(topic)
-        if cached is not None and cached[0] is self._image:
+        cached = self.partitions_by_topic.get(topic)
+        if cached is not None and cached[0] is self.image:
             return cached[1]
         return None
 

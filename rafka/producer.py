@@ -103,6 +103,7 @@ class Producer:
                 self.idempotent = False
         self.cluster = cluster
         self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"])
+        self._partitions_by_topic = self.metadata.partitions_by_topic
         self._key_ser = serializer(c["key.serializer"], "key.serializer")
         self._value_ser = serializer(c["value.serializer"], "value.serializer")
         self._value_ser_default = c["value.serializer"] is None
@@ -188,8 +189,10 @@ class Producer:
             return failed_future(RecordTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than "
                 f"{self._max_request_size}, the value of max.request.size."), topic)
-        partitions = self.metadata.cached_partitions(topic) or \
-            self.metadata.partitions_for(topic, self._max_block_ms)
+        # ClientMetadata.cached_partitions, inlined: send runs per record.
+        cached = self._partitions_by_topic.get(topic)
+        partitions = cached[1] if cached is not None and cached[0] is self.metadata.image \
+            else self.metadata.partitions_for(topic, self._max_block_ms)
         sticky = False
         if partition is not None:
             if partition not in partitions:
