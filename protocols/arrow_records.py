@@ -216,15 +216,16 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
 _INLINE = 12   # an Arrow binary view holds up to 12 bytes itself; longer ones point at data
 
 
-def _binary_from(body: bytes, start: np.ndarray, length: np.ndarray) -> pa.Array:
-    """The byte strings at ``start`` with ``length`` (-1: null) in ``body``, as one Arrow
-    binary array: Arrow binary views over the body (built for all records at once), which
-    Arrow then compacts into a plain binary array in C."""
+def _binary_from(body: bytes, arr: np.ndarray, start: np.ndarray, length: np.ndarray
+                 ) -> pa.Array:
+    """The byte strings at ``start`` with ``length`` (-1: null) in ``body`` (``arr``: it
+    padded, ``columnar.padded``), as one Arrow binary array: Arrow binary views over the
+    body (built for all records at once), which Arrow then compacts into a plain binary
+    array in C."""
     count = len(length)
     nulls = length < 0
     if nulls.all():
         return pa.nulls(count, pa.binary())
-    arr = np.frombuffer(body + bytes(_INLINE), np.uint8)
     present = np.maximum(length, 0)
     views = np.zeros((count, 16), np.uint8)
     views[:, 0:4] = present.astype("<i4").view(np.uint8).reshape(count, 4)
@@ -256,15 +257,16 @@ def decode_columns(body: bytes, count: int, base_offset: int, base_timestamp: in
                    append_time: int | None) -> dict[str, pa.Array] | None:
     """The columns of a decompressed batch body (see ``RecordBatch.arrow_columns``), or
     None off the common path."""
-    located = columnar.locate_records(body, count)
+    arr = columnar.padded(body)
+    located = columnar.locate_records(body, count, arr)
     if located is None:
         return None
     timestamps = (np.full(count, append_time, np.int64) if append_time is not None
                   else located.timestamp_delta + base_timestamp)
     return {"offset": pa.array(located.offset_delta + base_offset, pa.int64()),
             "timestamp": pa.array(timestamps, pa.int64()),
-            "key": _binary_from(body, located.key_start, located.key_length),
-            "value": _binary_from(body, located.value_start, located.value_length)}
+            "key": _binary_from(body, arr, located.key_start, located.key_length),
+            "value": _binary_from(body, arr, located.value_start, located.value_length)}
 
 
 def columns_from_tuples(records: Sequence[tuple]) -> dict[str, pa.Array]:

@@ -22,13 +22,22 @@ import numpy as np
 
 from protocols.varint import decode_unsigned_varint
 
-__all__ = ["RecordColumns", "locate_records", "record_columns", "record_tuples"]
+__all__ = ["RecordColumns", "locate_records", "padded", "record_columns", "record_tuples"]
 
 # Below this many records numpy's fixed cost per call outweighs the per-record loop it saves.
 MIN_RECORDS = 16
 
 # The longest timestamp delta taken here: 9 bytes hold 63 bits, all an int64 column holds.
 _MAX_VARLONG = 9
+# Zero bytes after a body, so that reading a varint (or an Arrow view's 12 inline bytes) at
+# any position within it stays inside the array.
+PADDING = 16
+
+
+def padded(body: bytes) -> np.ndarray:
+    """The body as bytes with ``PADDING`` zeros after it: made once per batch, shared by
+    every vectorised read of it."""
+    return np.frombuffer(body + bytes(PADDING), dtype=np.uint8)
 
 
 class RecordColumns(NamedTuple):
@@ -52,7 +61,7 @@ def _zigzag_width(values: np.ndarray) -> np.ndarray:
     return width
 
 
-def _guessed_starts(body: bytes, count: int):
+def _guessed_starts(body: bytes, count: int, arr: np.ndarray):
     """Where each record begins when the records differ only in their offset delta (a bulk
     producer's usually do: same key and value sizes, same timestamp delta width), found
     without a loop: guess every record's length from the first one's, then check, all at
@@ -70,7 +79,6 @@ def _guessed_starts(body: bytes, count: int):
     starts = np.cumsum(size) - size
     if int(starts[-1] + size[-1]) != len(body):
         return None
-    arr = np.frombuffer(body + bytes(_MAX_VARLONG), dtype=np.uint8)
     decoded = _varints(arr, starts, 5)
     if decoded is None or not np.array_equal(decoded[0], lengths) \
             or not (decoded[1] == size - lengths).all():
@@ -78,11 +86,11 @@ def _guessed_starts(body: bytes, count: int):
     return starts
 
 
-def _record_starts(body: bytes, count: int):
+def _record_starts(body: bytes, count: int, arr: np.ndarray):
     """Where each of ``count`` records begins; None unless they end exactly at the body's
     end (the one loop per record: each length varint locates the next record, unless
     ``_guessed_starts`` finds them all at once)."""
-    guessed = _guessed_starts(body, count)
+    guessed = _guessed_starts(body, count, arr)
     if guessed is not None:
         return guessed
     starts = [0] * count
@@ -133,15 +141,18 @@ def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int):
     return None
 
 
-def locate_records(body: bytes, count: int) -> RecordColumns | None:
+def locate_records(body: bytes, count: int, arr: np.ndarray | None = None
+                   ) -> RecordColumns | None:
     """The columns of a decompressed batch body holding ``count`` records, or None when the
-    batch is not on the common path (see the module's docstring)."""
-    starts = _record_starts(body, count)
-    if starts is None:
-        return None
+    batch is not on the common path (see the module's docstring). ``arr``: ``padded(body)``
+    when the caller has it."""
     # Padding: every read starts at or before the body's end (each field is checked to end
     # within its record before the next is read) and reads at most 9 bytes on.
-    arr = np.frombuffer(body + bytes(_MAX_VARLONG), dtype=np.uint8)
+    if arr is None:
+        arr = padded(body)
+    starts = _record_starts(body, count, arr)
+    if starts is None:
+        return None
     pos = np.asarray(starts, dtype=np.int64)
     decoded = _varints(arr, pos, 5)
     if decoded is None:

@@ -103,7 +103,7 @@ def test_records_of_one_size_are_located_without_a_loop_however_many(n, size, ke
     # 64, 2 below 8192, 3 above), so every start follows from the first record.
     data = encode_batch([Record(b"k" if keyed else None, b"v" * size, 7)] * n)
     body = body_of(data)
-    guessed = columnar._guessed_starts(body, n)
+    guessed = columnar._guessed_starts(body, n, columnar.padded(body))
     assert guessed is not None
     columnar_answer, per_record = both(data)
     assert columnar_answer == per_record
@@ -116,4 +116,4 @@ def test_a_length_spelled_in_more_bytes_than_it_needs_is_not_guessed():
     body = bytearray(body_of(encode_batch(records)))
     second = body[0] // 2 + 1
     body[second:second + 1] = bytes([body[second] | 0x80, 0x00])
-    assert columnar._guessed_starts(bytes(body), N) is None
+    assert columnar._guessed_starts(bytes(body), N, columnar.padded(bytes(body))) is None
