@@ -154,7 +154,7 @@ class _PartitionState:
 @dataclass(eq=False)
 class _HostFetch:
     """A fetch in flight to one leader host (Kafka's FetchRequest to one node)."""
-    future: ClientRequest | None
+    request: ClientRequest | None
     partitions: list[TopicPartition]   # every partition it fetches (named or in the session)
     was_full: bool
 
@@ -597,7 +597,7 @@ class Consumer:
             payload = encode_fetch_many_request(request)
             self._request_bytes[host_id] = len(payload)
             try:
-                fetch.future = self._network.send(host_id, host, API_FETCH, payload)
+                fetch.request = self._network.send(host_id, host, API_FETCH, payload)
             except Exception as e:  # no connection to the host
                 session.handle_error()
                 for tp in requests:
@@ -621,7 +621,7 @@ class Consumer:
     def _collect(self, timeout_s: float, also: list = ()) -> None:
         """Wait up to ``timeout_s`` for a fetch answer (or one of ``also``: the group's
         JoinGroup / SyncGroup in flight) and buffer whatever fetches are answered."""
-        pending = {fetch.future: host_id for host_id, fetch in self._fetches.items()}
+        pending = {fetch.request: host_id for host_id, fetch in self._fetches.items()}
         if not pending and not also:
             if timeout_s > 0:
                 time.sleep(min(timeout_s, self.config["retry.backoff.ms"] / 1000))
@@ -635,10 +635,10 @@ class Consumer:
                 future.add_done_callback(lambda _: self._network.wakeup())
             watched[ref] = future
         self._watched = watched
-        if not any(f.done for f in pending) and not any(f.done() for f in watched.values()):
+        if not any(r.done for r in pending) and not any(f.done() for f in watched.values()):
             self._network.poll(timeout_s)
-        for future, host_id in pending.items():   # everything that is ready, not just one
-            if future.done:
+        for request, host_id in pending.items():   # everything that is ready, not just one
+            if request.done:
                 self._complete_fetch(self._fetches.pop(host_id), self._sessions[host_id])
 
     def _complete_fetch(self, fetch: "_HostFetch", session: FetchSessionHandler) -> None:
@@ -649,7 +649,7 @@ class Consumer:
                 st.in_flight = None
                 mine[tp] = st
         try:
-            response = decode_fetch_many_response(fetch.future.result())
+            response = decode_fetch_many_response(fetch.request.result())
         except Exception as e:   # the leader's host died under the request
             session.handle_error()
             for tp, st in mine.items():

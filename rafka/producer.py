@@ -464,12 +464,12 @@ class Producer:
         self._in_flight.append(_InFlight(future, request.batches, request.host_id,
                                          time.monotonic()))
 
-    def _complete(self, done: set) -> None:
-        finished = [e for e in self._in_flight if e.future in done]
+    def _complete(self, done: set[ClientRequest]) -> None:
+        finished = [e for e in self._in_flight if e.request in done]
         for entry in finished:
             try:
                 results = [r for _, _, r in decode_produce_many_response(
-                    entry.future.result())]
+                    entry.request.result())]
             except Exception as e:  # the leader's host died mid-request
                 results = [ProduceResult(error=NetworkError(f"{type(e).__name__}: {e}"))
                            ] * len(entry.batches)
@@ -491,7 +491,7 @@ class Producer:
         now = time.monotonic()
         stale = [e for e in self._in_flight if now - e.sent > timeout]
         for entry in stale:
-            self._network.abandon(entry.future)
+            self._network.abandon(entry.request)
             self.sender.request_done(entry.host_id)
             for batch in entry.batches:
                 self._retry_or_fail(batch, KafkaTimeoutError(
@@ -540,7 +540,7 @@ class Producer:
 @dataclass(eq=False)
 class _InFlight:
     """One produce request awaiting its answer: its batches, in the request's order."""
-    future: ClientRequest
+    request: ClientRequest
     batches: list[ProducerBatch]
     host_id: str
     sent: float  # time.monotonic()
