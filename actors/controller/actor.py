@@ -3,7 +3,8 @@
 A broker becomes controller by creating the actor named ``controller`` in the cluster's
 namespace; Ray's named-actor uniqueness plays ZooKeeper's ephemeral ``/controller`` node
 (the actor is owned by that broker and dies with it, which frees the name). The state is
-checkpointed after every change, with its controller epoch, to Ray's GCS key-value store and
+checkpointed, with its controller epoch, before any change's messages go out or its caller
+is answered (group commits, written off the event loop), to Ray's GCS key-value store and
 to ``<data_dir>/__cluster_metadata/`` (so a cluster restarted on a new Ray instance still
 finds its topics); a new controller loads it and bumps the epoch. A controller that finds a
 newer epoch in the store is a zombie: it stops deciding and exits.
@@ -83,7 +84,12 @@ class ControllerActor:
             b: info.incarnation for b, info in self.state.brokers.items() if info.incarnation}
         self._queues: dict[int, asyncio.Queue] = {}
         self._senders: dict[int, asyncio.Task] = {}
-        self._lock = asyncio.Lock()
+        # Group commit (``_apply``): changes made, changes a stored checkpoint holds, the
+        # messages of changes not yet stored, the checkpoint being written.
+        self._changed = 0
+        self._durable = 0
+        self._outbox: list[tuple[int, list]] = []
+        self._writer: asyncio.Task | None = None
         self._checkpoint()
         log.info("controller %s: epoch %d on broker %d", cluster_name,
                  self.state.controller_epoch, host_broker_id)
@@ -100,18 +106,47 @@ class ControllerActor:
 
     # ---- checkpoints and fencing -----------------------------------------------------------
     def _checkpoint(self) -> None:
+        """Store the state now (at start, before anything else runs)."""
+        if not self._store(self._snapshot_bytes()):
+            self._fenced()
+
+    def _snapshot_bytes(self) -> bytes:
+        return msgpack.packb(self.state.to_snapshot(), use_bin_type=True)
+
+    def _store(self, data: bytes) -> bool:
+        """Write a checkpoint to the GCS and the disk (in a worker thread once running):
+        False, and nothing written, when a newer controller's checkpoint is there."""
         stored = _internal_kv_get(SNAPSHOT_KEY.format(name=self.name))
         if stored and msgpack.unpackb(stored, strict_map_key=False)["controller_epoch"] > \
                 self.state.controller_epoch:
-            # A successor exists: everything we would decide now is void.
-            log.error("controller epoch %d fenced by a newer controller; exiting",
-                      self.state.controller_epoch)
-            ray.actor.exit_actor()
-        data = msgpack.packb(self.state.to_snapshot(), use_bin_type=True)
+            return False
         _internal_kv_put(SNAPSHOT_KEY.format(name=self.name), data, overwrite=True)
         directory = self.data_dir / METADATA_DIR
         directory.mkdir(parents=True, exist_ok=True)
         write_atomically(directory / "snapshot.msgpack", data)
+        return True
+
+    def _fenced(self) -> None:
+        # A successor exists: everything we would decide now is void.
+        log.error("controller epoch %d fenced by a newer controller; exiting",
+                  self.state.controller_epoch)
+        ray.actor.exit_actor()
+
+    async def _write_checkpoint(self) -> None:
+        """One group commit: the state as it is now, covering every change made so far, is
+        stored off the event loop (heartbeats and metadata are answered meanwhile); then the
+        messages of the changes it covers are sent, in the order the changes were made."""
+        try:
+            covered = self._changed
+            if not await asyncio.to_thread(self._store, self._snapshot_bytes()):
+                self._fenced()
+            self._durable = covered
+            ready = [msgs for n, msgs in self._outbox if n <= covered]
+            self._outbox = [(n, msgs) for n, msgs in self._outbox if n > covered]
+            for msgs in ready:
+                self._dispatch(msgs)
+        finally:
+            self._writer = None
 
     async def _schedule_background(self) -> None:
         """The auto-rebalance task, on this node's timer actor (scheduled again if it
@@ -148,17 +183,28 @@ class ControllerActor:
             self._arm_session_check()
 
     async def _apply(self, change, quiet_is_no_change: bool = False) -> Any:
-        """Run one state change under the lock, checkpoint, send what it produced.
-        ``change`` returns the messages, or (messages, result). With ``quiet_is_no_change``
-        (periodic checks), a change that sends nothing changed nothing to checkpoint: the
-        snapshot grows with the partition count, and these run every second."""
-        async with self._lock:
-            out = change()
-            msgs, result = out if isinstance(out, tuple) else (out, None)
-            if msgs or not quiet_is_no_change:
-                self._checkpoint()
-            self._dispatch(msgs)
+        """Make one state change, and once a checkpoint holds it, send what it produced and
+        answer. ``change`` returns the messages, or (messages, result). With
+        ``quiet_is_no_change`` (periodic checks), a change that sends nothing changed nothing
+        to checkpoint.
+
+        Checkpoints are group commits: a change made while one is being written waits for
+        the next, which covers every change made meanwhile (Kafka's controller appends its
+        records in batches too). One checkpoint per change, each a whole snapshot written
+        on the event loop, blocked it for seconds under a burst of AlterPartitions at 1,000
+        partitions, long enough for the brokers to fence it."""
+        out = change()   # synchronous: changes are made one at a time, in arrival order
+        msgs, result = out if isinstance(out, tuple) else (out, None)
+        if not msgs and quiet_is_no_change:
             return result
+        self._changed += 1
+        mine = self._changed
+        self._outbox.append((mine, msgs))
+        while self._durable < mine:
+            if self._writer is None:
+                self._writer = asyncio.get_running_loop().create_task(self._write_checkpoint())
+            await asyncio.shield(self._writer)
+        return result
 
     def _dispatch(self, messages: Iterable) -> None:
         by_broker: dict[int, list] = {}

@@ -161,6 +161,24 @@ def test_killing_the_controllers_owner_moves_the_controller_and_fences_the_old_e
     producer.close()
 
 
+def test_every_change_the_controller_answered_survives_its_death(cluster):
+    """The controller answers a change only once a checkpoint holds it. Changes arriving
+    together share checkpoints (group commits, written off its event loop), and still each
+    one answered is in the state the next controller loads after a SIGKILL."""
+    before = cluster.admin().describe_cluster()
+    controller = cluster.controller()
+    names = [f"burst-{i}" for i in range(40)]
+    answers = ray.get([controller.create_topic.remote(n, 1, 1, None, None) for n in names])
+    assert [decode(a) for a in answers] == [None] * len(names)
+    os.kill(cluster.broker_pid(before.controller_id), signal.SIGKILL)
+    wait_until(lambda: cluster.admin().describe_cluster().controller_epoch
+               == before.controller_epoch + 1, 60, "a new controller")
+    assert set(names) <= set(cluster.metadata()["topics"])
+    producer = rafka.Producer(cluster)
+    assert producer.send(names[-1], b"x").result(30).offset == 0   # its leader serves
+    producer.close()
+
+
 def test_a_frozen_controller_is_fenced_and_replaced(cluster):
     """SIGSTOP keeps the process (and so the actor's name) alive but silent: the brokers must
     notice the missed answers within a session timeout, kill it and elect another."""
