@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -32,7 +33,7 @@ from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
 from actors.timer.wheel import TimerTask
 from protocols.errors import InvalidRequestError, KafkaError
-from protocols.messages import AlterPartition
+from protocols.messages import AlterPartition, UpdateMetadata
 from protocols.wire import decode, encode
 from storage.checkpoint import write_atomically
 
@@ -82,7 +83,9 @@ class ControllerActor:
                 self.state.cold_start()
         self.incarnations: dict[int, str] = {
             b: info.incarnation for b, info in self.state.brokers.items() if info.incarnation}
-        self._queues: dict[int, asyncio.Queue] = {}
+        # Per broker: batches not yet sent, in order; what wakes its sender; the sender.
+        self._waiting: dict[int, deque[list]] = {}
+        self._wakeups: dict[int, asyncio.Event] = {}
         self._senders: dict[int, asyncio.Task] = {}
         # Group commit (``_apply``): changes made, changes a stored checkpoint holds, the
         # messages of changes not yet stored, the checkpoint being written.
@@ -101,8 +104,9 @@ class ControllerActor:
         self._session_check: TimerTask | None = None
         self._session_check_due = 0
         self._arm_session_check()
-        # A strong reference: the event loop keeps only weak ones to its tasks.
+        # Strong references: the event loop keeps only weak ones to its tasks.
         self._background = asyncio.get_running_loop().create_task(self._schedule_background())
+        self._lag_watch = asyncio.get_running_loop().create_task(self._watch_loop_lag())
 
     # ---- checkpoints and fencing -----------------------------------------------------------
     def _checkpoint(self) -> None:
@@ -147,6 +151,17 @@ class ControllerActor:
                 self._dispatch(msgs)
         finally:
             self._writer = None
+
+    async def _watch_loop_lag(self) -> None:
+        """Say when this actor's event loop was held up for over a second: brokers fence a
+        controller that leaves their heartbeats unanswered for a session timeout, and the
+        log should then show whether it was busy, and for how long."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(1.0)
+            late = time.monotonic() - before - 1.0
+            if late > 1.0:
+                log.warning("controller: event loop held up for %.1f s", late)
 
     async def _schedule_background(self) -> None:
         """The auto-rebalance task, on this node's timer actor (scheduled again if it
@@ -211,17 +226,30 @@ class ControllerActor:
         for m in messages:
             by_broker.setdefault(m.broker_id, []).append(m)
         for b, batch in by_broker.items():
-            queue = self._queues.get(b)
-            if queue is None:
-                queue = self._queues[b] = asyncio.Queue()
+            waiting = self._waiting.get(b)
+            if waiting is None:
+                waiting = self._waiting[b] = deque()
+                self._wakeups[b] = asyncio.Event()
                 self._senders[b] = asyncio.get_running_loop().create_task(self._sender(b))
-            queue.put_nowait(batch)
+            if any(isinstance(m, UpdateMetadata) for m in batch):
+                # An UpdateMetadata is the whole image: one not sent yet is superseded (at
+                # 1,000 partitions each is ~70 KB, and every ISR change makes one).
+                for queued in waiting:
+                    queued[:] = [m for m in queued if not isinstance(m, UpdateMetadata)]
+            waiting.append(batch)
+            self._wakeups[b].set()
 
     async def _sender(self, broker_id: int) -> None:
-        queue = self._queues[broker_id]
+        waiting, wakeup = self._waiting[broker_id], self._wakeups[broker_id]
         handle = None
         while True:
-            batch = await queue.get()
+            if not waiting:
+                wakeup.clear()
+                await wakeup.wait()
+                continue
+            batch = waiting.popleft()
+            if not batch:
+                continue
             for attempt in range(2):
                 try:
                     if handle is None:

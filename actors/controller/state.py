@@ -522,16 +522,20 @@ class ControllerState:
 
     def metadata_image(self) -> dict:
         live = set(self.live_brokers())
+        topics: dict[str, dict] = {name: {} for name in sorted(self.topics)}
+        # One pass over the partitions (sorted), not one per topic: this image goes out
+        # after every ISR change.
+        for (t, p), st in sorted(self.partitions.items()):
+            entries = topics.get(t)
+            if entries is not None:
+                entries[p] = {"leader": st.leader, "leader_epoch": st.leader_epoch,
+                              "replicas": list(st.replicas), "isr": list(st.isr),
+                              "offline_replicas": [r for r in st.replicas if r not in live]}
         return {
             "controller_epoch": self.controller_epoch,
             "brokers": {b: {"rack": i.rack, "incarnation": i.incarnation}
                         for b, i in sorted(self.brokers.items()) if i.alive},
-            "topics": {
-                name: {p: {"leader": st.leader, "leader_epoch": st.leader_epoch,
-                           "replicas": list(st.replicas), "isr": list(st.isr),
-                           "offline_replicas": [r for r in st.replicas if r not in live]}
-                       for (t, p), st in sorted(self.partitions.items()) if t == name}
-                for name in sorted(self.topics)},
+            "topics": topics,
             "configs": {name: dict(cfg) for name, cfg in sorted(self.topics.items())},
         }
 
