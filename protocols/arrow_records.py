@@ -16,6 +16,7 @@ varints) is decoded record by record and then converted.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ _MAX_VARINT = 10
 
 class EncodedBody(NamedTuple):
     """A batch body and what the batch header needs from it."""
-    body: bytes
+    body: bytearray
     count: int
     base_timestamp: int
     max_timestamp: int
@@ -84,8 +85,12 @@ def _lengths(array: pa.Array) -> np.ndarray:
 
 def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Kafka's zig-zag varints of int64 ``values``: (width per value, bytes (n, width max))."""
-    z = ((values << 1) ^ (values >> 63)).astype(np.uint64)
     n = len(values)
+    if n > 1 and values[0] == values[-1] and values.min() == values.max():
+        # One value for all (a length or a timestamp delta usually is): its bytes, repeated.
+        width, groups = _varints(values[:1])
+        return np.broadcast_to(width, (n,)), np.broadcast_to(groups, (n, groups.shape[1]))
+    z = ((values << 1) ^ (values >> 63)).astype(np.uint64)
     groups = [z & np.uint64(0x7F)]
     width = np.ones(n, np.int64)
     rest = z >> np.uint64(7)
@@ -98,23 +103,44 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return width, np.stack(groups, axis=1).astype(np.uint8)
 
 
+@functools.lru_cache(maxsize=8)
+def _offset_deltas(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The varints of offset deltas 0 .. count-1: the same for every batch of ``count``
+    records (read-only: shared)."""
+    width, groups = _varints(np.arange(count, dtype=np.int64))
+    width.flags.writeable = groups.flags.writeable = False
+    return width, groups
+
+
 def _byte_runs(fields: list) -> pa.Array:
     """Per record, the bytes of ``fields`` one after another, as a binary array. A field is
-    ``(width, groups)`` from ``_varints`` or one constant byte (an int)."""
+    ``(width, groups)`` from ``_varints`` or one constant byte (an int).
+
+    Each record's run starts where the widths before it end (a cumulative sum), and each
+    field's j-th bytes are written there for every record at once: a scatter per field and
+    byte, masked only for bytes past the field's narrowest varint."""
     count = len(next(f for f in fields if not isinstance(f, int))[0])
-    matrices, masks = [], []
+    total = np.zeros(count, np.int64)
+    for field in fields:
+        total += 1 if isinstance(field, int) else field[0]
+    offsets = np.zeros(count + 1, np.int32)
+    np.cumsum(total, out=offsets[1:])
+    data = np.empty(int(offsets[-1]), np.uint8)
+    pos = offsets[:-1].astype(np.int64)
     for field in fields:
         if isinstance(field, int):
-            matrices.append(np.full((count, 1), field, np.uint8))
-            masks.append(np.ones((count, 1), bool))
-        else:
-            width, groups = field
-            matrices.append(groups)
-            masks.append(np.arange(groups.shape[1])[None, :] < width[:, None])
-    mask = np.concatenate(masks, axis=1)
-    data = np.concatenate(matrices, axis=1)[mask]
-    offsets = np.zeros(count + 1, np.int32)
-    np.cumsum(mask.sum(axis=1), out=offsets[1:])
+            data[pos] = field
+            pos += 1
+            continue
+        width, groups = field
+        narrowest = int(width.min())
+        for j in range(groups.shape[1]):
+            if j < narrowest:
+                data[pos + j] = groups[:, j]
+            else:
+                longer = width > j
+                data[pos[longer] + j] = groups[longer, j]
+        pos += width
     return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
                                                       pa.py_buffer(data)])
 
@@ -190,7 +216,7 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
         key_len = _lengths(key_array)
     stamps = timestamp_column(timestamps, count, now_ms)
     base_ts = int(stamps[0])
-    ts, off = _varints(stamps - base_ts), _varints(np.arange(count, dtype=np.int64))
+    ts, off = _varints(stamps - base_ts), _offset_deltas(count)
     key_field, value_field = _varints(key_len), _varints(value_len)
     header_array = as_headers(headers, count)
     if header_array is None:
@@ -200,15 +226,17 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
         header_len = pc.binary_length(header_field).to_numpy().astype(np.int64)
     record_len = (1 + ts[0] + off[0] + key_field[0] + np.maximum(key_len, 0)
                   + value_field[0] + np.maximum(value_len, 0) + header_len)
-    pieces = [_byte_runs([_varints(record_len), _ATTRIBUTES, ts, off, key_field])]
-    if key_array is not None:
-        pieces.append(pc.fill_null(key_array, _EMPTY))
-    pieces += [_byte_runs([value_field]), pc.fill_null(value_array, _EMPTY), header_field]
+    head = [_varints(record_len), _ATTRIBUTES, ts, off, key_field]
+    if key_array is None:   # nothing between the null key's length and the value's
+        pieces = [_byte_runs(head + [value_field])]
+    else:
+        pieces = [_byte_runs(head), pc.fill_null(key_array, _EMPTY), _byte_runs([value_field])]
+    pieces += [pc.fill_null(value_array, _EMPTY), header_field]
     records = pc.binary_join_element_wise(*pieces, _EMPTY)
     offsets = records.buffers()[1]
     start, end = np.frombuffer(offsets, np.int32, count=count + 1,
                                offset=records.offset * 4)[[0, -1]]
-    body = records.buffers()[2].to_pybytes()[start:end]
+    body = bytearray(memoryview(records.buffers()[2])[start:end])   # the one copy
     return EncodedBody(body, count, base_ts, int(stamps.max()))
 
 

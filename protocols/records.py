@@ -169,7 +169,7 @@ class MemoryRecordsBuilder:
             values, keys, timestamps, headers,
             now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
         builder = cls()
-        builder.body = bytearray(encoded.body)
+        builder.body = encoded.body
         builder.count = encoded.count
         builder.base_timestamp = encoded.base_timestamp
         builder.max_timestamp = encoded.max_timestamp

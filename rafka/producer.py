@@ -83,6 +83,19 @@ PRODUCER_CONFIG = (
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 
 
+def _rows(array, indices: np.ndarray):
+    """``array``'s rows at ``indices`` (None stays None): a zero-copy slice when they run
+    without a gap, as a batch of key-less or one-partition records does (Arrow's take
+    copies every value: ~100 ns a record of 100 bytes)."""
+    if array is None:
+        return None
+    first = int(indices[0])
+    if int(indices[-1]) - first + 1 == len(indices) and (
+            len(indices) < 3 or bool((np.diff(indices) == 1).all())):
+        return array.slice(first, len(indices))
+    return array.take(indices)
+
+
 class Producer:
     def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
         c = self.config = PRODUCER_CONFIG.parse(config, **kwargs)
@@ -279,9 +292,8 @@ class Producer:
             if tp is None:
                 tp = self._tps[(topic, p)] = TopicPartition(topic, p)
             builder = MemoryRecordsBuilder.from_columns(
-                value_array.take(indices),
-                None if key_array is None else key_array.take(indices), stamps[indices],
-                None if header_array is None else header_array.take(indices))
+                _rows(value_array, indices), _rows(key_array, indices), stamps[indices],
+                _rows(header_array, indices))
             with self._lock:
                 if not self.accumulator.has_room_for(builder.size_in_bytes):
                     self._wait_for_room(builder.size_in_bytes)
