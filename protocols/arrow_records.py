@@ -264,13 +264,21 @@ def _binary_from(body: bytes, arr: np.ndarray, start: np.ndarray, length: np.nda
         short, long_ = None, slice(None)
     else:
         short, long_ = inline, ~inline
+    # The body's bytes read 4 at a time from any position (a view with a stride of one
+    # byte): a view's bytes are gathered a word at a time, not byte by byte.
+    at = np.ndarray((len(arr) - 3,), "<u4", arr, 0, (1,))
+    words = views.view("<u4")   # (count, 4): length, then inline bytes or prefix, 0, offset
     if short is not None:
-        head = arr[start[short][:, None] + np.arange(_INLINE)[None, :]]
+        first = start[short]
+        head = np.empty((len(first), 3), "<u4")
+        for i in range(3):
+            head[:, i] = at[first + 4 * i]
+        head = head.view(np.uint8)   # (n, 12): zero past each value's length
         head[np.arange(_INLINE)[None, :] >= present[short][:, None]] = 0
         views[short, 4:16] = head
     if long_ is not None:
-        views[long_, 4:8] = arr[start[long_][:, None] + np.arange(4)[None, :]]  # the prefix
-        views[long_, 12:16] = start[long_].astype("<i4").view(np.uint8).reshape(-1, 4)
+        words[long_, 1] = at[start[long_]]   # the prefix
+        words[long_, 3] = start[long_]
     null_count = int(nulls.sum())
     validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(pa.binary_view(), count,

@@ -66,7 +66,8 @@ def _guessed_starts(body: bytes, count: int, arr: np.ndarray):
     producer's usually do: same key and value sizes, same timestamp delta width), found
     without a loop: guess every record's length from the first one's, then check, all at
     once, that each guessed start holds a length varint saying exactly the guessed length
-    and that the last record ends at the body's end. None when the guess is wrong."""
+    and that the last record ends at the body's end. ``(starts, (lengths, their widths))``,
+    or None when the guess is wrong."""
     try:
         z, _ = decode_unsigned_varint(body, 0)
     except Exception:
@@ -83,13 +84,13 @@ def _guessed_starts(body: bytes, count: int, arr: np.ndarray):
     if decoded is None or not np.array_equal(decoded[0], lengths) \
             or not (decoded[1] == size - lengths).all():
         return None   # another length, or one spelled in more bytes than it needs
-    return starts
+    return starts, decoded
 
 
 def _record_starts(body: bytes, count: int, arr: np.ndarray):
     """Where each of ``count`` records begins; None unless they end exactly at the body's
     end (the one loop per record: each length varint locates the next record, unless
-    ``_guessed_starts`` finds them all at once)."""
+    ``_guessed_starts`` finds them all at once, and with them the length varints)."""
     guessed = _guessed_starts(body, count, arr)
     if guessed is not None:
         return guessed
@@ -112,7 +113,7 @@ def _record_starts(body: bytes, count: int, arr: np.ndarray):
             pos += z >> 1
     except Exception:                   # ran off the end, or a varint past 10 bytes
         return None
-    return starts if pos == len(body) else None
+    return (starts, None) if pos == len(body) else None
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int):
@@ -150,13 +151,15 @@ def locate_records(body: bytes, count: int, arr: np.ndarray | None = None
     # within its record before the next is read) and reads at most 9 bytes on.
     if arr is None:
         arr = padded(body)
-    starts = _record_starts(body, count, arr)
-    if starts is None:
+    located = _record_starts(body, count, arr)
+    if located is None:
         return None
+    starts, decoded = located
     pos = np.asarray(starts, dtype=np.int64)
-    decoded = _varints(arr, pos, 5)
     if decoded is None:
-        return None
+        decoded = _varints(arr, pos, 5)
+        if decoded is None:
+            return None
     length, width = decoded
     end = pos + width + length
     pos = pos + width + 1               # past the attributes byte
@@ -183,8 +186,8 @@ def locate_records(body: bytes, count: int, arr: np.ndarray | None = None
         pos = start + np.maximum(size, 0)
         if (pos > end).any():
             return None
-    decoded = _varints(arr, pos, 5)     # the header count: none on the common path
-    if decoded is None or decoded[0].any() or not np.array_equal(pos + decoded[1], end):
+    # The header count: none on the common path, a single zero byte ending the record.
+    if arr[pos].any() or not np.array_equal(pos + 1, end):
         return None
     return RecordColumns(columns[1], columns[0], *columns[2:])
 
