@@ -11,8 +11,13 @@ of ``--partitions`` partitions at ``--replication-factor``:
   constant value of ``--value-size`` bytes), null keys, the sink's acks=all, ``--passes``
   times, each to a topic of its own (the first pass starts Spark's Python workers and
   their Ray connections);
-- read ``count()``: ``spark.read.format("rafka")...load().count()``, ``--passes`` times;
-- read ``groupBy(key).count()`` on a topic of the same records with 1,000 distinct keys;
+- Spark's own floor: ``count()`` of a Python data source with as many partitions that yields
+  one row per partition and does no I/O (planning, a Python worker per task, the job's two
+  stages): every ``format("rafka")`` query pays it too, so it is printed beside them;
+- read ``count()``: ``spark.read.format("rafka")...load().count()``, ``--read-passes`` times,
+  and the median of the passes after the JVM's JIT has warmed (the second half);
+- read ``groupBy(key).count()`` on a topic of the same records with 1,000 distinct keys,
+  ``--passes`` times;
 - Ray Data: ``rafka.ray.read_topic(...).count()`` and a read of every block.
 
 A progress line (stderr) shows each run's records and seconds while it goes.
@@ -72,6 +77,39 @@ class Progress:
         print("\r" + " " * 72 + "\r", end="", file=sys.stderr, flush=True)
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def register_floor_source(spark, partitions: int) -> None:
+    """``format("spark-floor")``: one row per partition, no I/O: what any Python data source's
+    ``count()`` costs on this machine before reading a record."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class FloorReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition):
+            yield pa.RecordBatch.from_pydict({"value": pa.array([b"x"], pa.binary())})
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "spark-floor"
+
+        def schema(self):
+            return "value binary"
+
+        def reader(self, schema):
+            return FloorReader()
+
+    spark.dataSource.register(FloorSource)
+
+
 def written(consumer, topic: str, partitions: int):
     """A probe: how many records the topic holds (its end offsets' sum)."""
     tps = [(topic, p) for p in range(partitions)]
@@ -85,7 +123,10 @@ def main(argv=None) -> int:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--passes", type=int, default=2,
-                        help="writes and count() reads, each (the first warms up)")
+                        help="writes and groupBy reads, each (the first warms up)")
+    parser.add_argument("--read-passes", type=int, default=8,
+                        help="count() reads (the JVM compiles the read path over the first "
+                             "few; the median of the second half is printed)")
     parser.add_argument("--profile", action="store_true",
                         help="print CPU seconds per process (from /proc) after each run")
     args = parser.parse_args(argv)
@@ -137,13 +178,31 @@ def main(argv=None) -> int:
                 measured(f"spark write (df.write.format(\"rafka\"), acks=all), pass {i}", n,
                          df.write.format("rafka").option("cluster", cluster.name)
                          .option("topic", topic).mode("append").save)
-        for i in range(1, args.passes + 1):
+        register_floor_source(spark, args.partitions)
+        floors = []
+        for _ in range(args.read_passes):
+            started = time.perf_counter()
+            spark.read.format("spark-floor").load().count()
+            floors.append(time.perf_counter() - started)
+        floor = median(floors[len(floors) // 2:])
+        print(f"spark floor: count() of a Python data source of {args.partitions} partitions "
+              f"and no I/O takes {floor:.3f} s (median of passes {len(floors) // 2 + 1}-"
+              f"{len(floors)}); a format(\"rafka\") query pays it too", flush=True)
+        rates = []
+        for i in range(1, args.read_passes + 1):
             got = []
             with Progress(f"spark read count() pass {i}", n):
-                measured(f"spark read count(), pass {i}", n,
-                         lambda: got.append(read(outs[0]).count()))
+                elapsed = measured(f"spark read count(), pass {i}", n,
+                                   lambda: got.append(read(outs[0]).count()))
+            rates.append(n / elapsed)
             if got != [n]:
                 raise SystemExit(f"count() read {got} records of {n}")
+        warm = rates[len(rates) // 2:]
+        rate = median(warm)
+        print(f"spark read count(), JIT warmed (median of passes {len(rates) - len(warm) + 1}-"
+              f"{len(rates)}): {rate:,.0f} records/sec ({rate * args.value_size / 2**20:.2f} "
+              f"MB/sec); beyond Spark's floor: {n / max(n / rate - floor, 1e-9):,.0f} "
+              "records/sec", flush=True)
 
         # The keyed topic, written through the client's batch API (not measured).
         with rafka.Producer(cluster, {"acks": "1", "batch.size": 1 << 20}) as producer:
@@ -156,14 +215,15 @@ def main(argv=None) -> int:
                                                    keys.slice(0, count)))
             for f in futures:
                 f.result(120)
-        groups = []
-        with Progress("spark read groupBy(key).count()", n):
-            measured(f"spark read groupBy(key).count() ({DISTINCT_KEYS} keys)", n,
-                     lambda: groups.extend(read("spark-keyed").groupBy("key").count()
-                                           .collect()))
-        if sum(r["count"] for r in groups) != n:
-            raise SystemExit(f"groupBy(key).count() counted {sum(r['count'] for r in groups)} "
-                             f"records of {n}")
+        for i in range(1, args.passes + 1):
+            groups = []
+            with Progress(f"spark read groupBy(key).count() pass {i}", n):
+                measured(f"spark read groupBy(key).count() ({DISTINCT_KEYS} keys), pass {i}",
+                         n, lambda: groups.extend(read("spark-keyed").groupBy("key").count()
+                                                  .collect()))
+            if sum(r["count"] for r in groups) != n:
+                raise SystemExit(f"groupBy(key).count() counted "
+                                 f"{sum(r['count'] for r in groups)} records of {n}")
 
         # Ray Data on the same records: count() (planned ranges: no read at all) and a read
         # of every block (Arrow tables from poll_arrow).
