@@ -241,7 +241,8 @@ class _LatencyReader:
         return self.timestamps.tobytes(), self.latencies.tobytes()
 
 
-def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float) -> list[float]:
+def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float,
+               linger_ms: int = 5) -> list[float]:
     """Latencies (ms) of the records produced after ``warmup`` seconds at ``rate``: the
     first second or so pays for connections and actor-handle lookups, which a long-running
     producer pays once."""
@@ -251,7 +252,7 @@ def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float) ->
     from rafka.throttle import ThroughputThrottler
     reader = ray.remote(num_cpus=0)(_LatencyReader).remote(cluster.name, topic)
     ray.get(reader.__ray_ready__.remote())
-    with rafka.Producer(cluster, {"acks": "all"}) as producer:   # linger.ms=5, Kafka 4's
+    with rafka.Producer(cluster, {"acks": "all", "linger.ms": linger_ms}) as producer:
         measured_from_ms = time.time() * 1000 + warmup * 1000
         throttler = ThroughputThrottler(rate)
         for i in range(int(rate * (warmup + seconds))):
@@ -272,6 +273,9 @@ def main(argv=None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=10_000, help="end-to-end records/s")
     parser.add_argument("--latency-seconds", type=float, default=10)
+    parser.add_argument("--latency-linger-ms", type=int, default=5,
+                        help="the end-to-end producer's linger.ms (5: Kafka 4's default; a "
+                             "record waits up to this long for others to join its batch)")
     parser.add_argument("--warmup-seconds", type=float, default=2,
                         help="end-to-end: produce at the rate this long before measuring")
     parser.add_argument("--batch-size", type=int, default=256 * 1024,
@@ -361,10 +365,11 @@ def main(argv=None) -> int:
                     admin.delete_topics([topic])
         fresh_topic(cluster, "e2e", 3)
         lat = measured(end_to_end, cluster, "e2e", args.rate, args.latency_seconds,
-                       args.warmup_seconds)
+                       args.warmup_seconds, args.latency_linger_ms)
         if lat:
             p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
-            print(f"end-to-end latency at {args.rate} records/s (acks=all, RF=3): "
+            print(f"end-to-end latency at {args.rate} records/s (acks=all, RF=3, "
+                  f"linger.ms={args.latency_linger_ms}): "
                   f"{len(lat)} records, p50 {p(0.5):.1f} ms, p95 {p(0.95):.1f} ms, "
                   f"p99 {p(0.99):.1f} ms, p99.9 {p(0.999):.1f} ms, max {lat[-1]:.1f} ms")
     finally:
