@@ -130,6 +130,7 @@ NoReassignmentInProgressError = _error("NoReassignmentInProgressError", 85,
                                        "NO_REASSIGNMENT_IN_PROGRESS")
 InvalidRecordError = _error("InvalidRecordError", 87, "INVALID_RECORD")
 InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95, "INVALID_UPDATE_VERSION")
+UnknownTopicIdError = _error("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True)
 
 
 # Client-side errors that have no protocol code in Kafka (Java exceptions thrown locally).

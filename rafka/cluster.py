@@ -183,6 +183,14 @@ class Cluster:
         each partition's leader, leader epoch, replicas and ISR, topic configs."""
         return decode(_ray().get(self.controller().metadata.remote()))
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of the live brokers' Kafka listeners (``PLAINTEXT``): what a
+        Kafka client's ``bootstrap.servers`` takes."""
+        from protocols.kafka.listeners import bootstrap_servers
+        return bootstrap_servers({b: info.get("endpoints", [])
+                                  for b, info in self.metadata()["brokers"].items()})
+
     def leader(self, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, Any]:
         """(broker id, replica handle) of the partition's leader, once it leads."""
         ray = _ray()

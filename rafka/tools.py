@@ -81,6 +81,7 @@ def run_server(args: argparse.Namespace) -> int:
     print(f"rafka cluster '{args.name}' started: {args.num_brokers} brokers, data in "
           f"{Path(args.data_dir).resolve()}")
     print(f"connect with: rafka topics --cluster {args.name} --address {address} --list")
+    print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
     print("(the same shell environment carries the Ray auth token; Ctrl-C stops the cluster)",
           flush=True)
     while not stop.wait(1):

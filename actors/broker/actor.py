@@ -27,6 +27,8 @@ import ray
 from ray.exceptions import ActorAlreadyExistsError
 
 from actors.broker.config import ClusterConfig
+from actors.broker.kafka_apis import SUPPORTED, KafkaApis
+from actors.broker.socket_server import SocketServer
 from actors.broker.state import BrokerState, ControlledShutdown
 from actors.controller.actor import ControllerActor
 from actors.coordinator.actor import GroupCoordinatorActor
@@ -39,6 +41,7 @@ from actors.replica.placement import default_num_replica_hosts, host_index
 from actors.timer.actor import keep_scheduled, node_timer
 from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
                               StaleControllerEpochError, TopicAlreadyExistsError)
+from protocols.kafka.listeners import advertised, parse_listeners
 from protocols.messages import LeaderAndIsr, StopReplica
 from protocols.topics import OFFSETS_TOPIC, TopicPartition, partition_dir_name
 from protocols.wire import decode, encode
@@ -89,12 +92,25 @@ class BrokerActor:
         self._coordinator = None
         self._heartbeat_task: asyncio.Task | None = None
         self._timer_tasks: asyncio.Task | None = None  # keeps our work on the node's timer
+        b = self.cfg.broker
+        self.listeners = parse_listeners(b["listeners"])
+        self._advertised_config = parse_listeners(b["advertised.listeners"],
+                                                  "advertised.listeners")
+        self.endpoints: list = []   # [[name, host, port]] as advertised, once bound
+        self.kafka_apis = KafkaApis(broker_id, lambda: self.state.image,
+                                    self._auto_create_topic, b["auto.create.topics.enable"])
+        self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
+                                          SUPPORTED, b["socket.request.max.bytes"],
+                                          b["connections.max.idle.ms"])
         asyncio.get_running_loop().create_task(self._boot())
 
     # ---- start -----------------------------------------------------------------------------
     async def _boot(self) -> None:
         try:
             self.timer = await node_timer(self.namespace)
+            bound = await self.socket_server.start()
+            self.endpoints = [[e.name, e.host, e.port] for e in
+                              advertised(self.listeners, bound, self._advertised_config)]
             await self._start_hosts()
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker
@@ -236,7 +252,7 @@ class BrokerActor:
 
     async def _register(self, controller) -> None:
         self.state.on_registered(await controller.register_broker.remote(
-            self.broker_id, self.incarnation, self.rack))
+            self.broker_id, self.incarnation, self.rack, self.endpoints))
 
     async def _heartbeats(self) -> None:
         interval = self.cfg.broker["broker.heartbeat.interval.ms"] / 1000
@@ -455,6 +471,22 @@ class BrokerActor:
         await asyncio.gather(*[h.isr_expiry.remote() for h in self._all_hosts()],
                              return_exceptions=True)
 
+    async def _auto_create_topic(self, name: str) -> KafkaError | None:
+        """Kafka's auto.create.topics.enable: a Metadata request naming a topic that does not
+        exist creates it with the cluster's num.partitions and default.replication.factor."""
+        try:
+            controller = await self._ensure_controller()
+            answer = decode(await controller.create_topic.remote(name, None, None, None, None))
+        except KafkaError as e:
+            return e
+        except Exception as e:   # the controller moved: the client asks again and is
+            # answered LEADER_NOT_AVAILABLE until the topic exists
+            log.info("broker %d: auto-creating %r: %r", self.broker_id, name, e)
+            return None
+        if isinstance(answer, TopicAlreadyExistsError):
+            return None
+        return answer if isinstance(answer, KafkaError) else None
+
     # ---- queries ---------------------------------------------------------------------------
     async def metadata(self) -> bytes:
         return encode(self.state.image)
@@ -466,6 +498,9 @@ class BrokerActor:
                 "replica_hosts": len(self.hosts), "dedicated_hosts": len(self.dedicated),
                 "host_restarts": self.host_restarts,
                 "controller_batches": self.controller_batches,
+                "endpoints": self.endpoints,
+                "kafka_connections": self.socket_server.connection_count,
+                "kafka_connections_closed": dict(self.socket_server.closed_for),
                 "replicas": sorted(f"{tp.topic}-{tp.partition}" for tp in self.replicas)}
 
     async def pid(self) -> int:
@@ -494,6 +529,7 @@ class BrokerActor:
                     break
                 await asyncio.sleep(backoff_ms / 1000)
         self._stopping = True
+        await self.socket_server.stop()
         for task in (self._heartbeat_task, self._timer_tasks):
             if task is not None:
                 task.cancel()

@@ -42,6 +42,16 @@ BROKER_CONFIG = (
     .define("group.min.session.timeout.ms", "int", 6000, at_least(0))
     .define("group.max.session.timeout.ms", "int", 1_800_000, at_least(0))
     .define("group.max.size", "int", 2_147_483_647, at_least(1))
+    # The Kafka listener (actors.broker.socket_server). Port 0: a free port, told to clients
+    # through the metadata (Cluster.bootstrap_servers).
+    .define("listeners", "string", "PLAINTEXT://127.0.0.1:0")
+    .define("advertised.listeners", "string", None, nullable=True)
+    .define("socket.request.max.bytes", "int", 104_857_600, at_least(1))
+    # Accepted for Kafka's configs' sake: the listener's connections share the broker's
+    # event loop (requests go on to the replica hosts, which do the work).
+    .define("num.network.threads", "int", 3, at_least(1))
+    .define("connections.max.idle.ms", "long", 600_000, at_least(1))
+    .define("auto.create.topics.enable", "boolean", True)
 )
 
 LOG_KEYS = frozenset(key for sources in BROKER_DEFAULTS.values() for key, _ in sources)

@@ -269,7 +269,7 @@ class ControllerActor:
 
     # ---- brokers ---------------------------------------------------------------------------
     async def register_broker(self, broker_id: int, incarnation: str,
-                              rack: str | None = None) -> int:
+                              rack: str | None = None, endpoints: list | None = None) -> int:
         """A broker (re)joins. A new incarnation of a broker we think alive restarted: its
         replicas lost their state, so it first fails, then joins."""
         def change():
@@ -279,7 +279,8 @@ class ControllerActor:
                     None, incarnation):
                 msgs += self.state.broker_failed(broker_id)
             self.incarnations[broker_id] = incarnation
-            msgs += self.state.register_broker(broker_id, rack, incarnation=incarnation)
+            msgs += self.state.register_broker(broker_id, rack, incarnation=incarnation,
+                                               endpoints=endpoints)
             return msgs, self.state.controller_epoch
         try:
             return await self._apply(change)

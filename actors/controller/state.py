@@ -9,6 +9,7 @@ replicas increments its partition epoch (KRaft's rule), which fences AlterPartit
 """
 from __future__ import annotations
 
+import base64
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -44,6 +45,19 @@ CONTROLLER_CONFIG = (
 )
 
 
+def new_kafka_uuid(rng: random.Random) -> str:
+    """A random Kafka Uuid as Kafka prints it (``Uuid.toString``: 16 bytes, URL-safe base64
+    without padding; 22 characters). Like Kafka's ``Uuid.randomUuid``, never the all-zero
+    id (Kafka's "no id") nor an id starting with '-' (confusing on a command line)."""
+    while True:
+        raw = bytearray(rng.getrandbits(128).to_bytes(16, "big"))
+        raw[6] = (raw[6] & 0x0F) | 0x40     # version 4
+        raw[8] = (raw[8] & 0x3F) | 0x80     # IETF variant
+        text = base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
 @dataclass
 class BrokerInfo:
     broker_id: int
@@ -51,6 +65,9 @@ class BrokerInfo:
     incarnation: str | None = None   # which start of the broker's process registered
     last_heartbeat_ms: int = 0
     alive: bool = True
+    # The broker's Kafka listeners as clients reach them: [[name, host, port], ...]
+    # (advertised.listeners).
+    endpoints: list = field(default_factory=list)
 
 
 @dataclass
@@ -76,6 +93,10 @@ class ControllerState:
         self.partitions: dict[TP, PartitionState] = {}
         self.shutting_down: set[int] = set()
         self.next_producer_id = 0
+        # Kafka's cluster.id and topic ids (KIP-516): random, kept for the cluster's life (in
+        # the snapshot); a topic re-created under the same name gets a new id.
+        self.cluster_id = new_kafka_uuid(self.rng)
+        self.topic_ids: dict[str, str] = {}
         self.partition_states: StateMachine[TP, PartitionStatus] = StateMachine(
             "Partition", PARTITION_PREVIOUS, PartitionStatus.NON_EXISTENT)
         self.replica_states: StateMachine[tuple[str, int, int], ReplicaStatus] = StateMachine(
@@ -111,10 +132,12 @@ class ControllerState:
         return sorted(b for b, info in self.brokers.items() if info.alive)
 
     def register_broker(self, broker_id: int, rack: str | None = None,
-                        incarnation: str | None = None) -> list:
+                        incarnation: str | None = None, endpoints: list | None = None
+                        ) -> list:
         """A broker (re)joins: it learns its replicas' state, and offline partitions whose
         ISR (or, unclean, whose AR) includes it get a leader."""
-        self.brokers[broker_id] = BrokerInfo(broker_id, rack, incarnation, self.clock(), True)
+        self.brokers[broker_id] = BrokerInfo(broker_id, rack, incarnation, self.clock(), True,
+                                             [list(e) for e in endpoints or []])
         self.shutting_down.discard(broker_id)
         changed = [tp for tp, st in self.partitions.items()
                    if st.leader == NO_LEADER and broker_id in st.replicas
@@ -271,6 +294,7 @@ class ControllerState:
         else:
             self._validate_assignment(assignment)
         self.topics[name] = TOPIC_CONFIG.parse(config or {}, defaults=False)
+        self.topic_ids[name] = new_kafka_uuid(self.rng)
         for p, replicas in sorted(assignment.items()):
             self._new_partition((name, p), replicas)
         return self._leader_and_isr_all([(name, p) for p in assignment], is_new=True) \
@@ -319,6 +343,7 @@ class ControllerState:
             msgs += [StopReplica(self.controller_epoch, r, tp[0], tp[1], True)
                      for r in st.replicas if r in self.live_brokers()]
         del self.topics[name]
+        self.topic_ids.pop(name, None)
         return msgs + self._update_metadata()
 
     def create_partitions(self, name: str, total: int,
@@ -533,9 +558,12 @@ class ControllerState:
                               "offline_replicas": [r for r in st.replicas if r not in live]}
         return {
             "controller_epoch": self.controller_epoch,
-            "brokers": {b: {"rack": i.rack, "incarnation": i.incarnation}
+            "cluster_id": self.cluster_id,
+            "brokers": {b: {"rack": i.rack, "incarnation": i.incarnation,
+                            "endpoints": i.endpoints}
                         for b, i in sorted(self.brokers.items()) if i.alive},
             "topics": topics,
+            "topic_ids": {name: self.topic_ids[name] for name in topics},
             "configs": {name: dict(cfg) for name, cfg in sorted(self.topics.items())},
         }
 
@@ -567,6 +595,8 @@ class ControllerState:
             "replica_states": [[t, p, r, s.value]
                                for (t, p, r), s in self.replica_states.states.items()],
             "next_producer_id": self.next_producer_id,
+            "cluster_id": self.cluster_id,
+            "topic_ids": dict(self.topic_ids),
         }
 
     @classmethod
@@ -591,4 +621,9 @@ class ControllerState:
         for t, p, r, value in snapshot.get("replica_states", []):
             state.replica_states.states[(t, p, r)] = ReplicaStatus(value)
         state.next_producer_id = snapshot.get("next_producer_id", 0)
+        # A snapshot from before topic ids: the ids are made now and kept from then on.
+        state.cluster_id = snapshot.get("cluster_id", state.cluster_id)
+        state.topic_ids = dict(snapshot.get("topic_ids", {}))
+        for name in sorted(state.topics):
+            state.topic_ids.setdefault(name, new_kafka_uuid(state.rng))
         return state

@@ -332,3 +332,45 @@ def test_a_snapshot_holds_every_field_of_every_partition():
         tp: asdict(st) for tp, st in state.partitions.items()}
     again = ControllerState.from_snapshot(snapshot, ManualClock())
     assert again.partitions == state.partitions
+
+
+def test_topic_ids_and_the_cluster_id_live_as_long_as_what_they_name():
+    """KIP-516: a topic's id is made when it is created, kept across controller failovers
+    (the snapshot), and a topic deleted and created again under its name gets a new one;
+    the cluster id never changes. Both are Kafka's printed form (22 characters of URL-safe
+    base64) and in the metadata every broker gets."""
+    import base64
+    import uuid
+    state = ControllerState(ManualClock(), {}, rng=random.Random(5))
+    for b in range(3):
+        state.register_broker(b, None, incarnation=f"i{b}",
+                              endpoints=[["PLAINTEXT", "127.0.0.1", 9092 + b]])
+    state.create_topic("t", 2, 2)
+    state.create_topic("u", 1, 1)
+    first = state.topic_ids["t"]
+    assert len(first) == 22 and first != state.topic_ids["u"]
+    raw = uuid.UUID(bytes=base64.urlsafe_b64decode(first + "=="))
+    assert raw.version == 4 and raw.int != 0
+    image = state.metadata_image()
+    assert image["topic_ids"] == {"t": first, "u": state.topic_ids["u"]}
+    assert image["cluster_id"] == state.cluster_id
+    assert image["brokers"][1]["endpoints"] == [["PLAINTEXT", "127.0.0.1", 9093]]
+    again = ControllerState.from_snapshot(state.to_snapshot(), ManualClock())
+    assert (again.topic_ids, again.cluster_id) == (state.topic_ids, state.cluster_id)
+    assert again.brokers[2].endpoints == [["PLAINTEXT", "127.0.0.1", 9094]]
+    again.delete_topic("t")
+    assert "t" not in again.metadata_image()["topic_ids"]
+    again.create_topic("t", 1, 1)
+    assert again.topic_ids["t"] not in (first, state.topic_ids["u"])
+
+
+def test_a_snapshot_from_before_topic_ids_gets_them_once():
+    state = ControllerState(ManualClock(), {})
+    state.register_broker(0, None, incarnation="i0")
+    state.create_topic("old", 1, 1)
+    snapshot = state.to_snapshot()
+    del snapshot["topic_ids"], snapshot["cluster_id"]
+    again = ControllerState.from_snapshot(snapshot, ManualClock())
+    assert len(again.topic_ids["old"]) == 22 and len(again.cluster_id) == 22
+    assert ControllerState.from_snapshot(again.to_snapshot(), ManualClock()).topic_ids == \
+        again.topic_ids

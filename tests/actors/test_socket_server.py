@@ -1,0 +1,62 @@
+"""The Kafka listener's socket shell (``actors.broker.socket_server``) in one process, with
+real sockets and the real request handlers over a fixed metadata image: Kafka's
+connections.max.idle.ms, and responses in request order when requests are pipelined."""
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from actors.broker.kafka_apis import SUPPORTED, KafkaApis
+from actors.broker.socket_server import SocketServer
+from protocols.kafka.listeners import Endpoint
+from tests.kafka_wire import request_bytes
+
+IMAGE = {"cluster_id": "c", "brokers": {0: {"endpoints": [["PLAINTEXT", "127.0.0.1", 1]]}},
+         "topics": {}, "topic_ids": {}}
+
+
+async def no_creation(name: str):
+    return None
+
+
+def server(idle_ms: int) -> SocketServer:
+    apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
+    return SocketServer(0, [Endpoint("PLAINTEXT", "127.0.0.1", 0)], apis.handle, SUPPORTED,
+                        104_857_600, idle_ms)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    return await reader.readexactly(size)
+
+
+def test_a_connection_idle_for_connections_max_idle_ms_is_closed_a_busy_one_is_not():
+    async def run():
+        s = server(idle_ms=300)
+        port = (await s.start())["PLAINTEXT"]
+        idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)
+        busy_r, busy_w = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(8):   # a request every 100 ms for 0.8 s
+            busy_w.write(request_bytes(18, 3, {}, i))
+            assert struct.unpack_from(">i", await read_frame(busy_r))[0] == i
+            await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(idle_r.read(1), 5) == b""    # closed by the broker
+        assert s.closed_for == {"idle": 1} and s.connection_count == 1
+        busy_w.close()
+        idle_w.close()
+        await s.stop()
+    asyncio.run(run())
+
+
+def test_pipelined_requests_are_answered_in_order():
+    async def run():
+        s = server(idle_ms=60_000)
+        port = (await s.start())["PLAINTEXT"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(request_bytes(3 if i % 2 else 18, 12 if i % 2 else 3,
+                                            {"topics": None}, i) for i in range(50)))
+        ids = [struct.unpack_from(">i", await read_frame(reader))[0] for _ in range(50)]
+        assert ids == list(range(50))
+        writer.close()
+        await s.stop()
+    asyncio.run(run())
