@@ -97,8 +97,11 @@ class BrokerActor:
         self._advertised_config = parse_listeners(b["advertised.listeners"],
                                                   "advertised.listeners")
         self.endpoints: list = []   # [[name, host, port]] as advertised, once bound
-        self.kafka_apis = KafkaApis(broker_id, lambda: self.state.image,
-                                    self._auto_create_topic, b["auto.create.topics.enable"])
+        self.kafka_apis = KafkaApis(
+            broker_id, lambda: self.state.image, self._auto_create_topic,
+            b["auto.create.topics.enable"],
+            host_of=lambda topic, partition: self.replicas.get(TopicPartition(topic,
+                                                                              partition)))
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"])

@@ -1,6 +1,7 @@
 """The brokers' Kafka listener against unmodified Kafka clients and raw sockets (issue 16,
-first step: ApiVersions and Metadata): librdkafka (confluent-kafka) sees the cluster's
-brokers, topics, leaders, replicas and ISR; bad bytes close only their own connection."""
+first steps: ApiVersions, Metadata, Produce, Fetch, ListOffsets): librdkafka (confluent-kafka)
+sees the cluster's brokers, topics, leaders, replicas and ISR, produces what rafka's consumer
+reads and reads what rafka's producer wrote; bad bytes close only their own connection."""
 from __future__ import annotations
 
 import socket
@@ -110,7 +111,7 @@ def test_bad_bytes_close_only_their_own_connection(cluster):
         "oversized frame": struct.pack(">i", 104_857_601),
         "negative size": struct.pack(">i", -1),
         "unknown API key": struct.pack(">ihhih", 10, 999, 0, 1, -1),
-        "API not served (Produce)": struct.pack(">ihhih", 10, 0, 9, 1, -1),
+        "API not served (DescribeConfigs)": struct.pack(">ihhih", 10, 32, 4, 1, -1),
         "unsupported Metadata version": struct.pack(">ihhih", 10, 3, 99, 1, -1),
         "does not decode": struct.pack(">i", 12) + struct.pack(">hhih", 3, 12, 1, 200) + b"xx",
         # 33 billion topics in a few bytes: must not make the broker allocate for them.
@@ -152,3 +153,151 @@ def test_a_thousand_idle_connections_and_the_broker_still_answers(cluster):
             s.close()
     wait_until(lambda: ray.get(cluster.broker(2).describe.remote())[
         "kafka_connections"] == 0, 30, "the closed connections gone")
+
+
+# ---- Produce, Fetch, ListOffsets: one system, two doors ---------------------------------------
+
+def test_librdkafka_produces_what_rafkas_consumer_reads_where_java_would_put_it(cluster):
+    """librdkafka's Java-compatible partitioner (murmur2_random) puts each key where
+    rafka's producer does; the records come back in order per partition, acks=all."""
+    from confluent_kafka import Producer
+
+    from protocols.partitioner import partition_for_key
+    cluster.admin().create_topics([rafka.NewTopic("in", 3, 2)])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                         "linger.ms": 5, "partitioner": "murmur2_random"})
+    delivered, failed = [], []
+    for i in range(3000):
+        producer.produce("in", value=b"v%d" % i, key=b"k%d" % (i % 40),
+                         on_delivery=lambda e, m: (failed if e else delivered).append(m))
+    assert producer.flush(60) == 0
+    assert not failed and len(delivered) == 3000
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("in", p) for p in range(3)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3000 and time.monotonic() < deadline:
+        got += consumer.poll(500)
+    consumer.close()
+    assert len(got) == 3000
+    for r in got:
+        assert r.partition == partition_for_key(r.key, 3)
+    for p in range(3):
+        values = [int(r.value[1:]) for r in got if r.partition == p]
+        assert values == sorted(values)
+    # Offsets librdkafka was told are where the records are.
+    told = {(m.partition(), m.offset()): m.value() for m in delivered}
+    assert told == {(r.partition, r.offset): r.value for r in got}
+
+
+def test_librdkafka_reads_what_rafkas_producer_wrote_and_finds_offsets(cluster):
+    from confluent_kafka import Consumer, TopicPartition
+    cluster.admin().create_topics([rafka.NewTopic("out", 3, 3)])
+    with rafka.Producer(cluster, {"acks": "all"}) as producer:
+        metas = [producer.send("out", b"v%d" % i, key=b"k%d" % (i % 7),
+                               headers=[("h", b"%d" % i)]) for i in range(2000)]
+        producer.flush()
+        metas = [m.result(10) for m in metas]
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "unused",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition("out", p, 0) for p in range(3)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2000 and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(500, 1.0) if m.error() is None]
+        assert {(m.partition(), m.offset()): (m.key(), m.value(), m.headers())
+                for m in got} == {
+            (meta.partition, meta.offset): (b"k%d" % (i % 7), b"v%d" % i,
+                                            [("h", b"%d" % i)])
+            for i, meta in enumerate(metas)}
+        ends = {p: sum(1 for m in metas if m.partition == p) for p in range(3)}
+        assert {p: consumer.get_watermark_offsets(TopicPartition("out", p), timeout=10)
+                for p in range(3)} == {p: (0, n) for p, n in ends.items()}
+        first = min(metas, key=lambda m: m.timestamp)
+        (found,) = consumer.offsets_for_times(
+            [TopicPartition("out", first.partition, first.timestamp)], timeout=10)
+        assert found.offset == 0
+    finally:
+        consumer.close()
+
+
+def test_produce_to_a_follower_names_the_leader_and_acks_0_gets_no_answer(cluster):
+    from protocols.records import Record, encode_batch
+    cluster.admin().create_topics([rafka.NewTopic("moved", 1, 2)])
+    image = cluster.metadata()
+    leader = image["topics"]["moved"][0]["leader"]
+    follower = next(b for b in image["topics"]["moved"][0]["replicas"] if b != leader)
+    servers = cluster.bootstrap_servers.split(",")
+    batch = encode_batch([Record(b"k", b"v")])
+    produce = {"acks": -1, "timeout": 5000, "topic_data": [
+        {"name": "moved", "partition_data": [{"index": 0, "records": batch}]}]}
+    with socket.create_connection(address(servers[follower])) as sock:
+        sock.sendall(request_bytes(0, 10, produce, 3))
+        header, answer = read_response(sock, 0, 10)
+    (part,) = answer.responses[0].partition_responses
+    assert (header.correlation_id, part.error_code) == (3, 6)   # NOT_LEADER_OR_FOLLOWER
+    # KIP-951: the leader and where to reach it, so the client need not ask Metadata.
+    assert part.current_leader.leader_id == leader
+    assert [(e.node_id, f"{e.host}:{e.port}") for e in answer.node_endpoints] == \
+        [(leader, servers[leader])]
+    with socket.create_connection(address(servers[leader])) as sock:
+        sock.sendall(request_bytes(0, 10, {**produce, "acks": 0}, 4))
+        assert api_versions(sock, correlation_id=5)[0].correlation_id == 5   # no answer to 4
+        sock.sendall(request_bytes(0, 10, produce, 6))
+        (part,) = read_response(sock, 0, 10)[1].responses[0].partition_responses
+        assert (part.error_code, part.base_offset) == (0, 1)   # the acks=0 record is at 0
+
+
+def test_a_corrupt_batch_is_refused_and_nothing_of_it_is_written(cluster):
+    from protocols.records import Record, encode_batch
+    cluster.admin().create_topics([rafka.NewTopic("crc", 1, 1)])
+    leader = cluster.metadata()["topics"]["crc"][0]["leader"]
+    batch = bytearray(encode_batch([Record(b"k", b"value")]))
+    batch[-1] ^= 0xFF     # a flipped bit in the last record: the CRC-32C no longer matches
+    with socket.create_connection(address(cluster.bootstrap_servers, leader)) as sock:
+        sock.sendall(request_bytes(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"name": "crc", "partition_data": [{"index": 0, "records": bytes(batch)}]}]}))
+        (part,) = read_response(sock, 0, 9)[1].responses[0].partition_responses
+        assert part.error_code == 2   # CORRUPT_MESSAGE
+        assert api_versions(sock)[1].error_code == 0      # the connection carries on
+    consumer = rafka.Consumer(cluster)
+    assert consumer.end_offsets([("crc", 0)]) == {("crc", 0): 0}
+    consumer.close()
+
+
+def test_produce_v13_and_fetch_v16_name_topics_by_id(cluster):
+    from protocols.records import Record, encode_batch, iter_batches
+    cluster.admin().create_topics([rafka.NewTopic("byid", 1, 1)])
+    image = cluster.metadata()
+    leader = image["topics"]["byid"][0]["leader"]
+    import base64
+    import uuid
+    topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(image["topic_ids"]["byid"] + "=="))
+    with socket.create_connection(address(cluster.bootstrap_servers, leader)) as sock:
+        sock.sendall(request_bytes(0, 13, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"topic_id": topic_id, "partition_data": [
+                {"index": 0, "records": encode_batch([Record(b"a", b"1"),
+                                                      Record(b"b", b"2")])}]}]}))
+        answer = read_response(sock, 0, 13)[1]
+        assert answer.responses[0].topic_id == topic_id
+        assert answer.responses[0].partition_responses[0].error_code == 0
+        fetch = {"max_wait": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                 "session_id": 0, "session_epoch": -1, "topics": [
+                     {"topic_id": topic_id, "partitions": [
+                         {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                          "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                          "log_start_offset": -1}]}],
+                 "forgotten_topics_data": [], "rack_id": ""}
+        sock.sendall(request_bytes(1, 16, fetch, 8))
+        header, answer = read_response(sock, 1, 16)
+        (topic,) = answer.responses
+        (part,) = topic.partitions
+        assert (header.correlation_id, topic.topic_id, part.error_code, part.high_watermark) \
+            == (8, topic_id, 0, 2)
+        assert [(r.key, r.value) for b in iter_batches(part.records) for r in b.records()] \
+            == [(b"a", b"1"), (b"b", b"2")]
+        # An unknown id: UNKNOWN_TOPIC_ID, the rest of the request still answered.
+        fetch["topics"][0]["topic_id"] = uuid.UUID(int=7)
+        sock.sendall(request_bytes(1, 16, fetch, 9))
+        assert read_response(sock, 1, 16)[1].responses[0].partitions[0].error_code == 100
