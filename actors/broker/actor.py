@@ -27,7 +27,8 @@ import ray
 from ray.exceptions import ActorAlreadyExistsError
 
 from actors.broker.config import ClusterConfig
-from actors.broker.kafka_apis import SUPPORTED, KafkaApis
+from actors.broker.group_apis import GroupApis
+from actors.broker.kafka_apis import SUPPORTED, KafkaApis, endpoint_of
 from actors.broker.socket_server import SocketServer
 from actors.broker.state import BrokerState, ControlledShutdown
 from actors.controller.actor import ControllerActor
@@ -101,7 +102,9 @@ class BrokerActor:
             broker_id, lambda: self.state.image, self._auto_create_topic,
             b["auto.create.topics.enable"],
             host_of=lambda topic, partition: self.replicas.get(TopicPartition(topic,
-                                                                              partition)))
+                                                                              partition)),
+            groups=GroupApis(broker_id, self._group_coordinator, self.find_coordinator,
+                             lambda b: endpoint_of(self.state.image, b)))
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"])

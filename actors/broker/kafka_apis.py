@@ -16,6 +16,7 @@ import logging
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.group_apis import GROUP_APIS, GroupApis
 from protocols.errors import (FetchSessionIdNotFoundError, InvalidTopicError, KafkaError,
                               LeaderNotAvailableError, NotLeaderOrFollowerError,
                               UnknownTopicIdError, UnknownTopicOrPartitionError)
@@ -46,6 +47,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     FETCH_KEY: (4, 17),
     # v7 adds MAX_TIMESTAMP (-3) and v8 EARLIEST_LOCAL (-4), not built yet.
     LIST_OFFSETS_KEY: (1, 6),
+    **GROUP_APIS,
 }
 
 NO_LEADER = -1
@@ -131,16 +133,24 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
             "controller_id": broker_id, "topics": topics, "error_code": 0}
 
 
+def endpoint_of(image: Mapping[str, Any], broker_id: int, listener: str = "PLAINTEXT"
+                ) -> tuple[str, int] | None:
+    """A live broker's (host, port) on ``listener``, from the metadata image."""
+    for name, host, port in image.get("brokers", {}).get(broker_id, {}).get("endpoints", []):
+        if name == listener:
+            return host, port
+    return None
+
+
 def node_endpoints(image: Mapping[str, Any], broker_ids, listener: str) -> list[dict]:
     """KIP-951: the endpoints of the brokers named in NOT_LEADER_OR_FOLLOWER answers, so the
     client goes to the new leader without a Metadata round trip."""
     out = []
     for b in sorted(set(broker_ids)):
-        info = image.get("brokers", {}).get(b)
-        for name, host, port in (info or {}).get("endpoints", []):
-            if name == listener:
-                out.append({"node_id": b, "host": host, "port": port,
-                            "rack": info.get("rack")})
+        where = endpoint_of(image, b, listener)
+        if where is not None:
+            out.append({"node_id": b, "host": where[0], "port": where[1],
+                        "rack": image["brokers"][b].get("rack")})
     return out
 
 
@@ -216,7 +226,8 @@ class KafkaApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  create_topic: Callable[[str], Awaitable[KafkaError | None]],
                  auto_create: bool, listener: str = "PLAINTEXT",
-                 host_of: Callable[[str, int], Any] = lambda topic, partition: None):
+                 host_of: Callable[[str, int], Any] = lambda topic, partition: None,
+                 groups: GroupApis | None = None):
         self.broker_id = broker_id
         self.image = image
         self.create_topic = create_topic
@@ -224,6 +235,7 @@ class KafkaApis:
         self.listener = listener
         # The replica host holding this broker's replica of a partition (None: none here).
         self.host_of = host_of
+        self.groups = groups
 
     async def handle(self, request: Request) -> Any:
         if request.api_key == API_VERSIONS_KEY:
@@ -236,6 +248,8 @@ class KafkaApis:
             return await self.list_offsets(request)
         if request.api_key == FETCH_KEY:
             return await self.fetch(request)
+        if request.api_key in GROUP_APIS and self.groups is not None:
+            return await self.groups.handle(request)
         raise AssertionError(f"no handler for API key {request.api_key}")  # SUPPORTED lies
 
     async def metadata(self, request: Request):

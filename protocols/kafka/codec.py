@@ -171,11 +171,15 @@ def build(cls, values: Mapping[str, Any]):
     """A kio entity of ``cls`` from plain values: nested entities from dicts, tuples of them
     from lists, error codes from ints, durations from milliseconds, UUIDs from strings.
     Fields ``cls`` does not have are dropped (they belong to other versions); required
-    fields not given get Kafka's zero value."""
+    fields not given, or None where the version cannot say null, get Kafka's zero value."""
     kwargs = {}
     for name, kind, default in _fields(cls):
         if name in values:
-            kwargs[name] = _convert(kind, values[name])
+            value = values[name]
+            # None where this version's field is not nullable (a string that became
+            # nullable in a later version): the version's zero value.
+            kwargs[name] = _zero(kind) if value is None and not _optional(kind)[1] \
+                else _convert(kind, value)
         elif default is dataclasses.MISSING:
             kwargs[name] = _zero(kind)
     return cls(**kwargs)

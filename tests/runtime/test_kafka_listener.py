@@ -301,3 +301,64 @@ def test_produce_v13_and_fetch_v16_name_topics_by_id(cluster):
         fetch["topics"][0]["topic_id"] = uuid.UUID(int=7)
         sock.sendall(request_bytes(1, 16, fetch, 9))
         assert read_response(sock, 1, 16)[1].responses[0].partitions[0].error_code == 100
+
+
+# ---- consumer groups ------------------------------------------------------------------------
+
+def test_librdkafka_consumers_share_a_group_and_their_offsets_are_the_clusters(ray_session,
+                                                                             tmp_path):
+    """Two librdkafka consumers subscribe in one group: the coordinator (found through
+    FindCoordinator) splits the partitions between them, each record is read once, their
+    commits are what rafka's admin and consumer see, and the group is rafka's group."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    from tests.runtime.conftest import cluster_with
+    with cluster_with(tmp_path) as cluster:
+        cluster.admin().create_topics([rafka.NewTopic("shared", 4, 2)])
+        config = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "wire-group",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "session.timeout.ms": 10_000}
+        consumers = [Consumer(config), Consumer(config)]
+        try:
+            for c in consumers:
+                c.subscribe(["shared"])
+            deadline = time.monotonic() + 60
+            while not all(c.assignment() for c in consumers):
+                assert time.monotonic() < deadline, "the group never gave both a share"
+                for c in consumers:
+                    c.poll(0.2)
+            shares = [{tp.partition for tp in c.assignment()} for c in consumers]
+            assert shares[0].isdisjoint(shares[1]) and shares[0] | shares[1] == set(range(4))
+            with rafka.Producer(cluster, {"acks": "all"}) as producer:
+                metas = [producer.send("shared", b"v%d" % i, key=b"k%d" % i)
+                         for i in range(2000)]
+                producer.flush()
+                metas = [m.result(10) for m in metas]
+            read = [[], []]
+            deadline = time.monotonic() + 60
+            while sum(map(len, read)) < 2000 and time.monotonic() < deadline:
+                for i, c in enumerate(consumers):
+                    read[i] += [m for m in c.consume(500, 0.3) if m.error() is None]
+            assert sorted(m.value() for r in read for m in r) == \
+                sorted(b"v%d" % i for i in range(2000))
+            for i, c in enumerate(consumers):
+                assert {m.partition() for m in read[i]} <= shares[i]
+                c.commit(asynchronous=False)
+            ends = {p: 1 + max(m.offset for m in metas if m.partition == p) for p in range(4)}
+            committed = consumers[0].committed(
+                [KafkaPartition("shared", p) for p in range(4)], timeout=10)
+            assert {tp.partition: tp.offset for tp in committed} == ends
+        finally:
+            for c in consumers:
+                c.close()
+        admin = cluster.admin()
+        (group,) = admin.describe_consumer_groups(["wire-group"]).values()
+        assert group.state == "Empty" and group.generation_id >= 1
+        assert {tp.partition: o.offset for tp, o in
+                admin.list_consumer_group_offsets("wire-group").items()} == ends
+        # rafka's own consumer in the same group starts where the wire clients left off.
+        consumer = rafka.Consumer(cluster, {"group.id": "wire-group"})
+        assert {tp.partition: o.offset for tp, o in consumer.committed(
+            [("shared", p) for p in range(4)]).items()} == ends
+        consumer.close()

@@ -1,0 +1,210 @@
+"""The consumer-group APIs of the Kafka listener (part of Kafka's KafkaApis): FindCoordinator,
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, answered by the
+same group coordinator actors rafka's own consumers call (``actors.coordinator``), so wire
+clients' groups and offsets are the cluster's groups and offsets.
+
+A group's coordinator is the broker leading its ``__consumer_offsets`` partition; a request
+for a group reaching another broker is answered NOT_COORDINATOR by its coordinator actor,
+as Kafka does, and the client asks FindCoordinator again.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable
+
+from protocols.errors import CoordinatorNotAvailableError, KafkaError
+from protocols.kafka.codec import Request, build, response_class
+from protocols.wire import decode
+
+log = logging.getLogger(__name__)
+
+FIND_COORDINATOR_KEY = 10
+JOIN_GROUP_KEY = 11
+HEARTBEAT_KEY = 12
+LEAVE_GROUP_KEY = 13
+SYNC_GROUP_KEY = 14
+OFFSET_COMMIT_KEY = 8
+OFFSET_FETCH_KEY = 9
+
+GROUP_APIS: dict[int, tuple[int, int]] = {
+    # v4+ asks for many keys at once; key type 1 (transactions) is refused.
+    FIND_COORDINATOR_KEY: (0, 6),
+    JOIN_GROUP_KEY: (0, 9),
+    SYNC_GROUP_KEY: (0, 5),
+    HEARTBEAT_KEY: (0, 4),
+    LEAVE_GROUP_KEY: (0, 5),
+    OFFSET_COMMIT_KEY: (2, 9),
+    # v8+ asks for many groups at once.
+    OFFSET_FETCH_KEY: (1, 9),
+}
+
+GROUP_KEY_TYPE = 0
+
+
+def _code(error: KafkaError | None) -> int:
+    return 0 if error is None else error.code
+
+
+def _ms(value) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+class GroupApis:
+    def __init__(self, broker_id: int, coordinator: Callable[[], Awaitable[Any]],
+                 find: Callable[[str], Awaitable[bytes]],
+                 endpoint: Callable[[int], tuple[str, int] | None]):
+        self.broker_id = broker_id
+        self.coordinator = coordinator   # this broker's GroupCoordinatorActor
+        self.find = find                 # BrokerActor.find_coordinator: broker id or error
+        self.endpoint = endpoint         # a broker's (host, port) on this listener
+
+    async def handle(self, request: Request):
+        handler = {FIND_COORDINATOR_KEY: self.find_coordinator,
+                   JOIN_GROUP_KEY: self.join_group, SYNC_GROUP_KEY: self.sync_group,
+                   HEARTBEAT_KEY: self.heartbeat, LEAVE_GROUP_KEY: self.leave_group,
+                   OFFSET_COMMIT_KEY: self.offset_commit,
+                   OFFSET_FETCH_KEY: self.offset_fetch}[request.api_key]
+        return await handler(request)
+
+    async def _call(self, method: str, *args) -> Any:
+        """A coordinator call's decoded answer; COORDINATOR_NOT_AVAILABLE when the actor is
+        not there to ask (the client finds the coordinator again)."""
+        try:
+            coordinator = await self.coordinator()
+            return decode(await getattr(coordinator, method).remote(*args))
+        except KafkaError as e:
+            return e
+        except Exception as e:
+            log.info("broker %d: group coordinator call %s failed: %r", self.broker_id,
+                     method, e)
+            return CoordinatorNotAvailableError(str(e))
+
+    # ---- FindCoordinator -------------------------------------------------------------------
+    async def _coordinator_of(self, key: str, key_type: int) -> dict:
+        if key_type != GROUP_KEY_TYPE:
+            from protocols.errors import InvalidRequestError
+            error: KafkaError | None = InvalidRequestError(
+                "Only group coordinators (key type 0) are served: transactions are not built")
+            node = None
+        else:
+            try:
+                answer = decode(await self.find(key))
+            except Exception as e:
+                answer = CoordinatorNotAvailableError(str(e))
+            error = answer if isinstance(answer, KafkaError) else None
+            node = None if error else answer
+        where = self.endpoint(node) if node is not None else None
+        if node is not None and where is None:
+            error = CoordinatorNotAvailableError(f"Broker {node} has no endpoint here")
+        return {"key": key, "node_id": node if where else -1,
+                "host": where[0] if where else "", "port": where[1] if where else -1,
+                "error_code": _code(error), "error_message": str(error) if error else None}
+
+    async def find_coordinator(self, request: Request):
+        body = request.body
+        key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
+        if request.api_version >= 4:
+            coordinators = [await self._coordinator_of(k, key_type)
+                            for k in body.coordinator_keys]
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "coordinators": coordinators})
+        one = await self._coordinator_of(body.key, key_type)
+        return build(response_class(request), {"throttle_time": 0, **one})
+
+    # ---- the group protocol ----------------------------------------------------------------
+    async def join_group(self, request: Request):
+        body = request.body
+        session_ms = _ms(body.session_timeout)
+        # v0 had no rebalance timeout: the session timeout served as both.
+        rebalance_ms = _ms(getattr(body, "rebalance_timeout", body.session_timeout))
+        answer = await self._call(
+            "join_group", body.group_id, body.member_id, body.protocol_type,
+            [(p.name, p.metadata) for p in body.protocols], request.client_id or "",
+            getattr(body, "group_instance_id", None), session_ms, rebalance_ms)
+        if isinstance(answer, KafkaError):
+            return build(response_class(request), {
+                "error_code": answer.code, "generation_id": -1, "member_id": body.member_id,
+                "leader": "", "protocol_name": None, "members": []})
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": _code(answer.error),
+            "generation_id": answer.generation_id,
+            "protocol_type": body.protocol_type if answer.error is None else None,
+            "protocol_name": answer.protocol_name, "leader": answer.leader_id,
+            "member_id": answer.member_id,
+            "members": [{"member_id": m, "group_instance_id": instance, "metadata": meta}
+                        for m, instance, meta in answer.members]})
+
+    async def sync_group(self, request: Request):
+        body = request.body
+        assignments = {a.member_id: a.assignment for a in body.assignments} or None
+        answer = await self._call("sync_group", body.group_id, body.member_id,
+                                  int(body.generation_id), assignments,
+                                  getattr(body, "group_instance_id", None))
+        error = answer if isinstance(answer, KafkaError) else answer.error
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": _code(error),
+            "protocol_type": getattr(body, "protocol_type", None) if error is None else None,
+            "protocol_name": None if error else answer.protocol_name,
+            "assignment": b"" if error else (answer.assignment or b"")})
+
+    async def heartbeat(self, request: Request):
+        body = request.body
+        answer = await self._call("heartbeat", body.group_id, body.member_id,
+                                  int(body.generation_id),
+                                  getattr(body, "group_instance_id", None))
+        return build(response_class(request), {"throttle_time": 0, "error_code": _code(
+            answer)})
+
+    async def leave_group(self, request: Request):
+        body = request.body
+        if request.api_version < 3:
+            answer = await self._call("leave_group", body.group_id, body.member_id)
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "error_code": _code(answer)})
+        members = []
+        for m in body.members:   # v3+: a batch (static members leaving at once)
+            answer = await self._call("leave_group", body.group_id, m.member_id,
+                                      m.group_instance_id)
+            members.append({"member_id": m.member_id,
+                             "group_instance_id": m.group_instance_id,
+                             "error_code": _code(answer)})
+        return build(response_class(request), {"throttle_time": 0, "error_code": 0,
+                                               "members": members})
+
+    # ---- offsets ---------------------------------------------------------------------------
+    async def offset_commit(self, request: Request):
+        body = request.body
+        offsets = [(t.name, p.partition_index, int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "")
+                   for t in body.topics for p in t.partitions]
+        generation = int(getattr(body, "generation_id_or_member_epoch",
+                                 getattr(body, "generation_id", -1)))
+        answer = await self._call("commit_offsets", body.group_id, body.member_id or "",
+                                  generation, offsets, getattr(body, "group_instance_id", None))
+        code = _code(answer)
+        return build(response_class(request), {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                             "error_code": code} for p in t.partitions]}
+            for t in body.topics]})
+
+    async def _group_offsets(self, group_id: str, topics) -> dict:
+        partitions = None if topics is None else [
+            (t.name, p) for t in topics for p in (getattr(t, "partition_indexes", None) or ())]
+        answer = await self._call("fetch_offsets", group_id, partitions)
+        if isinstance(answer, KafkaError):
+            return {"group_id": group_id, "error_code": answer.code, "topics": []}
+        by_topic: dict[str, list] = {}
+        for topic, partition, offset, epoch, metadata in answer:
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": offset,
+                "committed_leader_epoch": epoch, "metadata": metadata, "error_code": 0})
+        return {"group_id": group_id, "error_code": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def offset_fetch(self, request: Request):
+        body = request.body
+        if request.api_version >= 8:
+            groups = [await self._group_offsets(g.group_id, g.topics) for g in body.groups]
+            return build(response_class(request), {"throttle_time": 0, "groups": groups})
+        one = await self._group_offsets(body.group_id, body.topics)
+        return build(response_class(request), {"throttle_time": 0, **one})
