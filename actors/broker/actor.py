@@ -27,6 +27,7 @@ import ray
 from ray.exceptions import ActorAlreadyExistsError
 
 from actors.broker.config import ClusterConfig
+from actors.broker.admin_apis import AdminApis
 from actors.broker.group_apis import GroupApis
 from actors.broker.kafka_apis import SUPPORTED, KafkaApis, endpoint_of
 from actors.broker.socket_server import SocketServer
@@ -104,7 +105,9 @@ class BrokerActor:
             host_of=lambda topic, partition: self.replicas.get(TopicPartition(topic,
                                                                               partition)),
             groups=GroupApis(broker_id, self._group_coordinator, self.find_coordinator,
-                             lambda b: endpoint_of(self.state.image, b)))
+                             lambda b: endpoint_of(self.state.image, b)),
+            admin=AdminApis(broker_id, lambda: self.state.image, self._ensure_controller,
+                            self._group_coordinator))
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"])

@@ -49,6 +49,20 @@ def _ms(value) -> int:
     return int(value.total_seconds() * 1000)
 
 
+async def call_coordinator(coordinator: Callable[[], Awaitable[Any]], method: str,
+                           *args) -> Any:
+    """A group coordinator call's decoded answer; COORDINATOR_NOT_AVAILABLE when the actor is
+    not there to ask (the client finds the coordinator again)."""
+    try:
+        handle = await coordinator()
+        return decode(await getattr(handle, method).remote(*args))
+    except KafkaError as e:
+        return e
+    except Exception as e:
+        log.info("group coordinator call %s failed: %r", method, e)
+        return CoordinatorNotAvailableError(str(e))
+
+
 class GroupApis:
     def __init__(self, broker_id: int, coordinator: Callable[[], Awaitable[Any]],
                  find: Callable[[str], Awaitable[bytes]],
@@ -67,17 +81,7 @@ class GroupApis:
         return await handler(request)
 
     async def _call(self, method: str, *args) -> Any:
-        """A coordinator call's decoded answer; COORDINATOR_NOT_AVAILABLE when the actor is
-        not there to ask (the client finds the coordinator again)."""
-        try:
-            coordinator = await self.coordinator()
-            return decode(await getattr(coordinator, method).remote(*args))
-        except KafkaError as e:
-            return e
-        except Exception as e:
-            log.info("broker %d: group coordinator call %s failed: %r", self.broker_id,
-                     method, e)
-            return CoordinatorNotAvailableError(str(e))
+        return await call_coordinator(self.coordinator, method, *args)
 
     # ---- FindCoordinator -------------------------------------------------------------------
     async def _coordinator_of(self, key: str, key_type: int) -> dict:

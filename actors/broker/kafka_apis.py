@@ -16,6 +16,7 @@ import logging
 import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.admin_apis import ADMIN_APIS, AdminApis
 from actors.broker.group_apis import GROUP_APIS, GroupApis
 from protocols.errors import (FetchSessionIdNotFoundError, InvalidTopicError, KafkaError,
                               LeaderNotAvailableError, NotLeaderOrFollowerError,
@@ -48,6 +49,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # v7 adds MAX_TIMESTAMP (-3) and v8 EARLIEST_LOCAL (-4), not built yet.
     LIST_OFFSETS_KEY: (1, 6),
     **GROUP_APIS,
+    **ADMIN_APIS,
 }
 
 NO_LEADER = -1
@@ -227,7 +229,7 @@ class KafkaApis:
                  create_topic: Callable[[str], Awaitable[KafkaError | None]],
                  auto_create: bool, listener: str = "PLAINTEXT",
                  host_of: Callable[[str, int], Any] = lambda topic, partition: None,
-                 groups: GroupApis | None = None):
+                 groups: GroupApis | None = None, admin: AdminApis | None = None):
         self.broker_id = broker_id
         self.image = image
         self.create_topic = create_topic
@@ -236,6 +238,7 @@ class KafkaApis:
         # The replica host holding this broker's replica of a partition (None: none here).
         self.host_of = host_of
         self.groups = groups
+        self.admin = admin
 
     async def handle(self, request: Request) -> Any:
         if request.api_key == API_VERSIONS_KEY:
@@ -250,6 +253,8 @@ class KafkaApis:
             return await self.fetch(request)
         if request.api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(request)
+        if request.api_key in ADMIN_APIS and self.admin is not None:
+            return await self.admin.handle(request)
         raise AssertionError(f"no handler for API key {request.api_key}")  # SUPPORTED lies
 
     async def metadata(self, request: Request):

@@ -362,3 +362,81 @@ def test_librdkafka_consumers_share_a_group_and_their_offsets_are_the_clusters(r
         assert {tp.partition: o.offset for tp, o in consumer.committed(
             [("shared", p) for p in range(4)]).items()} == ends
         consumer.close()
+
+
+# ---- administration and idempotent producers -------------------------------------------------
+
+def test_librdkafkas_admin_client_changes_the_same_cluster(cluster):
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics([NewTopic("made-by-wire", 3, 2,
+                                            config={"retention.ms": "3600000"}),
+                                   NewTopic("bad name!", 1, 1),
+                                   NewTopic("too-many-replicas", 1, 5)])
+    futures["made-by-wire"].result(30)
+    with pytest.raises(Exception, match="INVALID_TOPIC_EXCEPTION|illegal"):
+        futures["bad name!"].result(30)
+    with pytest.raises(Exception, match="INVALID_REPLICATION_FACTOR|replication"):
+        futures["too-many-replicas"].result(30)
+    image = cluster.metadata()
+    assert len(image["topics"]["made-by-wire"]) == 3
+    assert cluster.admin().describe_configs(["made-by-wire"])["made-by-wire"][
+        "retention.ms"] == 3600000
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        admin.create_topics([NewTopic("made-by-wire", 1, 1)])["made-by-wire"].result(30)
+    admin.create_partitions([NewPartitions("made-by-wire", 5)])["made-by-wire"].result(30)
+    wait_until(lambda: len(cluster.metadata()["topics"]["made-by-wire"]) == 5, 30,
+               "five partitions")
+    cluster_info = admin.describe_cluster().result(30)
+    assert cluster_info.cluster_id == image["cluster_id"]
+    assert sorted(n.id for n in cluster_info.nodes) == sorted(image["brokers"])
+    admin.delete_topics(["made-by-wire"])["made-by-wire"].result(30)
+    wait_until(lambda: "made-by-wire" not in cluster.metadata()["topics"], 30,
+               "the topic deleted")
+
+
+def test_an_idempotent_librdkafka_producer_gets_an_id_and_its_records_are_not_repeated(
+        cluster):
+    from confluent_kafka import Producer
+    cluster.admin().create_topics([rafka.NewTopic("idem", 2, 3)])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "enable.idempotence": True, "linger.ms": 2})
+    for i in range(2000):
+        producer.produce("idem", value=b"%d" % i, key=b"k%d" % (i % 9))
+    assert producer.flush(60) == 0
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("idem", 0), ("idem", 1)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2000 and time.monotonic() < deadline:
+        got += consumer.poll(500)
+    consumer.close()
+    assert sorted(int(r.value) for r in got) == list(range(2000))
+    # The batches carry the producer id the controller gave (InitProducerId).
+    from protocols.records import iter_batches
+    leader = cluster.metadata()["topics"]["idem"][0]["leader"]
+    raw = ray.get(cluster.replica("idem", 0, leader).read_local.remote(0, 1 << 20))
+    ids = {b.producer_id for b in iter_batches(raw)}
+    assert len(ids) == 1 and ids.pop() >= 0
+
+
+def test_librdkafka_lists_describes_and_deletes_groups(cluster):
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+    cluster.admin().create_topics([rafka.NewTopic("g", 1, 1)])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "listed",
+                         "session.timeout.ms": 10_000})
+    consumer.subscribe(["g"])
+    deadline = time.monotonic() + 60
+    while not consumer.assignment():
+        assert time.monotonic() < deadline
+        consumer.poll(0.2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    listed = admin.list_consumer_groups().result(30)
+    assert "listed" in {g.group_id for g in listed.valid}
+    (described,) = admin.describe_consumer_groups(["listed"]).values()
+    group = described.result(30)
+    assert group.state.name == "STABLE" and len(group.members) == 1
+    consumer.close()
+    admin.delete_consumer_groups(["listed"])["listed"].result(30)
+    assert "listed" not in {g.group_id for g in cluster.admin().list_consumer_groups()}

@@ -1,0 +1,260 @@
+"""The administrative APIs of the Kafka listener (part of Kafka's KafkaApis): InitProducerId,
+CreateTopics, DeleteTopics, CreatePartitions, DescribeCluster, ListGroups, DescribeGroups and
+DeleteGroups, answered by the controller and the group coordinators that rafka's own Admin
+calls, so ``kafka-topics.sh`` and an AdminClient change the same cluster.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Awaitable, Callable, Mapping
+
+from actors.broker.group_apis import call_coordinator
+from protocols.errors import (InvalidRequestError, KafkaError, TopicAlreadyExistsError,
+                              UnknownTopicIdError, UnknownTopicOrPartitionError)
+from protocols.kafka.codec import Request, build, response_class
+from protocols.topics import validate_topic_name
+from protocols.wire import decode
+
+log = logging.getLogger(__name__)
+
+INIT_PRODUCER_ID_KEY = 22
+CREATE_TOPICS_KEY = 19
+DELETE_TOPICS_KEY = 20
+CREATE_PARTITIONS_KEY = 37
+DESCRIBE_CLUSTER_KEY = 60
+LIST_GROUPS_KEY = 16
+DESCRIBE_GROUPS_KEY = 15
+DELETE_GROUPS_KEY = 42
+
+ADMIN_APIS: dict[int, tuple[int, int]] = {
+    INIT_PRODUCER_ID_KEY: (0, 5),
+    CREATE_TOPICS_KEY: (2, 7),
+    DELETE_TOPICS_KEY: (1, 6),
+    CREATE_PARTITIONS_KEY: (0, 3),
+    DESCRIBE_CLUSTER_KEY: (0, 1),
+    LIST_GROUPS_KEY: (0, 5),
+    DESCRIBE_GROUPS_KEY: (0, 5),
+    DELETE_GROUPS_KEY: (0, 2),
+}
+
+BROKERS_ENDPOINT_TYPE = 1
+MISMATCHED_ENDPOINT_TYPE = 114
+
+
+def _error_fields(error: KafkaError | None) -> dict:
+    return {"error_code": 0 if error is None else error.code,
+            "error_message": None if error is None else (str(error) or error.name)}
+
+
+class AdminApis:
+    def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
+                 controller: Callable[[], Awaitable[Any]],
+                 coordinator: Callable[[], Awaitable[Any]], listener: str = "PLAINTEXT"):
+        self.broker_id = broker_id
+        self.image = image
+        self.controller = controller     # the controller's handle (waits for one)
+        self.coordinator = coordinator   # this broker's GroupCoordinatorActor
+        self.listener = listener
+
+    async def handle(self, request: Request):
+        return await {INIT_PRODUCER_ID_KEY: self.init_producer_id,
+                      CREATE_TOPICS_KEY: self.create_topics,
+                      DELETE_TOPICS_KEY: self.delete_topics,
+                      CREATE_PARTITIONS_KEY: self.create_partitions,
+                      DESCRIBE_CLUSTER_KEY: self.describe_cluster,
+                      LIST_GROUPS_KEY: self.list_groups,
+                      DESCRIBE_GROUPS_KEY: self.describe_groups,
+                      DELETE_GROUPS_KEY: self.delete_groups}[request.api_key](request)
+
+    async def _controller_call(self, method: str, *args) -> Any:
+        """The controller's decoded answer, or the KafkaError it raised or answered."""
+        try:
+            controller = await self.controller()
+            answer = await getattr(controller, method).remote(*args)
+        except KafkaError as e:
+            return e
+        except Exception as e:   # the controller moved under the request
+            from protocols.errors import NotControllerError
+            return NotControllerError(f"The controller changed while handling {method}: "
+                                      f"{e!r}")
+        return decode(answer) if isinstance(answer, bytes) else answer
+
+    async def _coordinator_call(self, method: str, *args) -> Any:
+        return await call_coordinator(self.coordinator, method, *args)
+
+    # ---- producers -------------------------------------------------------------------------
+    async def init_producer_id(self, request: Request):
+        """An idempotent producer's id and epoch, from the controller (never reused). A
+        transactional id is refused: transactions are not built."""
+        body = request.body
+        if body.transactional_id is not None:
+            answer: Any = InvalidRequestError("Transactions are not supported by this cluster")
+        else:
+            answer = await self._controller_call("init_producer_id")
+        if isinstance(answer, KafkaError):
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "error_code": answer.code,
+                                                   "producer_id": -1, "producer_epoch": -1})
+        producer_id, epoch = answer
+        return build(response_class(request), {"throttle_time": 0, "error_code": 0,
+                                               "producer_id": producer_id,
+                                               "producer_epoch": epoch})
+
+    # ---- topics ----------------------------------------------------------------------------
+    async def create_topics(self, request: Request):
+        body = request.body
+        results = []
+        created = []
+        for t in body.topics:
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+            config = {c.name: c.value for c in t.configs}
+            partitions = None if assignment or t.num_partitions == -1 else int(t.num_partitions)
+            rf = None if assignment or t.replication_factor == -1 else int(t.replication_factor)
+            if body.validate_only:
+                error = self._validate_new_topic(t.name)
+            else:
+                answer = await self._controller_call("create_topic", t.name, partitions, rf,
+                                                     config, assignment)
+                error = answer if isinstance(answer, KafkaError) else None
+                if error is None:
+                    created.append(t.name)
+            results.append({"name": t.name, **_error_fields(error),
+                            "num_partitions": -1 if error else (
+                                len(assignment) if assignment else (partitions or -1)),
+                            "replication_factor": -1 if error else (
+                                len(next(iter(assignment.values()))) if assignment
+                                else (rf or -1)),
+                            "configs": []})
+        if created:
+            ids = await self._topic_ids()
+            for r in results:
+                if r["name"] in ids:
+                    r["topic_id"] = ids[r["name"]]
+        return build(response_class(request), {"throttle_time": 0, "topics": results})
+
+    def _validate_new_topic(self, name: str) -> KafkaError | None:
+        try:
+            validate_topic_name(name)
+        except KafkaError as e:
+            return e
+        if name in self.image().get("topics", {}):
+            return TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        return None
+
+    async def _topic_ids(self) -> dict[str, uuid.UUID]:
+        from actors.broker.kafka_apis import _topic_uuid
+        image = await self._controller_call("metadata")
+        if isinstance(image, KafkaError):
+            return {}
+        return {name: _topic_uuid(text) for name, text in image.get("topic_ids", {}).items()}
+
+    async def delete_topics(self, request: Request):
+        body = request.body
+        if request.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in body.topics]
+        else:
+            wanted = [(name, None) for name in body.topic_names]
+        from actors.broker.kafka_apis import kafka_uuid_text
+        by_id = {v: k for k, v in self.image().get("topic_ids", {}).items()}
+        results = []
+        for name, topic_id in wanted:
+            if name is None and topic_id is not None:
+                name = by_id.get(kafka_uuid_text(topic_id))
+                if name is None:
+                    results.append({"name": None, "topic_id": topic_id,
+                                    **_error_fields(UnknownTopicIdError(
+                                        f"Unknown topic id {topic_id}"))})
+                    continue
+            answer = await self._controller_call("delete_topic", name)
+            results.append({"name": name, "topic_id": topic_id,
+                            **_error_fields(answer if isinstance(answer, KafkaError)
+                                            else None)})
+        return build(response_class(request), {"throttle_time": 0, "responses": results})
+
+    async def create_partitions(self, request: Request):
+        body = request.body
+        results = []
+        for t in body.topics:
+            assignment = None if t.assignments is None else [list(a.broker_ids)
+                                                             for a in t.assignments]
+            if body.validate_only:
+                error = None if t.name in self.image().get("topics", {}) else \
+                    UnknownTopicOrPartitionError(f"Topic '{t.name}' does not exist")
+            else:
+                answer = await self._controller_call("create_partitions", t.name,
+                                                     int(t.count), assignment)
+                error = answer if isinstance(answer, KafkaError) else None
+            results.append({"name": t.name, **_error_fields(error)})
+        return build(response_class(request), {"throttle_time": 0, "results": results})
+
+    # ---- cluster ---------------------------------------------------------------------------
+    async def describe_cluster(self, request: Request):
+        image = self.image()
+        endpoint_type = int(getattr(request.body, "endpoint_type", BROKERS_ENDPOINT_TYPE))
+        brokers = [{"broker_id": b, "host": host, "port": port, "rack": info.get("rack")}
+                   for b, info in sorted(image.get("brokers", {}).items())
+                   for name, host, port in info.get("endpoints", []) if name == self.listener]
+        if endpoint_type != BROKERS_ENDPOINT_TYPE:
+            # Kafka's answer to a broker asked for controllers' endpoints: the controller is
+            # an actor here, with no endpoint of its own.
+            return build(response_class(request), {
+                "throttle_time": 0, "error_code": MISMATCHED_ENDPOINT_TYPE,
+                "error_message": "The request was sent to an endpoint of the wrong type.",
+                "endpoint_type": endpoint_type, "cluster_id": image.get("cluster_id", ""),
+                "controller_id": -1, "brokers": []})
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": 0, "error_message": None,
+            "endpoint_type": endpoint_type, "cluster_id": image.get("cluster_id", ""),
+            "controller_id": self.broker_id, "brokers": brokers,
+            "cluster_authorized_operations": -2147483648})
+
+    # ---- groups (this broker's coordinator's, as Kafka's ListGroups) ------------------------
+    async def list_groups(self, request: Request):
+        body = request.body
+        answer = await self._coordinator_call("list_groups")
+        if isinstance(answer, KafkaError):
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "error_code": answer.code, "groups": []})
+        states = {s.lower() for s in (getattr(body, "states_filter", None) or ())}
+        types = {t.lower() for t in (getattr(body, "types_filter", None) or ())}
+        groups = [{"group_id": g, "protocol_type": protocol_type, "group_state": state,
+                   "group_type": "classic"}
+                  for g, protocol_type, state in answer
+                  if (not states or state.lower() in states)
+                  and (not types or "classic" in types)]
+        return build(response_class(request), {"throttle_time": 0, "error_code": 0,
+                                               "groups": groups})
+
+    async def describe_groups(self, request: Request):
+        out = []
+        for group_id in request.body.groups:
+            answer = await self._coordinator_call("describe_group", group_id)
+            if isinstance(answer, KafkaError):
+                out.append({"error_code": answer.code, "group_id": group_id,
+                            "group_state": "", "protocol_type": "", "protocol_data": "",
+                            "members": []})
+                continue
+            out.append({"error_code": 0, "group_id": group_id,
+                        "group_state": answer["state"],
+                        "protocol_type": answer["protocol_type"],
+                        "protocol_data": answer["protocol"],
+                        "members": [{"member_id": m["member_id"],
+                                     "group_instance_id": m["group_instance_id"],
+                                     "client_id": m["client_id"], "client_host": "",
+                                     "member_metadata": b"",
+                                     "member_assignment": m["assignment"]
+                                     if isinstance(m["assignment"], bytes) else b""}
+                                    for m in answer["members"]],
+                        "authorized_operations": -2147483648})
+        return build(response_class(request), {"throttle_time": 0, "groups": out})
+
+    async def delete_groups(self, request: Request):
+        results = []
+        for group_id in request.body.groups_names:
+            answer = await self._coordinator_call("delete_group", group_id)
+            results.append({"group_id": group_id,
+                            "error_code": answer.code if isinstance(answer, KafkaError)
+                            else 0})
+        return build(response_class(request), {"throttle_time": 0, "results": results})
+
