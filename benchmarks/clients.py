@@ -19,6 +19,7 @@ loopback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -241,17 +242,15 @@ class _LatencyReader:
         return self.timestamps.tobytes(), self.latencies.tobytes()
 
 
-def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float,
-               linger_ms: int = 5) -> list[float]:
-    """Latencies (ms) of the records produced after ``warmup`` seconds at ``rate``: the
-    first second or so pays for connections and actor-handle lookups, which a long-running
-    producer pays once."""
-    import ray
-
+def _latency_producer(cluster_name: str, topic: str, rate: int, seconds: float,
+                      warmup: float, linger_ms: int) -> float:
+    """The end-to-end producer, in a process of its own as a producing service runs (the
+    driver's heap, Ray's and Spark's and every peer's modules, made its full garbage
+    collections last 40-120 ms, and where one fell in the measured window it was a pause of
+    the producer, not of rafka). Returns the wall time (ms) measuring starts at."""
     import rafka
     from rafka.throttle import ThroughputThrottler
-    reader = ray.remote(num_cpus=0)(_LatencyReader).remote(cluster.name, topic)
-    ray.get(reader.__ray_ready__.remote())
+    cluster = rafka.Cluster.connect(cluster_name)
     with rafka.Producer(cluster, {"acks": "all", "linger.ms": linger_ms}) as producer:
         measured_from_ms = time.time() * 1000 + warmup * 1000
         throttler = ThroughputThrottler(rate)
@@ -259,6 +258,20 @@ def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float,
             producer.send(topic, VALUE)
             throttler.throttle(i + 1)
         producer.flush()
+    return measured_from_ms
+
+
+def end_to_end(cluster, topic: str, rate: int, seconds: float, warmup: float,
+               linger_ms: int = 5) -> list[float]:
+    """Latencies (ms) of the records produced after ``warmup`` seconds at ``rate``: the
+    first second or so pays for connections and actor-handle lookups, which a long-running
+    producer pays once. Producer and consumer each run in a Ray worker process of their
+    own."""
+    import ray
+    reader = ray.remote(num_cpus=0)(_LatencyReader).remote(cluster.name, topic)
+    ray.get(reader.__ray_ready__.remote())
+    measured_from_ms = ray.get(ray.remote(num_cpus=0)(_latency_producer).remote(
+        cluster.name, topic, rate, seconds, warmup, linger_ms))
     time.sleep(1)
     raw_ts, raw_lat = ray.get(reader.finish.remote())
     ray.kill(reader)
@@ -316,6 +329,8 @@ def main(argv=None) -> int:
     def peers(kind: str) -> dict[str, float | None]:
         """The peer figures a rafka line compares with: produce at one RF and acks, or
         consume."""
+        if kind.startswith("wire "):   # the same client against Kafka: its only peer
+            return {"Kafka+confluent-kafka": kafka_figures.get(f"confluent {kind[5:]}")}
         redis = peer_c if kind == "consume" else peer_p
         # A JetStream publish is acknowledged once its replicas have it: acks=all's peer.
         jetstream = {"rf1": "r1 produce", "rf3-acksall": "r3 produce",
@@ -372,6 +387,26 @@ def main(argv=None) -> int:
                   f"linger.ms={args.latency_linger_ms}): "
                   f"{len(lat)} records, p50 {p(0.5):.1f} ms, p95 {p(0.95):.1f} ms, "
                   f"p99 {p(0.99):.1f} ms, p99.9 {p(0.999):.1f} ms, max {lat[-1]:.1f} ms")
+        if not args.only_latency:
+            # Unmodified Kafka clients over the brokers' Kafka listener: confluent-kafka as
+            # the Kafka peer measures it (the same functions), RF=1 acks=1. After the
+            # latency run: the consumer's group id makes the cluster create
+            # __consumer_offsets (50 partitions), which would run beside it.
+            if importlib.util.find_spec("confluent_kafka") is not None:
+                from benchmarks.kafka_peer import confluent_consume, confluent_produce
+                topic = fresh_topic(cluster, "wire", 1)
+                line("(f) confluent-kafka produce over rafka's Kafka listener, RF=1 acks=1",
+                     args.records, measured(confluent_produce, cluster.bootstrap_servers,
+                                            topic, args.records, VALUE, "1"),
+                     peers("wire rf1"))
+                seen, elapsed = measured(confluent_consume, cluster.bootstrap_servers, topic,
+                                         6, args.records)
+                line("confluent-kafka consume over rafka's Kafka listener (assign, 6 "
+                     "partitions)", seen, elapsed, peers("wire consume"))
+                admin.delete_topics([topic])
+            else:
+                print("(f) confluent-kafka over rafka's Kafka listener: not measured, "
+                      "confluent-kafka is not installed (pip install -e '.[bench]')")
     finally:
         cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)

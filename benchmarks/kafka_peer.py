@@ -189,55 +189,11 @@ class KafkaCluster:
 
     def produce(self, topic: str, records: int, value: bytes, acks: str,
                 batch_size: int = 262_144) -> float:
-        """confluent-kafka's producer, one thread: seconds to send and have every record
-        acknowledged."""
-        from confluent_kafka import Producer
-        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "acks": acks,
-                             "linger.ms": 5, "batch.size": batch_size,
-                             "queue.buffering.max.messages": 1_000_000,
-                             "enable.idempotence": acks == "all"})
-        failed = []
-
-        def delivered(err, msg):
-            if err is not None:
-                failed.append(err)
-        started = time.perf_counter()
-        produce = producer.produce
-        for i in range(records):
-            while True:
-                try:
-                    produce(topic, value, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            if i % 10_000 == 0:
-                producer.poll(0)
-        producer.flush(120)
-        elapsed = time.perf_counter() - started
-        if failed:
-            raise PeerUnavailable(f"{WHO}: {len(failed)} records failed: {failed[0]}")
-        return elapsed
+        return confluent_produce(self.bootstrap_servers, topic, records, value, acks,
+                                 batch_size)
 
     def consume(self, topic: str, partitions: int, records: int) -> tuple[int, float]:
-        """confluent-kafka's consumer, assign() over every partition, one message at a time
-        as a Python application reads them."""
-        from confluent_kafka import Consumer, TopicPartition
-        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers,
-                             "group.id": f"peer-{uuid.uuid4().hex[:8]}",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        seen = 0
-        started = last = time.perf_counter()
-        try:
-            while seen < records:
-                batch = consumer.consume(10_000, 2.0)
-                if not batch:
-                    break   # short of records: the time counted ends at the last one read
-                seen += sum(1 for m in batch if m.error() is None)
-                last = time.perf_counter()
-            return seen, last - started
-        finally:
-            consumer.close()
+        return confluent_consume(self.bootstrap_servers, topic, partitions, records)
 
     def perf_tool(self, main: str, *args: str) -> str:
         """One of Kafka's perf tools (by class); its standard output."""
@@ -273,6 +229,61 @@ class KafkaCluster:
         raise PeerUnavailable(f"{WHO}: no summary from ConsumerPerformance: "
                               f"{out[-400:]}")
 
+
+
+def confluent_produce(bootstrap_servers: str, topic: str, records: int, value: bytes,
+                      acks: str, batch_size: int = 262_144) -> float:
+    """confluent-kafka's producer, one thread: seconds to send and have every record
+    acknowledged (against Kafka, or rafka's Kafka listener)."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": acks,
+                         "linger.ms": 5, "batch.size": batch_size,
+                         "queue.buffering.max.messages": 1_000_000,
+                         "enable.idempotence": acks == "all"})
+    failed = []
+
+    def delivered(err, msg):
+        if err is not None:
+            failed.append(err)
+    started = time.perf_counter()
+    produce = producer.produce
+    for i in range(records):
+        while True:
+            try:
+                produce(topic, value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if failed:
+        raise PeerUnavailable(f"confluent-kafka: {len(failed)} records failed: {failed[0]}")
+    return elapsed
+
+
+def confluent_consume(bootstrap_servers: str, topic: str, partitions: int, records: int
+                      ) -> tuple[int, float]:
+    """confluent-kafka's consumer, assign() over every partition, one message at a time as a
+    Python application reads them."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers,
+                         "group.id": f"peer-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen = 0
+    started = last = time.perf_counter()
+    try:
+        while seen < records:
+            batch = consumer.consume(10_000, 2.0)
+            if not batch:
+                break   # short of records: the time counted ends at the last one read
+            seen += sum(1 for m in batch if m.error() is None)
+            last = time.perf_counter()
+        return seen, last - started
+    finally:
+        consumer.close()
 
 def measure(records: int, value: bytes, partitions: int = 6) -> dict[str, float]:
     """The peer's figures in records/s, by name; PeerUnavailable when it cannot start or a
