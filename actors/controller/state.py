@@ -21,7 +21,7 @@ from actors.controller.state_machines import (PARTITION_PREVIOUS, REPLICA_PREVIO
                                               PartitionStatus, ReplicaStatus, StateMachine)
 from protocols.config import ConfigDef, at_least, between
 from protocols.errors import (FencedLeaderEpochError, InvalidPartitionsError,
-                              InvalidReplicaAssignmentError,
+                              InvalidReplicaAssignmentError, InvalidReplicationFactorError,
                               InvalidRequestError, InvalidUpdateVersionError,
                               NoReassignmentInProgressError, TopicAlreadyExistsError,
                               TopicDeletionDisabledError, UnknownTopicOrPartitionError)
@@ -287,8 +287,18 @@ class ControllerState:
         if name in self.topics:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
         if assignment is None:
-            n = num_partitions or self.config["num.partitions"]
-            rf = replication_factor or self.config["default.replication.factor"]
+            # None or -1: the cluster's default (Kafka's CreatableTopic uses -1).
+            if num_partitions is not None and num_partitions != -1 and num_partitions <= 0:
+                raise InvalidPartitionsError("Number of partitions was set to an invalid "
+                                             "non-positive value.")
+            if replication_factor is not None and replication_factor != -1 \
+                    and replication_factor <= 0:
+                raise InvalidReplicationFactorError("Replication factor must be larger than "
+                                                    "0, or -1 to use the default value.")
+            n = self.config["num.partitions"] if num_partitions in (None, -1) \
+                else num_partitions
+            rf = self.config["default.replication.factor"] if replication_factor in (None, -1) \
+                else replication_factor
             assignment = assign_replicas_to_brokers(self._placement(), n, rf,
                                                     fixed_start_index, rng=self.rng)
         else:

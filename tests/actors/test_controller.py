@@ -374,3 +374,20 @@ def test_a_snapshot_from_before_topic_ids_gets_them_once():
     assert len(again.topic_ids["old"]) == 22 and len(again.cluster_id) == 22
     assert ControllerState.from_snapshot(again.to_snapshot(), ManualClock()).topic_ids == \
         again.topic_ids
+
+
+def test_create_topics_refuses_non_positive_partitions_and_replication_as_kafka_does():
+    """Kafka's CreateTopics: -1 (or nothing) means the cluster's default; 0 or less is
+    INVALID_PARTITIONS (37) / INVALID_REPLICATION_FACTOR (38)."""
+    from protocols.errors import InvalidPartitionsError
+    state = ControllerState(ManualClock(), {"num.partitions": 2,
+                                            "default.replication.factor": 1})
+    for b in range(2):
+        state.register_broker(b, None, incarnation=f"i{b}")
+    with pytest.raises(InvalidPartitionsError, match="non-positive"):
+        state.create_topic("zero", 0, 1)
+    with pytest.raises(InvalidReplicationFactorError, match="larger than 0"):
+        state.create_topic("zero", 1, 0)
+    assert "zero" not in state.topics
+    state.create_topic("defaults", -1, -1)
+    assert len([tp for tp in state.partitions if tp[0] == "defaults"]) == 2
