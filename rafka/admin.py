@@ -243,12 +243,13 @@ class Admin:
 
     def describe_consumer_groups(self, group_ids: Iterable[str]
                                  ) -> dict[str, ConsumerGroupDescription]:
+        from protocols.consumer_protocol import decode_assignment
         out = {}
         for group_id in group_ids:
             d, coordinator = self._group_call(group_id, "describe_group")
             members = [MemberDescription(
                 m["member_id"], m["group_instance_id"], m["client_id"],
-                {TopicPartition(t, p) for t, p in decode(m["assignment"])}
+                set(decode_assignment(m["assignment"]))
                 if m["assignment"] else set()) for m in d["members"]]
             out[group_id] = ConsumerGroupDescription(group_id, d["state"], d["protocol"],
                                                      coordinator, d["generation_id"], members)

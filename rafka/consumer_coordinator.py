@@ -18,13 +18,16 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from protocols.messages import JoinResponse, OffsetAndMetadata, SyncResponse
 from protocols.assignors import Subscription, assignor_for
+from protocols.consumer_protocol import (ConsumerProtocolError, ConsumerSubscription,
+                                         decode_assignment, decode_subscription,
+                                         encode_assignment, encode_subscription)
+from protocols.messages import JoinResponse, OffsetAndMetadata, SyncResponse
 from protocols.errors import (CoordinatorNotAvailableError, IllegalGenerationError,
                               KafkaError, KafkaTimeoutError, MemberIdRequiredError,
                               RebalanceInProgressError, UnknownMemberIdError)
 from protocols.topics import TopicPartition
-from protocols.wire import decode, encode
+from protocols.wire import decode
 from rafka.coordinator_client import COORDINATOR_MOVED, RETRY_SAME, CoordinatorClient
 from rafka.membership import Membership, Next
 
@@ -53,10 +56,6 @@ class ConsumerRebalanceListener:
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self.on_partitions_revoked(partitions)
-
-
-def _encode_partitions(partitions: Iterable[TopicPartition]) -> list:
-    return sorted([tp.topic, tp.partition] for tp in partitions)
 
 
 class ConsumerCoordinator:
@@ -174,8 +173,8 @@ class ConsumerCoordinator:
 
     def _send_join(self) -> None:
         coordinator = self._coordinator()
-        subscription = encode({"topics": sorted(self.topics),
-                               "owned": _encode_partitions(self.owned or self._last_assigned)})
+        # Kafka's ConsumerProtocol subscription: any Kafka client in the group reads it.
+        subscription = encode_subscription(self.topics, self.owned or self._last_assigned)
         protocols = [(name, subscription) for name in self.assignors]
         with self._lock:
             self.membership.join_sent()
@@ -231,8 +230,16 @@ class ConsumerCoordinator:
         """The leader's job: run the chosen assignor over every member's subscription."""
         subscriptions = {}
         for member_id, instance_id, metadata in members:
-            meta = decode(metadata)
-            subscriptions[member_id] = Subscription(meta["topics"], meta["owned"], instance_id)
+            try:
+                meta = decode_subscription(metadata)
+            except ConsumerProtocolError as e:
+                # A member whose client wrote something else: it gets nothing (the others
+                # still get their share) and says why in the log.
+                log.warning("group %s: member %s's subscription does not decode (%s); it "
+                            "is assigned nothing", self.group_id, member_id, e)
+                meta = ConsumerSubscription([])
+            subscriptions[member_id] = Subscription(meta.topics, meta.owned_partitions,
+                                                    instance_id)
         topics = {t for s in subscriptions.values() for t in s.topics}
         image = self.metadata.refresh()
         counts = {t: len(image["topics"][t]) for t in topics if t in image["topics"]}
@@ -240,7 +247,7 @@ class ConsumerCoordinator:
         result = self.assignors[protocol].assign(counts, subscriptions)
         log.info("group %s generation %d: %s assigned %s", self.group_id, generation,
                  protocol, {m: len(p) for m, p in result.items()})
-        return {m: encode(_encode_partitions(p)) for m, p in result.items()}
+        return {m: encode_assignment(p) for m, p in result.items()}
 
     def _maybe_sync_done(self) -> None:
         resp: SyncResponse | None = self._answer(self._sync_ref, SyncResponse)
@@ -250,7 +257,7 @@ class ConsumerCoordinator:
         if resp.error is not None:
             self._failed(resp.error, "SyncGroup")
             return
-        assigned = {TopicPartition(t, p) for t, p in decode(resp.assignment or encode([]))}
+        assigned = set(decode_assignment(resp.assignment or b""))
         with self._lock:
             self.membership.synced()
         self._next_metadata_check = time.monotonic() + self.config["metadata.max.age.ms"] / 1000

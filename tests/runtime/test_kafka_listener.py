@@ -440,3 +440,46 @@ def test_librdkafka_lists_describes_and_deletes_groups(cluster):
     consumer.close()
     admin.delete_consumer_groups(["listed"])["listed"].result(30)
     assert "listed" not in {g.group_id for g in cluster.admin().list_consumer_groups()}
+
+
+def test_a_group_mixes_a_librdkafka_consumer_and_a_rafka_consumer(ray_session, tmp_path):
+    """One system, two doors: both speak Kafka's consumer protocol in JoinGroup and
+    SyncGroup, so whichever leads assigns both, the partitions are split between them, and
+    rafka's admin describes both members with their assignments."""
+    from confluent_kafka import Consumer
+
+    from tests.runtime.conftest import cluster_with
+    with cluster_with(tmp_path) as cluster:
+        cluster.admin().create_topics([rafka.NewTopic("mixed", 4, 2)])
+        wire = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "mixed",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 10_000,
+                         "partition.assignment.strategy": "range"})
+        ours = rafka.Consumer(cluster, {"group.id": "mixed", "auto.offset.reset": "earliest",
+                                        "partition.assignment.strategy": "range",
+                                        "session.timeout.ms": 10_000})
+        try:
+            wire.subscribe(["mixed"])
+            ours.subscribe(["mixed"])
+            deadline = time.monotonic() + 90
+            while not (wire.assignment() and ours.assignment()):
+                assert time.monotonic() < deadline, "the mixed group never settled"
+                wire.poll(0.1)
+                ours.poll(100)
+            shares = ({tp.partition for tp in wire.assignment()},
+                      {tp.partition for tp in ours.assignment()})
+            assert shares[0].isdisjoint(shares[1]) and shares[0] | shares[1] == set(range(4))
+            (group,) = cluster.admin().describe_consumer_groups(["mixed"]).values()
+            assert sorted(tp.partition for m in group.members for tp in m.assignment) == \
+                [0, 1, 2, 3]
+            with rafka.Producer(cluster, {"acks": "all"}) as producer:
+                for i in range(1000):
+                    producer.send("mixed", b"%d" % i, key=b"k%d" % i)
+            seen: list[int] = []
+            deadline = time.monotonic() + 60
+            while len(seen) < 1000 and time.monotonic() < deadline:
+                seen += [int(m.value()) for m in wire.consume(200, 0.2) if m.error() is None]
+                seen += [int(r.value) for r in ours.poll(200)]
+            assert sorted(seen) == list(range(1000))
+        finally:
+            wire.close()
+            ours.close()
