@@ -10,6 +10,7 @@ import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.group_apis import call_coordinator
+from actors.broker.wire_metadata import kafka_uuid_text, topic_uuid
 from protocols.errors import (InvalidRequestError, KafkaError, TopicAlreadyExistsError,
                               UnknownTopicIdError, UnknownTopicOrPartitionError)
 from protocols.kafka.codec import Request, build, response_class
@@ -143,11 +144,10 @@ class AdminApis:
         return None
 
     async def _topic_ids(self) -> dict[str, uuid.UUID]:
-        from actors.broker.kafka_apis import _topic_uuid
         image = await self._controller_call("metadata")
         if isinstance(image, KafkaError):
             return {}
-        return {name: _topic_uuid(text) for name, text in image.get("topic_ids", {}).items()}
+        return {name: topic_uuid(text) for name, text in image.get("topic_ids", {}).items()}
 
     async def delete_topics(self, request: Request):
         body = request.body
@@ -155,7 +155,6 @@ class AdminApis:
             wanted = [(t.name, t.topic_id) for t in body.topics]
         else:
             wanted = [(name, None) for name in body.topic_names]
-        from actors.broker.kafka_apis import kafka_uuid_text
         by_id = {v: k for k, v in self.image().get("topic_ids", {}).items()}
         results = []
         for name, topic_id in wanted:

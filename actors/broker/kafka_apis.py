@@ -18,16 +18,19 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.admin_apis import ADMIN_APIS, AdminApis
 from actors.broker.group_apis import GROUP_APIS, GroupApis
-from protocols.errors import (FetchSessionIdNotFoundError, InvalidTopicError, KafkaError,
-                              LeaderNotAvailableError, NotLeaderOrFollowerError,
-                              UnknownTopicIdError, UnknownTopicOrPartitionError)
-from protocols.messages import (FetchManyRequest, FetchRequest, ProduceManyRequest,
-                                decode_fetch_many_response, decode_produce_many_response,
-                                encode_fetch_many_request, encode_produce_many_request)
-from protocols.wire import decode
+from actors.broker.wire_metadata import (kafka_uuid_text, metadata_values, node_endpoints,
+                                         requested_topics)
+from protocols.errors import (FetchSessionIdNotFoundError, KafkaError,
+                              NotLeaderOrFollowerError, UnknownTopicIdError,
+                              UnknownTopicOrPartitionError)
 from protocols.kafka.codec import (API_VERSIONS_KEY, Request, api_versions_body, build,
                                    response_class)
-from protocols.topics import OFFSETS_TOPIC, validate_topic_name
+from protocols.messages import (FetchManyRequest, FetchRequest,
+                                OffsetsForLeaderEpochRequest, ProduceManyRequest,
+                                decode_fetch_many_response, decode_produce_many_response,
+                                encode_fetch_many_request, encode_produce_many_request)
+from protocols.topics import validate_topic_name
+from protocols.wire import decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ PRODUCE_KEY = 0
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 METADATA_KEY = 3
+OFFSET_FOR_LEADER_EPOCH_KEY = 23
 
 # {api key: (min version, max version)} served. Grows as APIs are built.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -48,112 +52,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     FETCH_KEY: (4, 17),
     # v7 adds MAX_TIMESTAMP (-3) and v8 EARLIEST_LOCAL (-4), not built yet.
     LIST_OFFSETS_KEY: (1, 6),
+    # A consumer's check after a leader change (KIP-320): where its epoch ends on the leader.
+    OFFSET_FOR_LEADER_EPOCH_KEY: (2, 4),
     **GROUP_APIS,
     **ADMIN_APIS,
 }
 
-NO_LEADER = -1
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
-
-
-def _topic_uuid(text: str | None) -> uuid.UUID | None:
-    """A Kafka Uuid string (22 characters of URL-safe base64) as a UUID."""
-    if not text:
-        return None
-    import base64
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
-
-
-def kafka_uuid_text(value: uuid.UUID) -> str:
-    import base64
-    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
-
-
-def requested_topics(request: Request) -> list[dict] | None:
-    """The topics a Metadata request names ({"name": ..., "topic_id": ...}), None for all
-    (v0: an empty list meant all; from v1 on, null means all and an empty list none)."""
-    topics = request.body.topics
-    if topics is None or (request.api_version == 0 and not topics):
-        return None
-    return [{"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None)}
-            for t in topics]
-
-
-def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listener: str,
-                    broker_id: int, creating: Mapping[str, KafkaError | None] = {}) -> dict:
-    """A Metadata response's values (every version's fields; ``build`` keeps those of the
-    request's version) from the broker's metadata image. ``creating``: topics the request
-    had auto-created (None) or failed to (the error)."""
-    brokers = []
-    for b, info in sorted(image.get("brokers", {}).items()):
-        for name, host, port in info.get("endpoints", []):
-            if name == listener:
-                brokers.append({"node_id": int(b), "host": host, "port": port,
-                                "rack": info.get("rack")})
-    live = {b["node_id"] for b in brokers}
-    topics_image = image.get("topics", {})
-    ids = image.get("topic_ids", {})
-    by_id = {v: k for k, v in ids.items()}
-    if wanted is None:
-        wanted = [{"name": name, "topic_id": None} for name in sorted(topics_image)]
-    topics = []
-    for entry in wanted:
-        name, topic_id = entry["name"], entry["topic_id"]
-        if name is None and topic_id is not None:
-            name = by_id.get(kafka_uuid_text(topic_id))
-            if name is None:
-                topics.append({"error_code": UnknownTopicIdError.code, "name": None,
-                               "topic_id": topic_id, "partitions": []})
-                continue
-        if name in creating:
-            error = creating[name] or LeaderNotAvailableError()
-            topics.append({"error_code": error.code, "name": name, "partitions": [],
-                           "is_internal": False})
-            continue
-        if name not in topics_image:
-            try:
-                validate_topic_name(name)
-                code = UnknownTopicOrPartitionError.code
-            except KafkaError as e:
-                code = e.code if e.code > 0 else InvalidTopicError.code
-            topics.append({"error_code": code, "name": name, "partitions": []})
-            continue
-        partitions = []
-        for p, st in sorted(topics_image[name].items(), key=lambda kv: int(kv[0])):
-            leader = st["leader"]
-            partitions.append({
-                "error_code": LeaderNotAvailableError.code if leader == NO_LEADER else 0,
-                "partition_index": int(p), "leader_id": leader,
-                "leader_epoch": st["leader_epoch"], "replica_nodes": list(st["replicas"]),
-                "isr_nodes": list(st["isr"]),
-                "offline_replicas": [r for r in st["replicas"] if r not in live]})
-        topics.append({"error_code": 0, "name": name, "topic_id": _topic_uuid(ids.get(name)),
-                       "is_internal": name in INTERNAL_TOPICS, "partitions": partitions})
-    return {"throttle_time": 0, "brokers": brokers, "cluster_id": image.get("cluster_id"),
-            # KRaft brokers name a live broker as the controller (clients send admin
-            # requests there; Kafka picks one at random): this one.
-            "controller_id": broker_id, "topics": topics, "error_code": 0}
-
-
-def endpoint_of(image: Mapping[str, Any], broker_id: int, listener: str = "PLAINTEXT"
-                ) -> tuple[str, int] | None:
-    """A live broker's (host, port) on ``listener``, from the metadata image."""
-    for name, host, port in image.get("brokers", {}).get(broker_id, {}).get("endpoints", []):
-        if name == listener:
-            return host, port
-    return None
-
-
-def node_endpoints(image: Mapping[str, Any], broker_ids, listener: str) -> list[dict]:
-    """KIP-951: the endpoints of the brokers named in NOT_LEADER_OR_FOLLOWER answers, so the
-    client goes to the new leader without a Metadata round trip."""
-    out = []
-    for b in sorted(set(broker_ids)):
-        where = endpoint_of(image, b, listener)
-        if where is not None:
-            out.append({"node_id": b, "host": where[0], "port": where[1],
-                        "rack": image["brokers"][b].get("rack")})
-    return out
 
 
 class PartitionRoute:
@@ -251,6 +155,8 @@ class KafkaApis:
             return await self.list_offsets(request)
         if request.api_key == FETCH_KEY:
             return await self.fetch(request)
+        if request.api_key == OFFSET_FOR_LEADER_EPOCH_KEY:
+            return await self.offset_for_leader_epoch(request)
         if request.api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(request)
         if request.api_key in ADMIN_APIS and self.admin is not None:
@@ -351,6 +257,33 @@ class KafkaApis:
         return build(response_class(request), {"throttle_time": 0, "topics": out})
 
 
+    async def offset_for_leader_epoch(self, request: Request):
+        """Kafka's OffsetForLeaderEpoch from a client: the end offset of the asked epoch on
+        each partition's leader (what a consumer checks its position against after a leader
+        change, KIP-320), from the hosts' ``offsets_for_leader_epoch_many``."""
+        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        order, answers, by_host = route.split(
+            request.body.topics, "partitions", "partition", _epoch_error,
+            lambda part: (int(part.leader_epoch), int(part.current_leader_epoch)))
+        for host, parts, answer in await _gather_hosts(
+                by_host, lambda host, parts: host.offsets_for_leader_epoch_many.remote(
+                    encode(OffsetsForLeaderEpochRequest(-1, tuple(
+                        (name, key[1], epoch, current)
+                        for key, name, (epoch, current) in parts))))):
+            results = ([(None, None, answer)] * len(parts) if isinstance(answer, BaseException)
+                       else decode(answer))
+            for (key, name, _), (_, _, result) in zip(parts, results):
+                if isinstance(result, BaseException):
+                    error = result if isinstance(result, KafkaError) \
+                        else NotLeaderOrFollowerError(str(result))
+                    answers[key] = _epoch_error(error, route, name, key[1])
+                else:
+                    answers[key] = {"partition": key[1], "error_code": 0,
+                                    "leader_epoch": result[0], "end_offset": result[1]}
+        return build(response_class(request), {
+            "throttle_time": 0, "topics": [{"topic": t, "partitions": parts}
+                                           for t, parts in _by_topic(order, answers)]})
+
     async def fetch(self, request: Request):
         """Kafka's FetchRequest from a consumer: each leader host of this broker gets its
         partitions in one ``fetch_many`` (the path rafka's consumer takes, below the high
@@ -402,6 +335,12 @@ class KafkaApis:
             "responses": [{"topic": t, "topic_id": t, "partitions": parts}
                           for t, parts in _by_topic(order, answers)],
             "node_endpoints": node_endpoints(route.image, _leaders(answers), self.listener)})
+
+
+def _epoch_error(error: KafkaError, route: PartitionRoute, name: str | None,
+                 partition: int) -> dict:
+    return {"partition": partition, "error_code": error.code, "leader_epoch": -1,
+            "end_offset": -1}
 
 
 def _by_topic(order: list, answers: dict) -> list:

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from actors.broker.kafka_apis import SUPPORTED, kafka_uuid_text, metadata_values
+from actors.broker.kafka_apis import SUPPORTED
+from actors.broker.wire_metadata import kafka_uuid_text, metadata_values
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, InvalidReceive,
                                    InvalidRequest, api_versions_body, build, encode_response,
                                    parse_request, response_class)
@@ -204,7 +205,7 @@ def test_metadata_names_topics_by_id_from_v10():
 
 
 def test_all_topics_is_null_from_v1_and_empty_in_v0():
-    from actors.broker.kafka_apis import requested_topics
+    from actors.broker.wire_metadata import requested_topics
     assert requested_topics(parse_request(_metadata_request(0, []), SUPPORTED)) is None
     assert requested_topics(parse_request(_metadata_request(1, []), SUPPORTED)) == []
     assert requested_topics(parse_request(_metadata_request(12, None), SUPPORTED)) is None

@@ -12,7 +12,8 @@ import pytest
 import ray
 
 import rafka
-from actors.broker.kafka_apis import SUPPORTED, kafka_uuid_text
+from actors.broker.kafka_apis import SUPPORTED
+from actors.broker.wire_metadata import kafka_uuid_text
 from tests.kafka_wire import read_response, request_bytes
 from tests.runtime.helpers import wait_until
 
@@ -483,3 +484,27 @@ def test_a_group_mixes_a_librdkafka_consumer_and_a_rafka_consumer(ray_session, t
         finally:
             wire.close()
             ours.close()
+
+
+def test_offset_for_leader_epoch_tells_where_an_epoch_ends(cluster):
+    """KIP-320: a consumer checks its position after a leader change by asking where its
+    epoch ends on the new leader."""
+    cluster.admin().create_topics([rafka.NewTopic("epochs", 1, 2)])
+    with rafka.Producer(cluster, {"acks": "all"}) as producer:
+        for i in range(5):
+            producer.send("epochs", b"%d" % i)
+    image = cluster.metadata()
+    state = image["topics"]["epochs"][0]
+    follower = next(b for b in state["replicas"] if b != state["leader"])
+    ask = {"replica_id": -1, "topics": [{"topic": "epochs", "partitions": [
+        {"partition": 0, "current_leader_epoch": state["leader_epoch"],
+         "leader_epoch": state["leader_epoch"]}]}]}
+    with socket.create_connection(address(cluster.bootstrap_servers, state["leader"])) as s:
+        s.sendall(request_bytes(23, 4, ask))
+        (part,) = read_response(s, 23, 4)[1].topics[0].partitions
+        assert (part.error_code, part.leader_epoch, part.end_offset) == \
+            (0, state["leader_epoch"], 5)
+    with socket.create_connection(address(cluster.bootstrap_servers, follower)) as s:
+        s.sendall(request_bytes(23, 4, ask))
+        (part,) = read_response(s, 23, 4)[1].topics[0].partitions
+        assert part.error_code == 6       # NOT_LEADER_OR_FOLLOWER

@@ -1,0 +1,114 @@
+"""What the Kafka listener says about the cluster, from the broker's metadata image: the
+Metadata answer's values for every version, brokers' endpoints (KIP-951's node endpoints),
+Kafka's printed topic ids. Plain functions of the image: no Ray, no I/O."""
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any, Mapping
+
+from protocols.errors import (InvalidTopicError, KafkaError, LeaderNotAvailableError,
+                              UnknownTopicIdError, UnknownTopicOrPartitionError)
+from protocols.kafka.codec import Request
+from protocols.topics import OFFSETS_TOPIC, validate_topic_name
+
+NO_LEADER = -1
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def topic_uuid(text: str | None) -> uuid.UUID | None:
+    """A Kafka Uuid string (22 characters of URL-safe base64) as a UUID."""
+    if not text:
+        return None
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+
+
+def kafka_uuid_text(value: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+def requested_topics(request: Request) -> list[dict] | None:
+    """The topics a Metadata request names ({"name": ..., "topic_id": ...}), None for all
+    (v0: an empty list meant all; from v1 on, null means all and an empty list none)."""
+    topics = request.body.topics
+    if topics is None or (request.api_version == 0 and not topics):
+        return None
+    return [{"name": getattr(t, "name", None), "topic_id": getattr(t, "topic_id", None)}
+            for t in topics]
+
+
+def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listener: str,
+                    broker_id: int, creating: Mapping[str, KafkaError | None] = {}) -> dict:
+    """A Metadata response's values (every version's fields; ``build`` keeps those of the
+    request's version) from the broker's metadata image. ``creating``: topics the request
+    had auto-created (None) or failed to (the error)."""
+    brokers = []
+    for b, info in sorted(image.get("brokers", {}).items()):
+        for name, host, port in info.get("endpoints", []):
+            if name == listener:
+                brokers.append({"node_id": int(b), "host": host, "port": port,
+                                "rack": info.get("rack")})
+    live = {b["node_id"] for b in brokers}
+    topics_image = image.get("topics", {})
+    ids = image.get("topic_ids", {})
+    by_id = {v: k for k, v in ids.items()}
+    if wanted is None:
+        wanted = [{"name": name, "topic_id": None} for name in sorted(topics_image)]
+    topics = []
+    for entry in wanted:
+        name, topic_id = entry["name"], entry["topic_id"]
+        if name is None and topic_id is not None:
+            name = by_id.get(kafka_uuid_text(topic_id))
+            if name is None:
+                topics.append({"error_code": UnknownTopicIdError.code, "name": None,
+                               "topic_id": topic_id, "partitions": []})
+                continue
+        if name in creating:
+            error = creating[name] or LeaderNotAvailableError()
+            topics.append({"error_code": error.code, "name": name, "partitions": [],
+                           "is_internal": False})
+            continue
+        if name not in topics_image:
+            try:
+                validate_topic_name(name)
+                code = UnknownTopicOrPartitionError.code
+            except KafkaError as e:
+                code = e.code if e.code > 0 else InvalidTopicError.code
+            topics.append({"error_code": code, "name": name, "partitions": []})
+            continue
+        partitions = []
+        for p, st in sorted(topics_image[name].items(), key=lambda kv: int(kv[0])):
+            leader = st["leader"]
+            partitions.append({
+                "error_code": LeaderNotAvailableError.code if leader == NO_LEADER else 0,
+                "partition_index": int(p), "leader_id": leader,
+                "leader_epoch": st["leader_epoch"], "replica_nodes": list(st["replicas"]),
+                "isr_nodes": list(st["isr"]),
+                "offline_replicas": [r for r in st["replicas"] if r not in live]})
+        topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(ids.get(name)),
+                       "is_internal": name in INTERNAL_TOPICS, "partitions": partitions})
+    return {"throttle_time": 0, "brokers": brokers, "cluster_id": image.get("cluster_id"),
+            # KRaft brokers name a live broker as the controller (clients send admin
+            # requests there; Kafka picks one at random): this one.
+            "controller_id": broker_id, "topics": topics, "error_code": 0}
+
+
+def endpoint_of(image: Mapping[str, Any], broker_id: int, listener: str = "PLAINTEXT"
+                ) -> tuple[str, int] | None:
+    """A live broker's (host, port) on ``listener``, from the metadata image."""
+    for name, host, port in image.get("brokers", {}).get(broker_id, {}).get("endpoints", []):
+        if name == listener:
+            return host, port
+    return None
+
+
+def node_endpoints(image: Mapping[str, Any], broker_ids, listener: str) -> list[dict]:
+    """KIP-951: the endpoints of the brokers named in NOT_LEADER_OR_FOLLOWER answers, so the
+    client goes to the new leader without a Metadata round trip."""
+    out = []
+    for b in sorted(set(broker_ids)):
+        where = endpoint_of(image, b, listener)
+        if where is not None:
+            out.append({"node_id": b, "host": where[0], "port": where[1],
+                        "rack": image["brokers"][b].get("rack")})
+    return out
