@@ -11,8 +11,10 @@ instance id, then the others by member id.
   range; the first ``partitions % members`` take one more.
 - ``roundrobin``: all partitions sorted by topic and number, dealt out in turn to the members
   (skipping a member not subscribed to the partition's topic).
-- ``sticky``: as balanced as possible (member counts differ by at most one where
-  subscriptions allow), keeping as many of each member's owned partitions as it can.
+- ``sticky``: Kafka's AbstractStickyAssignor (see :mod:`protocols.sticky_assignor`): as
+  balanced as possible (member counts differ by at most one where subscriptions allow),
+  keeping as many of each member's owned partitions as it can. It orders members by member id
+  (not instance id), and where Kafka walks a Java HashMap of members, in that map's order.
 - ``cooperative-sticky``: the sticky assignment, except that a partition another member still
   owns is left out for now: its owner revokes it, and the follow-up rebalance assigns it
   (incremental cooperative rebalancing, KIP-429).
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from protocols.errors import InvalidConfigError
+from protocols.sticky_assignor import cooperative_assignment, sticky_assign
 from protocols.topics import TopicPartition
 
 __all__ = ["Subscription", "TopicPartition", "PartitionAssignor", "RangeAssignor",
@@ -109,56 +112,8 @@ class StickyAssignor(PartitionAssignor):
     name = "sticky"
 
     def assign(self, partitions_per_topic, subscriptions):
-        order = member_order(subscriptions)
-        rank = {m: i for i, m in enumerate(order)}
-        all_partitions = [tp for t in _subscribed_topics(subscriptions)
-                          for tp in _partitions(partitions_per_topic, t)]
-        eligible = {tp: [m for m in order if tp.topic in subscriptions[m].topics]
-                    for tp in all_partitions}
-        # What each member may keep: partitions it owns that still exist, that it still
-        # subscribes to, and that no member earlier in the order also claims.
-        out: Assignment = {m: [] for m in order}
-        owner: dict[TopicPartition, str] = {}
-        for m in order:
-            for tp in subscriptions[m].owned_partitions:
-                if tp in eligible and m in eligible[tp] and tp not in owner:
-                    owner[tp] = m
-                    out[m].append(tp)
-        # With the same subscriptions everywhere the quotas are exact: each member keeps at
-        # most ceil(P / M), and only P % M members may hold that many.
-        total, members = len(all_partitions), len(order)
-        uniform = len({frozenset(subscriptions[m].topics) for m in order}) == 1
-        if uniform and members:
-            low, high_slots = divmod(total, members)
-            for m in sorted(order, key=lambda m: (-len(out[m]), rank[m])):
-                keep = low + 1 if high_slots and len(out[m]) > low else low
-                if keep > low:
-                    high_slots -= 1
-                for tp in out[m][keep:]:
-                    del owner[tp]
-                out[m] = out[m][:keep]
-        # Unowned partitions go, in order, to the eligible member holding the fewest.
-        for tp in all_partitions:
-            if tp not in owner and eligible[tp]:
-                m = min(eligible[tp], key=lambda m: (len(out[m]), rank[m]))
-                out[m].append(tp)
-                owner[tp] = m
-        # Then move partitions from members with two or more above an eligible member until
-        # no such move is left (needed when subscriptions differ).
-        moved = True
-        while moved:
-            moved = False
-            for tp in reversed(all_partitions):
-                src = owner.get(tp)
-                if src is None:
-                    continue
-                dst = min(eligible[tp], key=lambda m: (len(out[m]), rank[m]))
-                if len(out[src]) - len(out[dst]) >= 2:
-                    out[src].remove(tp)
-                    out[dst].append(tp)
-                    owner[tp] = dst
-                    moved = True
-        return {m: sorted(tps) for m, tps in out.items()}
+        result = sticky_assign(partitions_per_topic, subscriptions)
+        return {m: sorted(result.assignment[m]) for m in subscriptions}
 
 
 class CooperativeStickyAssignor(StickyAssignor):
@@ -166,12 +121,11 @@ class CooperativeStickyAssignor(StickyAssignor):
     rebalance_protocol = "COOPERATIVE"
 
     def assign(self, partitions_per_topic, subscriptions):
-        target = super().assign(partitions_per_topic, subscriptions)
-        owned_by = {tp: m for m, s in subscriptions.items() for tp in s.owned_partitions}
+        result = sticky_assign(partitions_per_topic, subscriptions)
         # A partition moving between members is given to nobody this round: its owner
         # revokes it first, then a follow-up rebalance hands it to the new member.
-        return {m: [tp for tp in tps if owned_by.get(tp, m) == m]
-                for m, tps in target.items()}
+        assignment = cooperative_assignment(result, subscriptions)
+        return {m: sorted(assignment[m]) for m in subscriptions}
 
 
 ASSIGNORS: dict[str, type[PartitionAssignor]] = {
