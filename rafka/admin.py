@@ -176,18 +176,14 @@ class Admin:
     def describe_configs(self, topics: Iterable[str]) -> dict[str, dict]:
         """Each topic's effective configuration: its overrides over the cluster's
         ``log.*`` defaults over Kafka's."""
-        from storage.config import LogConfig, TOPIC_CONFIG
+        from storage.config import effective_topic_config
 
         image = self.cluster.metadata()
         out = {}
         for name in topics:
             if name not in image["configs"]:
                 raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
-            effective = LogConfig.from_props(dict(image["configs"][name]),
-                                             broker=self.cluster.config)
-            topic_only = TOPIC_CONFIG.parse(dict(image["configs"][name]))  # not log settings
-            out[name] = {key: getattr(effective, key.replace(".", "_"), topic_only[key])
-                         for key in TOPIC_CONFIG.names()}
+            out[name] = effective_topic_config(image["configs"][name], self.cluster.config)
         return out
 
     def alter_configs(self, changes: Mapping[str, Mapping[str, Any]]) -> None:

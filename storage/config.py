@@ -146,3 +146,13 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+
+
+def effective_topic_config(overrides: Mapping[str, Any], broker: Mapping[str, Any] | None
+                           ) -> dict[str, Any]:
+    """A topic's effective configuration: its overrides over the cluster's ``log.*``
+    defaults over Kafka's (what DescribeConfigs shows)."""
+    effective = LogConfig.from_props(dict(overrides), broker=broker)
+    topic_only = TOPIC_CONFIG.parse(dict(overrides))   # the keys that are not log settings
+    return {key: getattr(effective, key.replace(".", "_"), topic_only[key])
+            for key in TOPIC_CONFIG.names()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from actors.broker.group_apis import call_coordinator
 from actors.broker.wire_metadata import kafka_uuid_text, topic_uuid
@@ -27,6 +27,9 @@ DESCRIBE_CLUSTER_KEY = 60
 LIST_GROUPS_KEY = 16
 DESCRIBE_GROUPS_KEY = 15
 DELETE_GROUPS_KEY = 42
+DESCRIBE_CONFIGS_KEY = 32
+ALTER_CONFIGS_KEY = 33
+INCREMENTAL_ALTER_CONFIGS_KEY = 44
 
 ADMIN_APIS: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID_KEY: (0, 5),
@@ -37,7 +40,70 @@ ADMIN_APIS: dict[int, tuple[int, int]] = {
     LIST_GROUPS_KEY: (0, 5),
     DESCRIBE_GROUPS_KEY: (0, 5),
     DELETE_GROUPS_KEY: (0, 2),
+    DESCRIBE_CONFIGS_KEY: (1, 4),
+    ALTER_CONFIGS_KEY: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
 }
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+# ConfigSource: where a value comes from (DescribeConfigs v1+).
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+# ConfigType (v3+), by ConfigDef type.
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
+                "list": 7, "class": 8, "password": 9}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def config_text(value: Any) -> str | None:
+    """A config value as Kafka prints it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def topic_config_entries(overrides: Mapping[str, Any], broker_log: Mapping[str, Any],
+                         keys: Iterable[str] | None) -> list[dict]:
+    """DescribeConfigs' entries for a topic: every topic config (or ``keys``), its effective
+    value and where it comes from."""
+    from storage.config import TOPIC_CONFIG, effective_topic_config, topic_defaults_from_broker
+    effective = effective_topic_config(overrides, broker_log)
+    from_broker = topic_defaults_from_broker(broker_log)
+    wanted = TOPIC_CONFIG.names() if keys is None else [k for k in keys if k in effective]
+    return [{"name": k, "value": config_text(effective[k]), "read_only": False,
+             "config_source": DYNAMIC_TOPIC_CONFIG if k in overrides else
+             STATIC_BROKER_CONFIG if k in from_broker else DEFAULT_CONFIG,
+             "is_sensitive": False, "synonyms": [],
+             "config_type": CONFIG_TYPES.get(TOPIC_CONFIG.keys[k].type, 0),
+             "documentation": TOPIC_CONFIG.keys[k].doc or None} for k in wanted]
+
+
+def incremental_changes(current: Mapping[str, Any], ops: Iterable[tuple[str, int, Any]]
+                        ) -> dict[str, Any]:
+    """IncrementalAlterConfigs' operations as ``alter_topic_config``'s changes (None:
+    back to the default): SET, DELETE, and APPEND / SUBTRACT on a list config's ``current``
+    (effective) value."""
+    changes: dict[str, Any] = {}
+    for name, op, value in ops:
+        if op == SET:
+            changes[name] = value
+        elif op == DELETE:
+            changes[name] = None
+        elif op in (APPEND, SUBTRACT):
+            now = changes.get(name, current.get(name))
+            items = [] if now is None else (list(now) if isinstance(now, (list, tuple))
+                                            else [v for v in str(now).split(",") if v])
+            given = [v for v in str(value or "").split(",") if v]
+            items = items + [v for v in given if v not in items] if op == APPEND \
+                else [v for v in items if v not in given]
+            changes[name] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"Unknown config operation {op} for {name}")
+    return changes
 
 BROKERS_ENDPOINT_TYPE = 1
 MISMATCHED_ENDPOINT_TYPE = 114
@@ -51,12 +117,14 @@ def _error_fields(error: KafkaError | None) -> dict:
 class AdminApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  controller: Callable[[], Awaitable[Any]],
-                 coordinator: Callable[[], Awaitable[Any]], listener: str = "PLAINTEXT"):
+                 coordinator: Callable[[], Awaitable[Any]], listener: str = "PLAINTEXT",
+                 broker_log: Mapping[str, Any] | None = None):
         self.broker_id = broker_id
         self.image = image
         self.controller = controller     # the controller's handle (waits for one)
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
         self.listener = listener
+        self.broker_log = dict(broker_log or {})   # the cluster's log.* settings
 
     async def handle(self, request: Request):
         return await {INIT_PRODUCER_ID_KEY: self.init_producer_id,
@@ -66,7 +134,11 @@ class AdminApis:
                       DESCRIBE_CLUSTER_KEY: self.describe_cluster,
                       LIST_GROUPS_KEY: self.list_groups,
                       DESCRIBE_GROUPS_KEY: self.describe_groups,
-                      DELETE_GROUPS_KEY: self.delete_groups}[request.api_key](request)
+                      DELETE_GROUPS_KEY: self.delete_groups,
+                      DESCRIBE_CONFIGS_KEY: self.describe_configs,
+                      ALTER_CONFIGS_KEY: self.alter_configs,
+                      INCREMENTAL_ALTER_CONFIGS_KEY: self.incremental_alter_configs,
+                      }[request.api_key](request)
 
     async def _controller_call(self, method: str, *args) -> Any:
         """The controller's decoded answer, or the KafkaError it raised or answered."""
@@ -257,3 +329,88 @@ class AdminApis:
                             else 0})
         return build(response_class(request), {"throttle_time": 0, "results": results})
 
+
+    # ---- configs ---------------------------------------------------------------------------
+    async def describe_configs(self, request: Request):
+        """Topics' configs (their overrides over the cluster's log.* settings over Kafka's
+        defaults, each with its source) and this broker's."""
+        image = self.image()
+        results = []
+        for r in request.body.resources:
+            keys = None if r.configuration_keys is None else list(r.configuration_keys)
+            out = {"resource_type": r.resource_type, "resource_name": r.resource_name,
+                   "error_code": 0, "error_message": None, "configs": []}
+            if r.resource_type == TOPIC_RESOURCE:
+                overrides = image.get("configs", {}).get(r.resource_name)
+                if overrides is None:
+                    out.update(_error_fields(UnknownTopicOrPartitionError(
+                        f"Topic '{r.resource_name}' does not exist")))
+                else:
+                    out["configs"] = topic_config_entries(overrides, self.broker_log, keys)
+            elif r.resource_type == BROKER_RESOURCE:
+                out["configs"] = [
+                    {"name": k, "value": config_text(v), "read_only": True,
+                     "config_source": STATIC_BROKER_CONFIG, "is_sensitive": False,
+                     "synonyms": [], "config_type": 0, "documentation": None}
+                    for k, v in sorted(self.broker_log.items())
+                    if keys is None or k in keys]
+            else:
+                out.update(_error_fields(InvalidRequestError(
+                    f"Resource type {r.resource_type} is not served (topics: 2, brokers: 4)")))
+            results.append(out)
+        return build(response_class(request), {"throttle_time": 0, "results": results})
+
+    async def _alter_topic(self, name: str, changes: dict, validate_only: bool
+                           ) -> KafkaError | None:
+        if name not in self.image().get("topics", {}):
+            return UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
+        if validate_only:
+            from storage.config import TOPIC_CONFIG
+            try:
+                TOPIC_CONFIG.parse({k: v for k, v in changes.items() if v is not None},
+                                   defaults=False)
+            except KafkaError as e:
+                return e
+            return None
+        answer = await self._controller_call("alter_topic_config", name, changes)
+        return answer if isinstance(answer, KafkaError) else None
+
+    async def _alter(self, request: Request, changes_of) -> Any:
+        results = []
+        for r in request.body.resources:
+            if r.resource_type != TOPIC_RESOURCE:
+                error: KafkaError | None = InvalidRequestError(
+                    "Only topic configs can be altered: brokers' configs are static here")
+            else:
+                try:
+                    changes = changes_of(r)
+                    error = await self._alter_topic(r.resource_name, changes,
+                                                    bool(request.body.validate_only))
+                except KafkaError as e:
+                    error = e
+            results.append({"resource_type": r.resource_type,
+                            "resource_name": r.resource_name, **_error_fields(error)})
+        return build(response_class(request), {"throttle_time": 0, "responses": results})
+
+    async def incremental_alter_configs(self, request: Request):
+        """SET / DELETE, and APPEND / SUBTRACT on a list config's effective value (its
+        default when the topic does not override it, as Kafka does)."""
+        from storage.config import effective_topic_config
+        image = self.image()
+
+        def changes(r) -> dict:
+            overrides = image.get("configs", {}).get(r.resource_name, {})
+            return incremental_changes(
+                effective_topic_config(overrides, self.broker_log),
+                [(c.name, int(c.config_operation), c.value) for c in r.configs])
+        return await self._alter(request, changes)
+
+    async def alter_configs(self, request: Request):
+        """The legacy AlterConfigs: the given configs replace all of the topic's overrides."""
+        image = self.image()
+
+        def changes(r) -> dict:
+            given = {c.name: c.value for c in r.configs}
+            current = image.get("configs", {}).get(r.resource_name, {})
+            return {**{k: None for k in current if k not in given}, **given}
+        return await self._alter(request, changes)

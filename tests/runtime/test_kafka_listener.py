@@ -508,3 +508,31 @@ def test_offset_for_leader_epoch_tells_where_an_epoch_ends(cluster):
         s.sendall(request_bytes(23, 4, ask))
         (part,) = read_response(s, 23, 4)[1].topics[0].partitions
         assert part.error_code == 6       # NOT_LEADER_OR_FOLLOWER
+
+
+def test_librdkafka_describes_and_alters_topic_configs(cluster):
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource)
+    cluster.admin().create_topics([rafka.NewTopic("conf", 1, 1,
+                                                  config={"retention.ms": 3_600_000})])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "conf")
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert described["retention.ms"].value == "3600000"
+    assert described["retention.ms"].source == 1            # DYNAMIC_TOPIC_CONFIG
+    assert described["cleanup.policy"].value == "delete"
+    assert described["cleanup.policy"].source == 5          # DEFAULT_CONFIG
+    change = ConfigResource(ConfigResource.Type.TOPIC, "conf", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000",
+                    incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact",
+                    incremental_operation=AlterConfigOpType.APPEND)])
+    admin.incremental_alter_configs([change])[change].result(30)
+    wait_until(lambda: cluster.admin().describe_configs(["conf"])["conf"]["retention.ms"]
+               == 7_200_000, 30, "the altered retention.ms")
+    assert sorted(cluster.admin().describe_configs(["conf"])["conf"]["cleanup.policy"]) == \
+        ["compact", "delete"]
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "conf", incremental_configs=[
+        ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(Exception, match="INVALID_CONFIG|retention.ms"):
+        admin.incremental_alter_configs([bad])[bad].result(30)
