@@ -39,6 +39,7 @@ FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 METADATA_KEY = 3
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
+DELETE_RECORDS_KEY = 21
 
 # {api key: (min version, max version)} served. Grows as APIs are built.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -54,6 +55,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_OFFSETS_KEY: (1, 6),
     # A consumer's check after a leader change (KIP-320): where its epoch ends on the leader.
     OFFSET_FOR_LEADER_EPOCH_KEY: (2, 4),
+    DELETE_RECORDS_KEY: (0, 2),
     **GROUP_APIS,
     **ADMIN_APIS,
 }
@@ -157,6 +159,8 @@ class KafkaApis:
             return await self.fetch(request)
         if request.api_key == OFFSET_FOR_LEADER_EPOCH_KEY:
             return await self.offset_for_leader_epoch(request)
+        if request.api_key == DELETE_RECORDS_KEY:
+            return await self.delete_records(request)
         if request.api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(request)
         if request.api_key in ADMIN_APIS and self.admin is not None:
@@ -282,6 +286,36 @@ class KafkaApis:
                                     "leader_epoch": result[0], "end_offset": result[1]}
         return build(response_class(request), {
             "throttle_time": 0, "topics": [{"topic": t, "partitions": parts}
+                                           for t, parts in _by_topic(order, answers)]})
+
+    async def delete_records(self, request: Request):
+        """Kafka's DeleteRecords: each partition's log start offset moved up to the given
+        offset (-1: the high watermark) on its leader, answered with the new low watermark
+        once the followers have it too (the replicas' DelayedDeleteRecords)."""
+        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        timeout_ms = int(request.body.timeout.total_seconds() * 1000)
+        order, answers, by_host = route.split(
+            request.body.topics, "partitions", "partition_index",
+            lambda e, route, name, p: {"partition_index": p, "low_watermark": -1,
+                                       "error_code": e.code},
+            lambda part: int(part.offset))
+
+        async def one(host, key, name, offset) -> dict:
+            try:
+                result = decode(await host.delete_records.remote(name, key[1], offset,
+                                                                 timeout_ms))
+                error = result.error
+            except Exception as e:   # the host died under the request
+                result, error = None, NotLeaderOrFollowerError(str(e))
+            return {"partition_index": key[1], "error_code": 0 if error is None else error.code,
+                    "low_watermark": -1 if error is not None else result.low_watermark}
+        keys = [(host, key, name, offset) for host, parts in by_host.items()
+                for key, name, offset in parts]
+        for (_, key, _, _), answer in zip(keys, await asyncio.gather(
+                *[one(*k) for k in keys])):
+            answers[key] = answer
+        return build(response_class(request), {
+            "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
                                            for t, parts in _by_topic(order, answers)]})
 
     async def fetch(self, request: Request):

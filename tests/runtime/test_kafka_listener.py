@@ -536,3 +536,21 @@ def test_librdkafka_describes_and_alters_topic_configs(cluster):
         ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(Exception, match="INVALID_CONFIG|retention.ms"):
         admin.incremental_alter_configs([bad])[bad].result(30)
+
+
+def test_librdkafka_deletes_records_up_to_an_offset(cluster):
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+    cluster.admin().create_topics([rafka.NewTopic("trim", 1, 2)])
+    with rafka.Producer(cluster, {"acks": "all"}) as producer:
+        for i in range(10):
+            producer.send("trim", b"%d" % i)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    (done,) = admin.delete_records([KafkaPartition("trim", 0, 4)]).values()
+    assert done.result(30).low_watermark == 4
+    consumer = rafka.Consumer(cluster)
+    assert consumer.beginning_offsets([("trim", 0)]) == {("trim", 0): 4}
+    consumer.close()
+    (beyond,) = admin.delete_records([KafkaPartition("trim", 0, 99)]).values()
+    with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|out of range"):
+        beyond.result(30)
