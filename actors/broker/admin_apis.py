@@ -11,7 +11,8 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from actors.broker.group_apis import call_coordinator
 from actors.broker.wire_metadata import kafka_uuid_text, topic_uuid
-from protocols.errors import (InvalidRequestError, KafkaError, TopicAlreadyExistsError,
+from protocols.errors import (ElectionNotNeededError, InvalidRequestError, KafkaError,
+                              PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
                               UnknownTopicIdError, UnknownTopicOrPartitionError)
 from protocols.kafka.codec import Request, build, response_class
 from protocols.topics import validate_topic_name
@@ -30,6 +31,7 @@ DELETE_GROUPS_KEY = 42
 DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
 INCREMENTAL_ALTER_CONFIGS_KEY = 44
+ELECT_LEADERS_KEY = 43
 
 ADMIN_APIS: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID_KEY: (0, 5),
@@ -43,6 +45,7 @@ ADMIN_APIS: dict[int, tuple[int, int]] = {
     DESCRIBE_CONFIGS_KEY: (1, 4),
     ALTER_CONFIGS_KEY: (0, 2),
     INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
+    ELECT_LEADERS_KEY: (0, 2),
 }
 
 TOPIC_RESOURCE = 2
@@ -138,6 +141,7 @@ class AdminApis:
                       DESCRIBE_CONFIGS_KEY: self.describe_configs,
                       ALTER_CONFIGS_KEY: self.alter_configs,
                       INCREMENTAL_ALTER_CONFIGS_KEY: self.incremental_alter_configs,
+                      ELECT_LEADERS_KEY: self.elect_leaders,
                       }[request.api_key](request)
 
     async def _controller_call(self, method: str, *args) -> Any:
@@ -414,3 +418,58 @@ class AdminApis:
             current = image.get("configs", {}).get(r.resource_name, {})
             return {**{k: None for k in current if k not in given}, **given}
         return await self._alter(request, changes)
+
+    # ---- leaders ---------------------------------------------------------------------------
+    async def elect_leaders(self, request: Request):
+        """Preferred-leader elections (``kafka-leader-election --election-type preferred``):
+        ELECTION_NOT_NEEDED where the first replica already leads, PREFERRED_LEADER_NOT_
+        AVAILABLE where it cannot (out of the ISR or down). Unclean elections on request are
+        refused: the controller elects uncleanly only for offline partitions, when
+        unclean.leader.election.enable says so."""
+        body = request.body
+        topics = self.image().get("topics", {})
+        if body.topic_partitions is None:   # every partition not led by its first replica
+            wanted = [(t, p) for t, ps in topics.items() for p, st in ps.items()
+                      if st["leader"] != st["replicas"][0]]
+        else:
+            wanted = [(tp.topic, p) for tp in body.topic_partitions for p in tp.partitions]
+        results: dict[tuple[str, int], KafkaError | None] = {}
+        candidates = []
+        for topic, partition in wanted:
+            st = topics.get(topic, {}).get(partition)
+            if st is None:
+                results[(topic, partition)] = UnknownTopicOrPartitionError(
+                    f"Unknown partition {topic}-{partition}")
+            elif int(getattr(body, "election_type", 0)) != 0:
+                results[(topic, partition)] = InvalidRequestError(
+                    "Only preferred elections (type 0) are served")
+            elif st["leader"] == st["replicas"][0]:
+                results[(topic, partition)] = ElectionNotNeededError(
+                    "Leader election not needed for topic partition.")
+            else:
+                candidates.append((topic, partition))
+        if candidates:
+            answer = await self._controller_call("elect_preferred_leaders",
+                                                 [list(tp) for tp in candidates])
+            image = {} if isinstance(answer, KafkaError) else \
+                await self._controller_call("metadata")
+            for topic, partition in candidates:
+                st = (image.get("topics", {}).get(topic, {}).get(partition)
+                      if isinstance(image, dict) else None)
+                if isinstance(answer, KafkaError):
+                    results[(topic, partition)] = answer
+                elif st is not None and st["leader"] == st["replicas"][0]:
+                    results[(topic, partition)] = None
+                else:
+                    results[(topic, partition)] = PreferredLeaderNotAvailableError(
+                        f"Failed to elect the preferred leader of {topic}-{partition}")
+        by_topic: dict[str, list] = {}
+        for (topic, partition), error in results.items():
+            fields = _error_fields(error)
+            by_topic.setdefault(topic, []).append({"partition_id": partition,
+                                                   "error_code": fields["error_code"],
+                                                   "error_message": fields["error_message"]})
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": 0,
+            "replica_election_results": [{"topic": t, "partition_result": ps}
+                                         for t, ps in by_topic.items()]})

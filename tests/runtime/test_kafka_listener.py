@@ -554,3 +554,26 @@ def test_librdkafka_deletes_records_up_to_an_offset(cluster):
     (beyond,) = admin.delete_records([KafkaPartition("trim", 0, 99)]).values()
     with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|out of range"):
         beyond.result(30)
+
+
+def test_librdkafka_elects_preferred_leaders(cluster):
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as KafkaPartition
+    from confluent_kafka.admin import AdminClient
+    cluster.admin().create_topics([rafka.NewTopic("elect", 2, 2)])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    results = admin.elect_leaders(ElectionType.PREFERRED,
+                                  [KafkaPartition("elect", 0)]).result(30)
+    assert "ELECTION_NOT_NEEDED" in str(results[KafkaPartition("elect", 0)])
+    # Reorder partition 1's replicas: its leader is no longer the preferred one.
+    state = cluster.metadata()["topics"]["elect"][1]
+    reordered = list(reversed(state["replicas"]))
+    cluster.admin().alter_partition_reassignments({("elect", 1): reordered})
+    wait_until(lambda: list(cluster.metadata()["topics"]["elect"][1]["replicas"]) == reordered,
+               30, "the reordered replicas")
+    assert cluster.metadata()["topics"]["elect"][1]["leader"] != reordered[0]
+    results = admin.elect_leaders(ElectionType.PREFERRED,
+                                  [KafkaPartition("elect", 1)]).result(30)
+    assert results[KafkaPartition("elect", 1)] is None
+    wait_until(lambda: cluster.metadata()["topics"]["elect"][1]["leader"] == reordered[0], 30,
+               "the preferred leader")
