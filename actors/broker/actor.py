@@ -113,7 +113,8 @@ class BrokerActor:
             groups=GroupApis(broker_id, self._group_coordinator, self.find_coordinator,
                              lambda b: endpoint_of(self.state.image, b)),
             admin=AdminApis(broker_id, lambda: self.state.image, self._ensure_controller,
-                            self._group_coordinator, broker_log=self.cfg.log))
+                            self._group_coordinator, broker_log=self.cfg.log,
+                            log_dir=str(self.dir)))
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"])

@@ -32,6 +32,7 @@ DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
 INCREMENTAL_ALTER_CONFIGS_KEY = 44
 ELECT_LEADERS_KEY = 43
+DESCRIBE_LOG_DIRS_KEY = 35
 
 ADMIN_APIS: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID_KEY: (0, 5),
@@ -46,6 +47,7 @@ ADMIN_APIS: dict[int, tuple[int, int]] = {
     ALTER_CONFIGS_KEY: (0, 2),
     INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
     ELECT_LEADERS_KEY: (0, 2),
+    DESCRIBE_LOG_DIRS_KEY: (1, 4),
 }
 
 TOPIC_RESOURCE = 2
@@ -121,13 +123,14 @@ class AdminApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  controller: Callable[[], Awaitable[Any]],
                  coordinator: Callable[[], Awaitable[Any]], listener: str = "PLAINTEXT",
-                 broker_log: Mapping[str, Any] | None = None):
+                 broker_log: Mapping[str, Any] | None = None, log_dir: str | None = None):
         self.broker_id = broker_id
         self.image = image
         self.controller = controller     # the controller's handle (waits for one)
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
         self.listener = listener
         self.broker_log = dict(broker_log or {})   # the cluster's log.* settings
+        self.log_dir = log_dir                     # this broker's one log directory
 
     async def handle(self, request: Request):
         return await {INIT_PRODUCER_ID_KEY: self.init_producer_id,
@@ -142,6 +145,7 @@ class AdminApis:
                       ALTER_CONFIGS_KEY: self.alter_configs,
                       INCREMENTAL_ALTER_CONFIGS_KEY: self.incremental_alter_configs,
                       ELECT_LEADERS_KEY: self.elect_leaders,
+                      DESCRIBE_LOG_DIRS_KEY: self.describe_log_dirs,
                       }[request.api_key](request)
 
     async def _controller_call(self, method: str, *args) -> Any:
@@ -473,3 +477,47 @@ class AdminApis:
             "throttle_time": 0, "error_code": 0,
             "replica_election_results": [{"topic": t, "partition_result": ps}
                                          for t, ps in by_topic.items()]})
+
+    # ---- log directories -------------------------------------------------------------------
+    async def describe_log_dirs(self, request: Request):
+        """This broker's log directory (one per broker here): each partition's size on disk
+        (its segment and index files), and the disk's total and usable bytes (v4)."""
+        import asyncio
+        wanted = None if request.body.topics is None else {
+            (t.topic, p) for t in request.body.topics for p in t.partitions}
+        if self.log_dir is None:
+            return build(response_class(request), {"throttle_time": 0, "error_code": 0,
+                                                   "results": []})
+        sizes, total, usable = await asyncio.to_thread(log_dir_sizes, self.log_dir)
+        topics: dict[str, list] = {}
+        for (topic, partition), size in sorted(sizes.items()):
+            if wanted is None or (topic, partition) in wanted:
+                topics.setdefault(topic, []).append({"partition_index": partition,
+                                                     "partition_size": size, "offset_lag": 0,
+                                                     "is_future_key": False})
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": 0, "results": [{
+                "error_code": 0, "log_dir": self.log_dir, "total_bytes": total,
+                "usable_bytes": usable,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]})
+
+
+def log_dir_sizes(log_dir: str) -> tuple[dict[tuple[str, int], int], int, int]:
+    """({(topic, partition): bytes of its files}, disk total bytes, disk usable bytes) of a
+    broker's log directory."""
+    import os
+    from pathlib import Path
+
+    from protocols.topics import parse_partition_dir_name
+    sizes = {}
+    for entry in Path(log_dir).iterdir():
+        if not entry.is_dir():
+            continue
+        try:
+            tp = parse_partition_dir_name(entry.name)
+        except (KafkaError, ValueError):
+            continue   # not a partition's directory
+        sizes[(tp.topic, tp.partition)] = sum(f.stat().st_size for f in entry.iterdir()
+                                              if f.is_file())
+    disk = os.statvfs(log_dir)
+    return sizes, disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize

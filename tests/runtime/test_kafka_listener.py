@@ -577,3 +577,19 @@ def test_librdkafka_elects_preferred_leaders(cluster):
     assert results[KafkaPartition("elect", 1)] is None
     wait_until(lambda: cluster.metadata()["topics"]["elect"][1]["leader"] == reordered[0], 30,
                "the preferred leader")
+
+
+def test_describe_log_dirs_gives_each_partitions_size_on_disk(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("sized", 2, 3)])
+    with rafka.Producer(cluster, {"acks": "all"}) as producer:
+        for i in range(200):
+            producer.send("sized", b"x" * 1000, partition=i % 2)
+    leader = cluster.metadata()["topics"]["sized"][0]["leader"]
+    with socket.create_connection(address(cluster.bootstrap_servers, leader)) as s:
+        s.sendall(request_bytes(35, 4, {"topics": [{"topic": "sized", "partitions": [0, 1]}]}))
+        (result,) = read_response(s, 35, 4)[1].results
+    assert result.error_code == 0 and result.log_dir.endswith(f"broker-{leader}")
+    assert result.total_bytes >= result.usable_bytes > 0
+    (topic,) = result.topics
+    sizes = {p.partition_index: p.partition_size for p in topic.partitions}
+    assert set(sizes) == {0, 1} and all(size > 100 * 1000 for size in sizes.values())
