@@ -112,7 +112,7 @@ def test_bad_bytes_close_only_their_own_connection(cluster):
         "oversized frame": struct.pack(">i", 104_857_601),
         "negative size": struct.pack(">i", -1),
         "unknown API key": struct.pack(">ihhih", 10, 999, 0, 1, -1),
-        "API not served (DescribeConfigs)": struct.pack(">ihhih", 10, 32, 4, 1, -1),
+        "API not served (DescribeAcls)": struct.pack(">ihhih", 10, 29, 1, 1, -1),
         "unsupported Metadata version": struct.pack(">ihhih", 10, 3, 99, 1, -1),
         "does not decode": struct.pack(">i", 12) + struct.pack(">hhih", 3, 12, 1, 200) + b"xx",
         # 33 billion topics in a few bytes: must not make the broker allocate for them.
