@@ -231,35 +231,28 @@ class KafkaApis:
 
     async def list_offsets(self, request: Request):
         """Kafka's ListOffsetsRequest: earliest (-2), latest (-1, the high watermark) or the
-        first offset at or after a time, per partition, from its leader's replica host."""
+        first offset at or after a time, per partition, from its leader's replica host (one
+        ``list_offsets_many`` per host, as rafka's own clients ask)."""
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
-        out = []
-        for topic in request.body.topics:
-            parts = []
-            for part in topic.partitions:
-                answer = {"partition_index": part.partition_index, "timestamp": -1,
-                          "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
-                host, error = route.host(topic.name, part.partition_index)
-                if host is not None:
-                    try:
-                        result = decode(await host.list_offsets.remote(
-                            topic.name, part.partition_index, int(part.timestamp),
-                            int(getattr(part, "current_leader_epoch", -1))))
-                    except Exception as e:   # the host died under the request
-                        result = NotLeaderOrFollowerError(str(e))
-                    if isinstance(result, KafkaError):
-                        error = result
-                    else:
-                        answer.update(offset=result[0], timestamp=result[1],
-                                      leader_epoch=route.leader(topic.name,
-                                                                part.partition_index)[1])
-                elif error is None:
-                    error = route.unknown(topic.name)
-                answer["error_code"] = 0 if error is None else error.code
-                parts.append(answer)
-            out.append({"name": topic.name, "partitions": parts})
-        return build(response_class(request), {"throttle_time": 0, "topics": out})
-
+        order, answers, by_host = route.split(
+            request.body.topics, "partitions", "partition_index", _offsets_error,
+            lambda part: (int(part.timestamp), int(getattr(part, "current_leader_epoch", -1))))
+        for host, parts, answer in await _gather_hosts(
+                by_host, lambda host, parts: host.list_offsets_many.remote(
+                    [(name, key[1], ts, epoch) for key, name, (ts, epoch) in parts])):
+            results = ([NotLeaderOrFollowerError(str(answer))] * len(parts)
+                       if isinstance(answer, BaseException) else [decode(a) for a in answer])
+            for (key, name, _), result in zip(parts, results):
+                if isinstance(result, KafkaError):
+                    answers[key] = _offsets_error(result, route, name, key[1])
+                else:
+                    answers[key] = {"partition_index": key[1], "error_code": 0,
+                                    "offset": result[0], "timestamp": result[1],
+                                    "leader_epoch": route.leader(name, key[1])[1],
+                                    "old_style_offsets": []}
+        return build(response_class(request), {
+            "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
+                                           for t, parts in _by_topic(order, answers)]})
 
     async def offset_for_leader_epoch(self, request: Request):
         """Kafka's OffsetForLeaderEpoch from a client: the end offset of the asked epoch on
@@ -369,6 +362,12 @@ class KafkaApis:
             "responses": [{"topic": t, "topic_id": t, "partitions": parts}
                           for t, parts in _by_topic(order, answers)],
             "node_endpoints": node_endpoints(route.image, _leaders(answers), self.listener)})
+
+
+def _offsets_error(error: KafkaError, route: PartitionRoute, name: str | None,
+                   partition: int) -> dict:
+    return {"partition_index": partition, "error_code": error.code, "timestamp": -1,
+            "offset": -1, "leader_epoch": -1, "old_style_offsets": []}
 
 
 def _epoch_error(error: KafkaError, route: PartitionRoute, name: str | None,

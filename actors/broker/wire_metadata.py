@@ -72,8 +72,8 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
             try:
                 validate_topic_name(name)
                 code = UnknownTopicOrPartitionError.code
-            except KafkaError as e:
-                code = e.code if e.code > 0 else InvalidTopicError.code
+            except InvalidTopicError as e:
+                code = e.code
             topics.append({"error_code": code, "name": name, "partitions": []})
             continue
         partitions = []

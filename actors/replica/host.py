@@ -320,12 +320,11 @@ class ReplicaHostActor:
             return encode(self._absent(topic, partition))
         return await replica.list_offsets(timestamp, current_leader_epoch)
 
-    async def list_offsets_many(self, requests: list[tuple[str, int, int]]) -> list[bytes]:
+    async def list_offsets_many(self, requests: list[tuple]) -> list[bytes]:
         """ListOffsets for many partitions of this host (Kafka's ListOffsetsRequest, one
-        per broker): ``(topic, partition, timestamp)`` each, answered in order, each answer
-        as ``list_offsets``'."""
-        return [await self.list_offsets(topic, partition, timestamp)
-                for topic, partition, timestamp in requests]
+        per broker): ``(topic, partition, timestamp[, current leader epoch])`` each,
+        answered in order, each answer as ``list_offsets``'."""
+        return [await self.list_offsets(*request) for request in requests]
 
     async def delete_records(self, topic: str, partition: int, offset: int,
                              timeout_ms: int = 30_000) -> bytes:
