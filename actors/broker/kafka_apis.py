@@ -59,7 +59,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     **GROUP_APIS,
     **ADMIN_APIS,
 }
-
+# What ApiVersions tells: SUPPORTED, but Produce from v0, as Kafka 4 does (KAFKA-18659,
+# ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION): librdkafka before 2.10 compresses with
+# gzip, snappy or lz4 only where the broker claims Produce v0-v2, and sends uncompressed
+# batches otherwise. A v0-v2 request itself is still refused (connection closed).
+ADVERTISED: dict[int, tuple[int, int]] = {**SUPPORTED, PRODUCE_KEY: (0, SUPPORTED[PRODUCE_KEY][1])}
 
 
 class PartitionRoute:
@@ -148,7 +152,7 @@ class KafkaApis:
 
     async def handle(self, request: Request) -> Any:
         if request.api_key == API_VERSIONS_KEY:
-            return api_versions_body(request, SUPPORTED)
+            return api_versions_body(request, ADVERTISED)
         if request.api_key == METADATA_KEY:
             return await self.metadata(request)
         if request.api_key == PRODUCE_KEY:
