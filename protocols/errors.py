@@ -128,6 +128,8 @@ EligibleLeadersNotAvailableError = _error("EligibleLeadersNotAvailableError", 83
 ElectionNotNeededError = _error("ElectionNotNeededError", 84, "ELECTION_NOT_NEEDED")
 NoReassignmentInProgressError = _error("NoReassignmentInProgressError", 85,
                                        "NO_REASSIGNMENT_IN_PROGRESS")
+GroupSubscribedToTopicError = _error("GroupSubscribedToTopicError", 86,
+                                     "GROUP_SUBSCRIBED_TO_TOPIC")
 InvalidRecordError = _error("InvalidRecordError", 87, "INVALID_RECORD")
 InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95, "INVALID_UPDATE_VERSION")
 UnknownTopicIdError = _error("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True)

@@ -274,6 +274,18 @@ class Admin:
         for group_id in group_ids:
             self._group_call(group_id, "delete_group")
 
+    def delete_consumer_group_offsets(self, group_id: str,
+                                      partitions: Iterable[tuple[str, int]]) -> None:
+        """Remove a group's committed offsets of ``partitions`` (Kafka's
+        deleteConsumerGroupOffsets, KIP-496). Those of a topic a live member subscribes to
+        stay: GroupSubscribedToTopicError names the first."""
+        from protocols.errors import error_for_code
+        rows, _ = self._group_call(group_id, "delete_offsets", [list(tp) for tp in partitions])
+        for topic, partition, code in rows:
+            if code:
+                raise error_for_code(code, f"Group {group_id} subscribes to {topic}; the "
+                                           f"offset of {topic}-{partition} is kept")
+
     def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[TopicPartition, int]:
         """Move each partition's log start offset up to the offset (-1: the high watermark);
         returns the new low watermarks once every in-sync replica has followed."""

@@ -148,7 +148,7 @@ class AdminApis:
                       DESCRIBE_LOG_DIRS_KEY: self.describe_log_dirs,
                       }[request.api_key](request)
 
-    async def _controller_call(self, method: str, *args) -> Any:
+    async def controller_call(self, method: str, *args) -> Any:
         """The controller's decoded answer, or the KafkaError it raised or answered."""
         try:
             controller = await self.controller()
@@ -172,7 +172,7 @@ class AdminApis:
         if body.transactional_id is not None:
             answer: Any = InvalidRequestError("Transactions are not supported by this cluster")
         else:
-            answer = await self._controller_call("init_producer_id")
+            answer = await self.controller_call("init_producer_id")
         if isinstance(answer, KafkaError):
             return build(response_class(request), {"throttle_time": 0,
                                                    "error_code": answer.code,
@@ -195,7 +195,7 @@ class AdminApis:
             if body.validate_only:
                 error = self._validate_new_topic(t.name)
             else:
-                answer = await self._controller_call("create_topic", t.name, partitions, rf,
+                answer = await self.controller_call("create_topic", t.name, partitions, rf,
                                                      config, assignment)
                 error = answer if isinstance(answer, KafkaError) else None
                 if error is None:
@@ -224,7 +224,7 @@ class AdminApis:
         return None
 
     async def _topic_ids(self) -> dict[str, uuid.UUID]:
-        image = await self._controller_call("metadata")
+        image = await self.controller_call("metadata")
         if isinstance(image, KafkaError):
             return {}
         return {name: topic_uuid(text) for name, text in image.get("topic_ids", {}).items()}
@@ -245,7 +245,7 @@ class AdminApis:
                                     **_error_fields(UnknownTopicIdError(
                                         f"Unknown topic id {topic_id}"))})
                     continue
-            answer = await self._controller_call("delete_topic", name)
+            answer = await self.controller_call("delete_topic", name)
             results.append({"name": name, "topic_id": topic_id,
                             **_error_fields(answer if isinstance(answer, KafkaError)
                                             else None)})
@@ -261,7 +261,7 @@ class AdminApis:
                 error = None if t.name in self.image().get("topics", {}) else \
                     UnknownTopicOrPartitionError(f"Topic '{t.name}' does not exist")
             else:
-                answer = await self._controller_call("create_partitions", t.name,
+                answer = await self.controller_call("create_partitions", t.name,
                                                      int(t.count), assignment)
                 error = answer if isinstance(answer, KafkaError) else None
             results.append({"name": t.name, **_error_fields(error)})
@@ -380,7 +380,7 @@ class AdminApis:
             except KafkaError as e:
                 return e
             return None
-        answer = await self._controller_call("alter_topic_config", name, changes)
+        answer = await self.controller_call("alter_topic_config", name, changes)
         return answer if isinstance(answer, KafkaError) else None
 
     async def _alter(self, request: Request, changes_of) -> Any:
@@ -453,10 +453,10 @@ class AdminApis:
             else:
                 candidates.append((topic, partition))
         if candidates:
-            answer = await self._controller_call("elect_preferred_leaders",
+            answer = await self.controller_call("elect_preferred_leaders",
                                                  [list(tp) for tp in candidates])
             image = {} if isinstance(answer, KafkaError) else \
-                await self._controller_call("metadata")
+                await self.controller_call("metadata")
             for topic, partition in candidates:
                 st = (image.get("topics", {}).get(topic, {}).get(partition)
                       if isinstance(image, dict) else None)

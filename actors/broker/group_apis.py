@@ -1,7 +1,8 @@
 """The consumer-group APIs of the Kafka listener (part of Kafka's KafkaApis): FindCoordinator,
-JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, answered by the
-same group coordinator actors rafka's own consumers call (``actors.coordinator``), so wire
-clients' groups and offsets are the cluster's groups and offsets.
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch and OffsetDelete,
+answered by the same group coordinator actors rafka's own consumers call
+(``actors.coordinator``), so wire clients' groups and offsets are the cluster's groups and
+offsets.
 
 A group's coordinator is the broker leading its ``__consumer_offsets`` partition; a request
 for a group reaching another broker is answered NOT_COORDINATOR by its coordinator actor,
@@ -25,6 +26,7 @@ LEAVE_GROUP_KEY = 13
 SYNC_GROUP_KEY = 14
 OFFSET_COMMIT_KEY = 8
 OFFSET_FETCH_KEY = 9
+OFFSET_DELETE_KEY = 47
 
 GROUP_APIS: dict[int, tuple[int, int]] = {
     # v4+ asks for many keys at once; key type 1 (transactions) is refused.
@@ -36,6 +38,8 @@ GROUP_APIS: dict[int, tuple[int, int]] = {
     OFFSET_COMMIT_KEY: (2, 9),
     # v8+ asks for many groups at once.
     OFFSET_FETCH_KEY: (1, 9),
+    # KIP-496: an admin removes a group's offsets of topics it no longer reads.
+    OFFSET_DELETE_KEY: (0, 0),
 }
 
 GROUP_KEY_TYPE = 0
@@ -77,7 +81,8 @@ class GroupApis:
                    JOIN_GROUP_KEY: self.join_group, SYNC_GROUP_KEY: self.sync_group,
                    HEARTBEAT_KEY: self.heartbeat, LEAVE_GROUP_KEY: self.leave_group,
                    OFFSET_COMMIT_KEY: self.offset_commit,
-                   OFFSET_FETCH_KEY: self.offset_fetch}[request.api_key]
+                   OFFSET_FETCH_KEY: self.offset_fetch,
+                   OFFSET_DELETE_KEY: self.offset_delete}[request.api_key]
         return await handler(request)
 
     async def _call(self, method: str, *args) -> Any:
@@ -212,3 +217,17 @@ class GroupApis:
             return build(response_class(request), {"throttle_time": 0, "groups": groups})
         one = await self._group_offsets(body.group_id, body.topics)
         return build(response_class(request), {"throttle_time": 0, **one})
+
+    async def offset_delete(self, request: Request):
+        body = request.body
+        answer = await self._call("delete_offsets", body.group_id, [
+            (t.name, p.partition_index) for t in body.topics for p in t.partitions])
+        if isinstance(answer, KafkaError):
+            return build(response_class(request), {"error_code": answer.code,
+                                                   "throttle_time": 0, "topics": []})
+        by_topic: dict[str, list] = {}
+        for topic, partition, code in answer:
+            by_topic.setdefault(topic, []).append({"partition_index": partition,
+                                                   "error_code": code})
+        return build(response_class(request), {"error_code": 0, "throttle_time": 0, "topics": [
+            {"name": t, "partitions": ps} for t, ps in by_topic.items()]})

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.admin_apis import ADMIN_APIS, AdminApis
 from actors.broker.group_apis import GROUP_APIS, GroupApis
+from actors.broker.reassignment_apis import REASSIGNMENT_APIS, ReassignmentApis
 from actors.broker.wire_metadata import (kafka_uuid_text, metadata_values, node_endpoints,
                                          requested_topics)
 from protocols.errors import (FetchSessionIdNotFoundError, KafkaError,
@@ -40,6 +41,7 @@ LIST_OFFSETS_KEY = 2
 METADATA_KEY = 3
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
 DELETE_RECORDS_KEY = 21
+DESCRIBE_PRODUCERS_KEY = 61
 
 # {api key: (min version, max version)} served. Grows as APIs are built.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -56,8 +58,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # A consumer's check after a leader change (KIP-320): where its epoch ends on the leader.
     OFFSET_FOR_LEADER_EPOCH_KEY: (2, 4),
     DELETE_RECORDS_KEY: (0, 2),
+    # The idempotent producers each partition's leader keeps state for (KIP-664).
+    DESCRIBE_PRODUCERS_KEY: (0, 0),
     **GROUP_APIS,
     **ADMIN_APIS,
+    **REASSIGNMENT_APIS,
 }
 # What ApiVersions tells: SUPPORTED, but Produce from v0, as Kafka 4 does (KAFKA-18659,
 # ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION): librdkafka before 2.10 compresses with
@@ -149,6 +154,8 @@ class KafkaApis:
         self.host_of = host_of
         self.groups = groups
         self.admin = admin
+        self.reassignments = None if admin is None else \
+            ReassignmentApis(image, admin.controller_call)
 
     async def handle(self, request: Request) -> Any:
         if request.api_key == API_VERSIONS_KEY:
@@ -165,10 +172,14 @@ class KafkaApis:
             return await self.offset_for_leader_epoch(request)
         if request.api_key == DELETE_RECORDS_KEY:
             return await self.delete_records(request)
+        if request.api_key == DESCRIBE_PRODUCERS_KEY:
+            return await self.describe_producers(request)
         if request.api_key in GROUP_APIS and self.groups is not None:
             return await self.groups.handle(request)
         if request.api_key in ADMIN_APIS and self.admin is not None:
             return await self.admin.handle(request)
+        if request.api_key in REASSIGNMENT_APIS and self.reassignments is not None:
+            return await self.reassignments.handle(request)
         raise AssertionError(f"no handler for API key {request.api_key}")  # SUPPORTED lies
 
     async def metadata(self, request: Request):
@@ -315,6 +326,33 @@ class KafkaApis:
             "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
                                            for t, parts in _by_topic(order, answers)]})
 
+    async def describe_producers(self, request: Request):
+        """Kafka's DescribeProducers: each partition's active idempotent producers, from its
+        leader (NOT_LEADER_OR_FOLLOWER elsewhere); one call per leader host."""
+        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        order, answers, by_host = [], {}, {}
+        for t in request.body.topics:
+            for p in t.partition_indexes:
+                key = (t.name, p)
+                order.append(key)
+                host, error = route.host(t.name, p)
+                if host is None:
+                    answers[key] = _producers_answer(p, error or route.unknown(t.name))
+                else:
+                    by_host.setdefault(host, []).append(key)
+
+        async def one(host, keys: list) -> None:
+            try:
+                found = decode(await host.describe_producers_many.remote(keys))
+            except Exception as e:    # the host died under the request
+                found = [NotLeaderOrFollowerError(str(e))] * len(keys)
+            for key, producers in zip(keys, found):
+                answers[key] = _producers_answer(key[1], producers)
+        await asyncio.gather(*[one(h, keys) for h, keys in by_host.items()])
+        return build(response_class(request), {
+            "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
+                                           for t, parts in _by_topic(order, answers)]})
+
     async def fetch(self, request: Request):
         """Kafka's FetchRequest from a consumer: each leader host of this broker gets its
         partitions in one ``fetch_many`` (the path rafka's consumer takes, below the high
@@ -386,6 +424,19 @@ def _by_topic(order: list, answers: dict) -> list:
     for key in order:
         topics.setdefault(key[0], []).append(answers[key])
     return list(topics.items())
+
+
+def _producers_answer(partition: int, producers) -> dict:
+    """A DescribeProducers partition: its producers (no transactions: coordinator epoch and
+    transaction start -1), or the error."""
+    if isinstance(producers, KafkaError):
+        return {"partition_index": partition, "error_code": producers.code,
+                "error_message": str(producers), "active_producers": []}
+    return {"partition_index": partition, "error_code": 0, "error_message": None,
+            "active_producers": [
+                {"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq,
+                 "last_timestamp": ts, "coordinator_epoch": -1,
+                 "current_txn_start_offset": -1} for pid, epoch, seq, ts in producers]}
 
 
 def _leaders(answers: dict) -> list[int]:

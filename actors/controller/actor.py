@@ -367,6 +367,13 @@ class ControllerActor:
         return await self._admin(lambda: (self.state.reassign_partitions(
             {tuple(tp): list(r) for tp, r in targets.items()}), None))
 
+    async def cancel_reassignment(self, topic: str, partition: int) -> bytes:
+        return await self._admin(
+            lambda: (self.state.cancel_reassignment((topic, partition)), None))
+
+    async def list_reassignments(self, partitions: list | None = None) -> bytes:
+        return encode(self.state.ongoing_reassignments(partitions))
+
     async def elect_preferred_leaders(self, partitions: list | None = None) -> bytes:
         tps = [tuple(tp) for tp in partitions] if partitions is not None else None
         return await self._admin(lambda: (self.state.elect_preferred_leaders(tps), None))

@@ -480,7 +480,7 @@ class ControllerState:
             st = self.partitions.get(tp)
             if st is None:
                 raise UnknownTopicOrPartitionError(f"Unknown partition {tp}")
-            if len(set(new)) != len(new) or any(r not in live for r in new):
+            if not new or len(set(new)) != len(new) or any(r not in live for r in new):
                 raise InvalidReplicaAssignmentError(f"Invalid target replicas {new} for {tp}")
             st.adding_replicas = [r for r in new if r not in st.replicas]
             st.removing_replicas = [r for r in st.replicas if r not in new]
@@ -493,7 +493,9 @@ class ControllerState:
         return msgs + self._update_metadata()
 
     def cancel_reassignment(self, tp: TP) -> list:
-        st = self.partitions[tuple(tp)]
+        st = self.partitions.get(tuple(tp))
+        if st is None:
+            raise UnknownTopicOrPartitionError(f"Unknown partition {tp}")
         if not st.adding_replicas and not st.removing_replicas:
             raise NoReassignmentInProgressError(f"No reassignment in progress for {tp}")
         st.replicas = [r for r in st.replicas if r not in st.adding_replicas]
@@ -501,6 +503,16 @@ class ControllerState:
         st.adding_replicas, st.removing_replicas = [], []
         st.partition_epoch += 1
         return self._leader_and_isr_all([tuple(tp)]) + self._update_metadata()
+
+    def ongoing_reassignments(self, tps: Iterable[TP] | None = None
+                              ) -> list[tuple[str, int, list[int], list[int], list[int]]]:
+        """The reassignments in flight (of ``tps``, or all): ``(topic, partition, replicas,
+        adding, removing)``, replicas being the target and the replicas still leaving."""
+        wanted = sorted(self.partitions) if tps is None else [tuple(tp) for tp in tps]
+        return [(t, p, list(st.replicas), list(st.adding_replicas), list(st.removing_replicas))
+                for t, p in wanted
+                if (st := self.partitions.get((t, p))) is not None
+                and (st.adding_replicas or st.removing_replicas)]
 
     def _maybe_complete_reassignment(self, tp: TP) -> list:
         st = self.partitions[tp]

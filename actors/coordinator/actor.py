@@ -212,6 +212,11 @@ class GroupCoordinatorActor:
     async def list_groups(self) -> bytes:
         return encode(self.core.list_groups())
 
+    async def delete_offsets(self, group_id: str, partitions: list) -> bytes:
+        """OffsetDelete (``GroupCoordinator.delete_offsets``)."""
+        return await self._serve(self.core.delete_offsets(
+            group_id, [tuple(tp) for tp in partitions]))
+
     async def delete_group(self, group_id: str) -> bytes:
         return await self._serve(self.core.delete_group(group_id))
 

@@ -31,7 +31,8 @@ from actors.coordinator.group import Group, GroupConfig, GroupState, offsets_par
 from actors.coordinator.offsets import (group_metadata_key, group_metadata_value,
                                         offset_commit_key, offset_commit_value, replay)
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
-                              GroupIdNotFoundError, IllegalGenerationError,
+                              GroupIdNotFoundError, GroupSubscribedToTopicError,
+                              IllegalGenerationError,
                               InvalidCommitOffsetSizeError, InvalidGroupIdError, KafkaError,
                               NonEmptyGroupError, NotCoordinatorError,
                               NotLeaderOrFollowerError, RebalanceInProgressError,
@@ -396,6 +397,44 @@ class GroupCoordinator:
                 out[group_id] = (group_id, group.protocol_type or "consumer",
                                  group.state.value)
         return sorted(out.values())
+
+    def delete_offsets(self, group_id: str, partitions: list) -> tuple[int, Effects]:
+        """OffsetDelete (KIP-496): the group's committed offsets of ``partitions`` get
+        tombstones. An empty group loses them all; a live consumer group keeps those of
+        topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC for each); a live group
+        of another protocol is NON_EMPTY_GROUP. The answer is ``[(topic, partition, error
+        code)]`` once the tombstones are in the log, or the group's error."""
+        request = self.new_request()
+        try:
+            self._check(group_id)
+            group = self.groups.get(group_id)
+            committed = self.offsets.get(group_id)
+            if (group is None or group.state is GroupState.DEAD) and committed is None:
+                raise GroupIdNotFoundError(f"Group {group_id} does not exist")
+            live = group is not None and group.state not in (GroupState.EMPTY,
+                                                             GroupState.DEAD)
+            if live and not group.is_consumer_group:
+                raise NonEmptyGroupError(f"Group {group_id} is not empty "
+                                         f"({group.state.value}) and not a consumer group")
+        except KafkaError as e:
+            return self._error(request, e)
+        answer = [(t, p, GroupSubscribedToTopicError.code
+                   if live and group.is_subscribed_to(t) else 0) for t, p in partitions]
+        gone = [TopicPartition(t, p) for t, p, code in answer
+                if code == 0 and TopicPartition(t, p) in (committed or {})]
+
+        def then(error: KafkaError | None) -> Effects:
+            if error is not None:
+                return Effects(replies=[(request, error)])
+            for tp in gone:
+                self.offsets.get(group_id, {}).pop(tp, None)
+            if not self.offsets.get(group_id, True):
+                self.offsets.pop(group_id, None)
+            return Effects(replies=[(request, answer)])
+        if not gone:
+            return request, then(None)
+        return request, self._write(group_id, [Record(offset_commit_key(group_id, *tp), None)
+                                               for tp in gone], then)
 
     def delete_group(self, group_id: str) -> tuple[int, Effects]:
         """DeleteGroups: only an empty group; its offsets and metadata get tombstones, and

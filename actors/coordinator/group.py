@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
+from protocols.consumer_protocol import ConsumerProtocolError, decode_subscription
 from protocols.errors import (CoordinatorNotAvailableError, FencedInstanceIdError,
                               GroupMaxSizeReachedError, IllegalGenerationError,
                               InconsistentGroupProtocolError, InvalidSessionTimeoutError,
@@ -459,6 +460,25 @@ class Group:
                 "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                              "client_id": m.client_id, "assignment": m.assignment}
                             for m in self.members.values()]}
+
+    @property
+    def is_consumer_group(self) -> bool:
+        return self.protocol_type == "consumer"
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        """Whether a member's subscription (Kafka's ConsumerProtocol, in the group's chosen
+        protocol) names ``topic``. A subscription that does not decode counts as naming
+        every topic, as in Kafka (GroupMetadata.isSubscribedToTopic)."""
+        if not self.is_consumer_group or self.protocol_name is None:
+            return False
+        for member in self.members.values():
+            try:
+                metadata = member.metadata_for(self.protocol_name)
+                if topic in decode_subscription(bytes(metadata)).topics:
+                    return True
+            except (ConsumerProtocolError, StopIteration, TypeError, ValueError):
+                return True
+        return False
 
     def to_stored(self) -> dict:
         """What the coordinator writes to ``__consumer_offsets`` once a generation is

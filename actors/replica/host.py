@@ -326,6 +326,16 @@ class ReplicaHostActor:
         answered in order, each answer as ``list_offsets``'."""
         return [await self.list_offsets(*request) for request in requests]
 
+    async def describe_producers_many(self, partitions: list[tuple[str, int]]) -> bytes:
+        """DescribeProducers for partitions of this host: per partition, in order, its
+        active producers (``PartitionReplica.active_producers``) or the error."""
+        out = []
+        for topic, partition in partitions:
+            replica = self._replica(topic, partition)
+            out.append(self._absent(topic, partition) if replica is None
+                       else replica.active_producers())
+        return encode(out)
+
     async def delete_records(self, topic: str, partition: int, offset: int,
                              timeout_ms: int = 30_000) -> bytes:
         replica = self._replica(topic, partition)

@@ -209,6 +209,12 @@ class HostedReplica:
         except KafkaError as e:
             return encode(e)
 
+    def active_producers(self) -> list | KafkaError:
+        try:
+            return self.replica.active_producers()
+        except KafkaError as e:
+            return e
+
     async def delete_records(self, offset: int, timeout_ms: int = 30_000) -> bytes:
         future, done = answer_future()
         try:

@@ -10,10 +10,11 @@ from actors.controller.election import (controlled_shutdown_leader, offline_part
                                         preferred_replica_leader)
 from actors.controller.messages import check_controller_epoch
 from actors.controller.state import ControllerState
-from protocols.errors import (FencedLeaderEpochError, InvalidReplicationFactorError,
-                              InvalidTopicError, InvalidUpdateVersionError,
+from protocols.errors import (FencedLeaderEpochError, InvalidReplicaAssignmentError,
+                              InvalidReplicationFactorError, InvalidTopicError,
+                              InvalidUpdateVersionError, NoReassignmentInProgressError,
                               StaleControllerEpochError, TopicAlreadyExistsError,
-                              TopicDeletionDisabledError)
+                              TopicDeletionDisabledError, UnknownTopicOrPartitionError)
 from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
 from tests.clock import ManualClock
 
@@ -229,6 +230,26 @@ def test_reassignment_adds_waits_then_drops():
     msgs = c.alter_partition("t", 0, 0, st.leader_epoch, st.partition_epoch, [0, 1, 2, 3])
     assert (st.replicas, st.isr, st.leader) == ([2, 3], [2, 3], 2)
     assert {m.broker_id for m in msgs if isinstance(m, StopReplica)} == {0, 1}
+
+
+def test_reassignments_in_flight_are_listed_and_can_be_cancelled():
+    """ListPartitionReassignments and a cancelling AlterPartitionReassignments (KIP-455):
+    the target with the replicas still leaving, what is being added and removed; a cancel
+    restores the old replicas; NO_REASSIGNMENT_IN_PROGRESS when nothing is moving."""
+    c, _ = controller(brokers=(0, 1, 2, 3))
+    c.create_topic("t", assignment={0: [0, 1], 1: [1, 2]})
+    assert c.ongoing_reassignments() == []
+    c.reassign_partitions({("t", 0): [2, 0]})
+    assert c.ongoing_reassignments() == [("t", 0, [2, 0, 1], [2], [1])]
+    assert c.ongoing_reassignments([("t", 1), ("gone", 0)]) == []
+    c.cancel_reassignment(("t", 0))
+    assert (c.partitions[("t", 0)].replicas, c.ongoing_reassignments()) == ([0, 1], [])
+    with pytest.raises(NoReassignmentInProgressError):
+        c.cancel_reassignment(("t", 0))
+    with pytest.raises(UnknownTopicOrPartitionError):
+        c.cancel_reassignment(("t", 9))
+    with pytest.raises(InvalidReplicaAssignmentError):
+        c.reassign_partitions({("t", 1): []})
 
 
 def test_preferred_election_and_auto_rebalance():

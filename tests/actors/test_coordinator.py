@@ -11,6 +11,7 @@ import pytest
 from actors.coordinator.coordinator import Effects, GroupCoordinator, Write
 from actors.coordinator.group import GroupConfig, GroupState
 from protocols.errors import (CoordinatorLoadInProgressError, GroupIdNotFoundError,
+                              GroupSubscribedToTopicError,
                               IllegalGenerationError, InvalidCommitOffsetSizeError,
                               MemberIdRequiredError, NonEmptyGroupError, NotCoordinatorError,
                               NotLeaderOrFollowerError, RebalanceInProgressError,
@@ -208,3 +209,65 @@ def test_a_coordinator_that_does_not_own_the_partition_refuses(group_id):
     request, effects = core.heartbeat(group_id, "m", 1, 0)
     (answered, error), = effects.replies
     assert answered == request and error.code in (24, 16)   # INVALID_GROUP_ID, NOT_COORD.
+
+
+# ---- OffsetDelete (KIP-496), after Kafka's GroupCoordinatorTest testDeleteOffset* -----------
+
+def consumer_group_member(shell: Shell, topics: list[str], protocol_type: str = "consumer"
+                          ) -> str:
+    """A stable member subscribing to ``topics`` in Kafka's ConsumerProtocol."""
+    from protocols.consumer_protocol import encode_subscription
+    protocols = [("range", encode_subscription(topics))]
+    answer = shell.replies[shell.call(shell.core.join_group(
+        "g", "", protocol_type, protocols, 0, client_id="c"))]
+    member_id = answer.member_id
+    joined = shell.replies[shell.call(shell.core.join_group(
+        "g", member_id, protocol_type, protocols, 0, client_id="c"))]
+    shell.call(shell.core.sync_group("g", member_id, joined.generation_id, {member_id: b""},
+                                     0))
+    shell.complete_writes()
+    return member_id
+
+
+def commit(shell: Shell, *partitions: tuple[str, int]) -> None:
+    request = shell.call(shell.core.commit_offsets(
+        "g", "", -1, [(t, p, 10, -1, "") for t, p in partitions], 1))
+    shell.complete_writes()
+    assert shell.replies[request] is None
+
+
+def test_delete_offset_of_non_existing_group():
+    core, shell = coordinator()
+    answer = shell.replies[shell.call(core.delete_offsets("g", [("t", 0)]))]
+    assert isinstance(answer, GroupIdNotFoundError)
+
+
+def test_delete_offset_of_empty_group_removes_every_requested_offset():
+    core, shell = coordinator()
+    commit(shell, ("t", 0), ("t", 1), ("u", 0))
+    request = shell.call(core.delete_offsets("g", [("t", 0), ("u", 0), ("v", 3)]))
+    assert request not in shell.replies and len(shell.writes) == 1   # tombstones first
+    shell.complete_writes()
+    assert shell.replies[request] == [("t", 0, 0), ("u", 0, 0), ("v", 3, 0)]
+    assert core.fetch_offsets("g") == [("t", 1, 10, -1, "")]
+    assert shell.log[-2:] == [(shell.log[-2][0], None), (shell.log[-1][0], None)]
+
+
+def test_delete_offset_of_stable_consumer_group_keeps_subscribed_topics():
+    core, shell = coordinator()
+    commit(shell, ("t", 0), ("u", 0))       # while empty, as admin tools do
+    consumer_group_member(shell, ["t"])
+    request = shell.call(core.delete_offsets("g", [("t", 0), ("u", 0)]))
+    shell.complete_writes()
+    assert shell.replies[request] == [("t", 0, GroupSubscribedToTopicError.code),
+                                      ("u", 0, 0)]
+    assert core.fetch_offsets("g") == [("t", 0, 10, -1, "")]
+
+
+def test_delete_offset_of_non_empty_non_consumer_group():
+    core, shell = coordinator()
+    commit(shell, ("u", 0))
+    consumer_group_member(shell, ["t"], protocol_type="connect")
+    answer = shell.replies[shell.call(core.delete_offsets("g", [("u", 0)]))]
+    assert isinstance(answer, NonEmptyGroupError)
+    assert core.fetch_offsets("g") == [("u", 0, 10, -1, "")]

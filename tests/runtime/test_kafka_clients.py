@@ -528,3 +528,81 @@ def test_spark_reads_what_kafka_python_wrote_and_aiokafka_reads_what_spark_wrote
         return got
     assert sorted(asyncio.run(read_back())) == sorted(
         (b"k%d" % i, b"%d" % i) for i in range(1000))
+
+
+def test_kafka_python_deletes_a_groups_offsets_but_not_those_it_reads(cluster):
+    """OffsetDelete (KIP-496): offsets of a topic the live group reads stay
+    (GROUP_SUBSCRIBED_TO_TOPIC); those of a topic it no longer reads go."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    cluster.admin().create_topics([rafka.NewTopic("od-read", 1, 2),
+                                   rafka.NewTopic("od-old", 1, 2)])
+    cluster.admin().alter_consumer_group_offsets("od", {("od-old", 0): 3, ("od-read", 0): 0})
+    consumer = KafkaConsumer("od-read", bootstrap_servers=cluster.bootstrap_servers,
+                             group_id="od", enable_auto_commit=False)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the consumer never joined"
+            consumer.poll(timeout_ms=200)
+        answer = admin.delete_group_offsets("od", [TopicPartition("od-read", 0),
+                                                   TopicPartition("od-old", 0)])
+        assert {tp.topic: error.__name__ for tp, error in answer.items()} == {
+            "od-read": "GroupSubscribedToTopicError", "od-old": "NoError"}
+    finally:
+        consumer.close()
+        admin.close()
+    assert {tp.topic for tp in cluster.admin().list_consumer_group_offsets("od")} == \
+        {"od-read"}
+    with pytest.raises(Exception, match="GROUP_ID_NOT_FOUND|does not exist"):
+        cluster.admin().delete_consumer_group_offsets("no-such-group", [("od-read", 0)])
+
+
+def test_kafka_python_describes_idempotent_producers(cluster):
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    cluster.admin().create_topics([rafka.NewTopic("producers", 1, 2)])
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers,
+                             enable_idempotence=True, acks="all")
+    for i in range(5):
+        producer.send("producers", b"%d" % i).get(10)
+    producer.close()
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        tp = TopicPartition("producers", 0)
+        (state,) = admin.describe_producers([tp])[tp].active_producers
+        assert state.producer_id >= 0 and state.producer_epoch >= 0
+        assert state.last_sequence == 4 and state.last_timestamp > 0
+        assert (state.coordinator_epoch, state.current_transaction_start_offset) == (-1, -1)
+    finally:
+        admin.close()
+
+
+def test_kafka_python_reassigns_a_partition_and_lists_it_while_it_moves(cluster):
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+    cluster.admin().create_topics([rafka.NewTopic("moving", 1, 1)])
+    produce_numbered(cluster, "moving", 0, 200)
+    (old,) = cluster.metadata()["topics"]["moving"][0]["replicas"]
+    target = sorted({0, 1, 2} - {old})
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    tp = TopicPartition("moving", 0)
+    try:
+        assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+        listed = admin.list_partition_reassignments()
+        # The copy may already be done: either it is listed as moving, or it has moved.
+        if tp in listed:
+            assert listed[tp]["adding_replicas"] == target
+            assert listed[tp]["removing_replicas"] == [old]
+        wait_until(lambda: sorted(cluster.metadata()["topics"]["moving"][0]["replicas"])
+                   == target, 60, "the partition on its new replicas")
+        assert admin.list_partition_reassignments() == {}
+        errors = admin.alter_partition_reassignments({tp: None,
+                                                      TopicPartition("moving", 7): [0]})
+        assert errors[tp].__name__ == "NoReassignmentInProgressError"
+        assert errors[TopicPartition("moving", 7)].__name__ == "UnknownTopicOrPartitionError"
+    finally:
+        admin.close()
+    got = read_all(cluster, "moving", 1, 200)
+    assert sorted(r.value for r in got) == sorted(b"%d" % i for i in range(200))
