@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.peers import (PeerUnavailable, free_port, guarded, main, output,  # noqa: E402
-                              start, stop, wait_for_ports)
+from benchmarks.peers import (PeerUnavailable, free_port, guarded, main,  # noqa: E402
+                              maven_jars, output, start, stop, wait_for_ports)
 
 KAFKA_VERSION = "4.3.1"
 WHO = "Apache Kafka"
@@ -60,24 +60,7 @@ LOG4J2 = """Configuration:
 
 def classpath() -> Path:
     """The directory holding Kafka's jars and their dependencies (fetched once)."""
-    lib = CACHE / "lib"
-    done = CACHE / "complete"
-    if done.exists():
-        return lib
-    if shutil.which("mvn") is None:
-        raise PeerUnavailable(f"{WHO}: mvn is not on PATH (apt-get install maven)")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    (CACHE / "pom.xml").write_text(POM)
-    print(f"peer: fetching Apache Kafka {KAFKA_VERSION}'s jars from Maven Central into "
-          f"{lib} (once)", flush=True)
-    result = subprocess.run(["mvn", "-q", "-B", "-f", str(CACHE / "pom.xml"),
-                             "dependency:copy-dependencies", f"-DoutputDirectory={lib}"],
-                            capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise PeerUnavailable(f"{WHO}: mvn could not fetch the jars: "
-                              + (result.stdout + result.stderr)[-800:])
-    done.write_text(KAFKA_VERSION)
-    return lib
+    return maven_jars(CACHE, POM, f"Apache Kafka {KAFKA_VERSION}")
 
 
 class KafkaCluster:

@@ -16,6 +16,30 @@ class PeerUnavailable(RuntimeError):
     """The peer could not be started or measured (the message says why)."""
 
 
+def maven_jars(cache: Path, pom: str, who: str) -> Path:
+    """The jars ``pom``'s dependencies name, with theirs, fetched once from Maven Central
+    into ``cache/lib`` (``mvn dependency:copy-dependencies``); ``cache/complete`` marks a
+    finished fetch."""
+    import shutil
+    lib = cache / "lib"
+    done = cache / "complete"
+    if done.exists():
+        return lib
+    if shutil.which("mvn") is None:
+        raise PeerUnavailable(f"{who}: mvn is not on PATH (apt-get install maven)")
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "pom.xml").write_text(pom)
+    print(f"fetching {who}'s jars from Maven Central into {lib} (once)", flush=True)
+    result = subprocess.run(["mvn", "-q", "-B", "-f", str(cache / "pom.xml"),
+                             "dependency:copy-dependencies", f"-DoutputDirectory={lib}"],
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise PeerUnavailable(f"{who}: mvn could not fetch the jars: "
+                              + (result.stdout + result.stderr)[-800:])
+    done.write_text(pom)
+    return lib
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -29,10 +29,14 @@ def ray_session():
 @pytest.fixture(scope="session")
 def spark_session(ray_session):
     """A local Spark session (``local[2]``) with the ``rafka`` format registered, created
-    after Ray so that its Python workers inherit the Ray address and auth token."""
+    after Ray so that its Python workers inherit the Ray address and auth token; with
+    Spark's own Kafka connector loaded (``tests/spark_kafka.py``), for ``format("kafka")``
+    against the brokers' Kafka listeners."""
     import rafka.spark
+    from tests.spark_kafka import spark_kafka_jars
 
-    spark = rafka.spark.local_session("rafka-tests")
+    jars = ",".join(str(j) for j in spark_kafka_jars())
+    spark = rafka.spark.local_session("rafka-tests", conf={"spark.jars": jars})
     spark.sparkContext.setLogLevel("ERROR")
     yield spark
     spark.stop()

@@ -97,6 +97,8 @@ class BrokerActor:
         from actors.broker.group_apis import GroupApis
         from actors.broker.kafka_apis import SUPPORTED, KafkaApis
         from actors.broker.wire_metadata import endpoint_of
+        from actors.replica.fetch_session import FetchSessionCache
+        from actors.replica.hosted import wall_ms
         from actors.broker.socket_server import SocketServer
         from protocols.kafka.listeners import advertised, parse_listeners
         self._advertised = advertised
@@ -114,7 +116,10 @@ class BrokerActor:
                              lambda b: endpoint_of(self.state.image, b)),
             admin=AdminApis(broker_id, lambda: self.state.image, self._ensure_controller,
                             self._group_coordinator, broker_log=self.cfg.log,
-                            log_dir=str(self.dir)))
+                            log_dir=str(self.dir)),
+            # Wire consumers' fetch sessions (KIP-227), one cache per broker as in Kafka.
+            fetch_sessions=FetchSessionCache(b["max.incremental.fetch.session.cache.slots"],
+                                             wall_ms))
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"])

@@ -383,11 +383,12 @@ class AdminApis:
         answer = await self.controller_call("alter_topic_config", name, changes)
         return answer if isinstance(answer, KafkaError) else None
 
-    async def _alter(self, request: Request, changes_of) -> Any:
+    async def _alter(self, request: Request, changes_of, broker_no_op=lambda r: False
+                     ) -> Any:
         results = []
         for r in request.body.resources:
             if r.resource_type != TOPIC_RESOURCE:
-                error: KafkaError | None = InvalidRequestError(
+                error: KafkaError | None = None if broker_no_op(r) else InvalidRequestError(
                     "Only topic configs can be altered: brokers' configs are static here")
             else:
                 try:
@@ -408,10 +409,21 @@ class AdminApis:
 
         def changes(r) -> dict:
             overrides = image.get("configs", {}).get(r.resource_name, {})
-            return incremental_changes(
+            wanted = incremental_changes(
                 effective_topic_config(overrides, self.broker_log),
                 [(c.name, int(c.config_operation), c.value) for c in r.configs])
-        return await self._alter(request, changes)
+            # Deleting what the topic does not override deletes nothing, whatever the name,
+            # as in Kafka (kafka-reassign-partitions --verify deletes the replication
+            # throttles, which rafka does not have, from every topic it moved).
+            return {k: v for k, v in wanted.items() if v is not None or k in overrides}
+
+        def deletes_only(r) -> bool:
+            # A broker has no dynamic configs here, so deleting some (as
+            # kafka-reassign-partitions --verify does with its throttles) deletes nothing
+            # and succeeds, as deleting an unset config does in Kafka.
+            return r.resource_type == BROKER_RESOURCE and all(
+                int(c.config_operation) == DELETE for c in r.configs)
+        return await self._alter(request, changes, deletes_only)
 
     async def alter_configs(self, request: Request):
         """The legacy AlterConfigs: the given configs replace all of the topic's overrides."""

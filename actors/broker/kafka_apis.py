@@ -13,30 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.admin_apis import ADMIN_APIS, AdminApis
 from actors.broker.group_apis import GROUP_APIS, GroupApis
+from actors.broker.partition_route import (PartitionRoute, by_topic, gather_hosts,
+                                           leaders_named)
 from actors.broker.reassignment_apis import REASSIGNMENT_APIS, ReassignmentApis
-from actors.broker.wire_metadata import (kafka_uuid_text, metadata_values, node_endpoints,
-                                         requested_topics)
-from protocols.errors import (FetchSessionIdNotFoundError, KafkaError,
-                              NotLeaderOrFollowerError, UnknownTopicIdError,
-                              UnknownTopicOrPartitionError)
+from actors.broker.wire_fetch import FETCH_KEY, FetchApis
+from actors.broker.wire_metadata import metadata_values, node_endpoints, requested_topics
+from actors.replica.fetch_session import FetchSessionCache
+from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.codec import (API_VERSIONS_KEY, Request, api_versions_body, build,
                                    response_class)
-from protocols.messages import (FetchManyRequest, FetchRequest,
-                                OffsetsForLeaderEpochRequest, ProduceManyRequest,
-                                decode_fetch_many_response, decode_produce_many_response,
-                                encode_fetch_many_request, encode_produce_many_request)
+from protocols.messages import (OffsetsForLeaderEpochRequest, ProduceManyRequest,
+                                decode_produce_many_response, encode_produce_many_request)
 from protocols.topics import validate_topic_name
 from protocols.wire import decode, encode
 
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
-FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 METADATA_KEY = 3
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
@@ -49,9 +46,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     METADATA_KEY: (0, 13),
     # v3 is the oldest Kafka 4 serves; v13 names topics by id.
     PRODUCE_KEY: (3, 13),
-    # v4 is the oldest Kafka 4 serves; v13 names topics by id. Fetch sessions (KIP-227)
-    # are declined, as a broker whose session cache is full does: session id 0, so clients
-    # send full fetches.
+    # v4 is the oldest Kafka 4 serves; v7 brings fetch sessions (KIP-227); v13 names topics
+    # by id.
     FETCH_KEY: (4, 17),
     # v7 adds MAX_TIMESTAMP (-3) and v8 EARLIEST_LOCAL (-4), not built yet.
     LIST_OFFSETS_KEY: (1, 6),
@@ -71,80 +67,13 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 ADVERTISED: dict[int, tuple[int, int]] = {**SUPPORTED, PRODUCE_KEY: (0, SUPPORTED[PRODUCE_KEY][1])}
 
 
-class PartitionRoute:
-    """Where a partition named in a request goes: this broker's host holding it as leader,
-    or the error to answer with (and the leader to name, KIP-951)."""
-
-    def __init__(self, image: Mapping[str, Any], host_of: Callable[[str, int], Any],
-                 broker_id: int):
-        self.image = image
-        self.host_of = host_of
-        self.broker_id = broker_id
-        self.ids = {v: k for k, v in image.get("topic_ids", {}).items()}
-
-    def name(self, topic: Any) -> str | None:
-        """A topic named by name or (v13+) by id -> its name, None if unknown."""
-        if isinstance(topic, uuid.UUID):
-            return self.ids.get(kafka_uuid_text(topic))
-        return topic
-
-    def unknown(self, topic: Any) -> KafkaError:
-        if isinstance(topic, uuid.UUID):
-            return UnknownTopicIdError(f"Unknown topic id {topic}")
-        return UnknownTopicOrPartitionError(f"This server does not host this "
-                                            f"topic-partition: {topic}")
-
-    def leader(self, name: str, partition: int) -> tuple[int, int] | None:
-        st = self.image.get("topics", {}).get(name, {}).get(partition)
-        return None if st is None else (st["leader"], st["leader_epoch"])
-
-    def split(self, topics, partitions_of: str, index_of: str, on_error, item
-              ) -> tuple[list, dict, dict]:
-        """A request's topics -> (their (topic, partition) keys in order, the answers of the
-        partitions that go nowhere (``on_error(error, route, name, partition)``), and per
-        host [(key, name, item(partition data))])."""
-        order, answers, by_host = [], {}, {}
-        for topic_data in topics:
-            topic = (getattr(topic_data, "name", None) or getattr(topic_data, "topic", None)
-                     or getattr(topic_data, "topic_id", None))
-            name = self.name(topic)
-            for part in getattr(topic_data, partitions_of):
-                index = getattr(part, index_of)
-                key = (topic, index)
-                order.append(key)
-                host, error = self.host(name, index)
-                if host is None:
-                    answers[key] = on_error(error or self.unknown(topic), self, name, index)
-                else:
-                    by_host.setdefault(host, []).append((key, name, item(part)))
-        return order, answers, by_host
-
-    def with_leader(self, answer: dict, error: KafkaError, name: str | None,
-                    partition: int) -> dict:
-        """KIP-951: a NOT_LEADER_OR_FOLLOWER answer names the current leader."""
-        if isinstance(error, NotLeaderOrFollowerError) and name is not None:
-            leader = self.leader(name, partition)
-            if leader is not None:
-                answer["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
-        return answer
-
-    def host(self, name: str | None, partition: int) -> tuple[Any, KafkaError | None]:
-        if name is None or self.leader(name, partition) is None:
-            return None, None
-        leader, _ = self.leader(name, partition)
-        host = self.host_of(name, partition)
-        if leader != self.broker_id or host is None:
-            return None, NotLeaderOrFollowerError(
-                f"Broker {self.broker_id} is not the leader of {name}-{partition}")
-        return host, None
-
-
 class KafkaApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  create_topic: Callable[[str], Awaitable[KafkaError | None]],
                  auto_create: bool, listener: str = "PLAINTEXT",
                  host_of: Callable[[str, int], Any] = lambda topic, partition: None,
-                 groups: GroupApis | None = None, admin: AdminApis | None = None):
+                 groups: GroupApis | None = None, admin: AdminApis | None = None,
+                 fetch_sessions: FetchSessionCache | None = None):
         self.broker_id = broker_id
         self.image = image
         self.create_topic = create_topic
@@ -154,6 +83,7 @@ class KafkaApis:
         self.host_of = host_of
         self.groups = groups
         self.admin = admin
+        self.fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions)
         self.reassignments = None if admin is None else \
             ReassignmentApis(image, admin.controller_call)
 
@@ -167,7 +97,7 @@ class KafkaApis:
         if request.api_key == LIST_OFFSETS_KEY:
             return await self.list_offsets(request)
         if request.api_key == FETCH_KEY:
-            return await self.fetch(request)
+            return await self.fetches.fetch(request)
         if request.api_key == OFFSET_FOR_LEADER_EPOCH_KEY:
             return await self.offset_for_leader_epoch(request)
         if request.api_key == DELETE_RECORDS_KEY:
@@ -216,7 +146,7 @@ class KafkaApis:
                                               _produce_error, lambda part: part.records or b"")
         acks = int(body.acks)
         timeout_ms = int(body.timeout.total_seconds() * 1000)
-        for host, parts, answer in await _gather_hosts(
+        for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: host.produce_many.remote(
                     encode_produce_many_request(ProduceManyRequest(
                         acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts))))):
@@ -240,9 +170,9 @@ class KafkaApis:
         return build(response_class(request), {
             # Each version has one of the two (v13 names topics by id).
             "responses": [{"name": t, "topic_id": t, "partition_responses": parts}
-                          for t, parts in _by_topic(order, answers)],
+                          for t, parts in by_topic(order, answers)],
             "throttle_time": 0,
-            "node_endpoints": node_endpoints(route.image, _leaders(answers), self.listener)})
+            "node_endpoints": node_endpoints(route.image, leaders_named(answers), self.listener)})
 
     async def list_offsets(self, request: Request):
         """Kafka's ListOffsetsRequest: earliest (-2), latest (-1, the high watermark) or the
@@ -252,7 +182,7 @@ class KafkaApis:
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition_index", _offsets_error,
             lambda part: (int(part.timestamp), int(getattr(part, "current_leader_epoch", -1))))
-        for host, parts, answer in await _gather_hosts(
+        for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: host.list_offsets_many.remote(
                     [(name, key[1], ts, epoch) for key, name, (ts, epoch) in parts])):
             results = ([NotLeaderOrFollowerError(str(answer))] * len(parts)
@@ -267,7 +197,7 @@ class KafkaApis:
                                     "old_style_offsets": []}
         return build(response_class(request), {
             "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
-                                           for t, parts in _by_topic(order, answers)]})
+                                           for t, parts in by_topic(order, answers)]})
 
     async def offset_for_leader_epoch(self, request: Request):
         """Kafka's OffsetForLeaderEpoch from a client: the end offset of the asked epoch on
@@ -277,7 +207,7 @@ class KafkaApis:
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition", _epoch_error,
             lambda part: (int(part.leader_epoch), int(part.current_leader_epoch)))
-        for host, parts, answer in await _gather_hosts(
+        for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: host.offsets_for_leader_epoch_many.remote(
                     encode(OffsetsForLeaderEpochRequest(-1, tuple(
                         (name, key[1], epoch, current)
@@ -294,7 +224,7 @@ class KafkaApis:
                                     "leader_epoch": result[0], "end_offset": result[1]}
         return build(response_class(request), {
             "throttle_time": 0, "topics": [{"topic": t, "partitions": parts}
-                                           for t, parts in _by_topic(order, answers)]})
+                                           for t, parts in by_topic(order, answers)]})
 
     async def delete_records(self, request: Request):
         """Kafka's DeleteRecords: each partition's log start offset moved up to the given
@@ -324,7 +254,7 @@ class KafkaApis:
             answers[key] = answer
         return build(response_class(request), {
             "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
-                                           for t, parts in _by_topic(order, answers)]})
+                                           for t, parts in by_topic(order, answers)]})
 
     async def describe_producers(self, request: Request):
         """Kafka's DescribeProducers: each partition's active idempotent producers, from its
@@ -351,60 +281,7 @@ class KafkaApis:
         await asyncio.gather(*[one(h, keys) for h, keys in by_host.items()])
         return build(response_class(request), {
             "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
-                                           for t, parts in _by_topic(order, answers)]})
-
-    async def fetch(self, request: Request):
-        """Kafka's FetchRequest from a consumer: each leader host of this broker gets its
-        partitions in one ``fetch_many`` (the path rafka's consumer takes, below the high
-        watermark); the answer goes out once one host has something, the others then asked
-        again without waiting so every partition is in it (a full fetch answers for all)."""
-        body = request.body
-        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
-        session_epoch = getattr(body, "session_epoch", -1)
-        if session_epoch > 0:   # an incremental fetch in a session this broker never made
-            return build(response_class(request), {
-                "throttle_time": 0, "error_code": FetchSessionIdNotFoundError.code,
-                "session_id": 0, "responses": []})
-        max_wait_ms = int(body.max_wait.total_seconds() * 1000)
-        min_bytes = int(body.min_bytes)
-        max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
-        order, answers, by_host = route.split(
-            body.topics, "partitions", "partition", _fetch_error,
-            lambda part: FetchRequest(-1, int(part.fetch_offset),
-                                      int(getattr(part, "current_leader_epoch", -1)),
-                                      int(part.partition_max_bytes)))
-
-        def ask(host, parts, wait_ms: int):
-            return host.fetch_many.remote(encode_fetch_many_request(FetchManyRequest(
-                -1, wait_ms, min_bytes, max_bytes,
-                tuple((n, key[1], r) for key, n, r in parts))))
-
-        results = await _fetch_hosts(by_host, ask, max_wait_ms)
-        for host, parts, answer in results:
-            if isinstance(answer, BaseException):
-                log.info("broker %d: fetch from a replica host failed: %r", self.broker_id,
-                         answer)
-                for key, name, _ in parts:
-                    answers[key] = _fetch_error(NotLeaderOrFollowerError(str(answer)), route,
-                                                name, key[1])
-                continue
-            response = decode_fetch_many_response(answer)
-            for (key, name, _), (_, _, result) in zip(parts, response.results):
-                if result.error is not None:
-                    answers[key] = _fetch_error(result.error, route, name, key[1])
-                else:
-                    answers[key] = {"partition_index": key[1], "error_code": 0,
-                                    "high_watermark": result.high_watermark,
-                                    "last_stable_offset": result.high_watermark,
-                                    "log_start_offset": result.log_start_offset,
-                                    "preferred_read_replica": -1,
-                                    "records": result.records}
-        return build(response_class(request), {
-            "throttle_time": 0, "error_code": 0, "session_id": 0,
-            "responses": [{"topic": t, "topic_id": t, "partitions": parts}
-                          for t, parts in _by_topic(order, answers)],
-            "node_endpoints": node_endpoints(route.image, _leaders(answers), self.listener)})
-
+                                           for t, parts in by_topic(order, answers)]})
 
 def _offsets_error(error: KafkaError, route: PartitionRoute, name: str | None,
                    partition: int) -> dict:
@@ -416,14 +293,6 @@ def _epoch_error(error: KafkaError, route: PartitionRoute, name: str | None,
                  partition: int) -> dict:
     return {"partition": partition, "error_code": error.code, "leader_epoch": -1,
             "end_offset": -1}
-
-
-def _by_topic(order: list, answers: dict) -> list:
-    """[(topic, [answer of each of its partitions, in request order])]."""
-    topics: dict[Any, list] = {}
-    for key in order:
-        topics.setdefault(key[0], []).append(answers[key])
-    return list(topics.items())
 
 
 def _producers_answer(partition: int, producers) -> dict:
@@ -439,11 +308,6 @@ def _producers_answer(partition: int, producers) -> dict:
                  "current_txn_start_offset": -1} for pid, epoch, seq, ts in producers]}
 
 
-def _leaders(answers: dict) -> list[int]:
-    return [a["current_leader"]["leader_id"] for a in answers.values()
-            if "current_leader" in a and a["current_leader"]["leader_id"] >= 0]
-
-
 def _produce_error(error: KafkaError, route: PartitionRoute, name: str | None,
                    partition: int) -> dict:
     return route.with_leader({"index": partition, "error_code": error.code,
@@ -452,42 +316,3 @@ def _produce_error(error: KafkaError, route: PartitionRoute, name: str | None,
                              error, name, partition)
 
 
-def _fetch_error(error: KafkaError, route: PartitionRoute, name: str | None,
-                 partition: int) -> dict:
-    return route.with_leader({"partition_index": partition, "error_code": error.code,
-                              "high_watermark": -1, "last_stable_offset": -1,
-                              "log_start_offset": -1, "preferred_read_replica": -1,
-                              "records": None}, error, name, partition)
-
-
-async def _fetch_hosts(by_host: Mapping[Any, list], ask, max_wait_ms: int) -> list:
-    """Long-poll every host; once one answers, the hosts still waiting are asked again
-    without waiting (their long polls' answers are dropped): the response holds every
-    partition and waits for none of them longer than for the first."""
-    if len(by_host) <= 1:
-        return await _gather_hosts(by_host, lambda h, parts: ask(h, parts, max_wait_ms))
-    polls = {asyncio.ensure_future(_await(ask(h, parts, max_wait_ms))): h
-             for h, parts in by_host.items()}
-    done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
-    answers = {polls[f]: _outcome(f) for f in done}
-    still = {polls[f]: by_host[polls[f]] for f in pending}
-    if still:
-        for h, _, a in await _gather_hosts(still, lambda h, parts: ask(h, parts, 0)):
-            answers[h] = a
-    return [(h, by_host[h], answers[h]) for h in by_host]
-
-
-async def _await(ref):
-    return await ref
-
-
-def _outcome(future):
-    return future.exception() if future.exception() is not None else future.result()
-
-
-async def _gather_hosts(by_host: Mapping[Any, list], call) -> list:
-    """``call(host, parts)`` for every host at once: [(host, parts, answer or exception)]."""
-    hosts = list(by_host)
-    answers = await asyncio.gather(*[call(h, by_host[h]) for h in hosts],
-                                   return_exceptions=True)
-    return [(h, by_host[h], a) for h, a in zip(hosts, answers)]

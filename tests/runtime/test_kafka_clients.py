@@ -225,7 +225,7 @@ def test_kafka_python_three_member_group_commits_and_rebalances_when_one_leaves(
     """Three kafka-python consumers (one thread each, as the client requires) share six
     partitions; each commits what it read; the third closes (LeaveGroup), the other two
     take its partitions at the next rebalance and read on from its commits."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
     cluster.admin().create_topics([rafka.NewTopic("kp-group", 6, 2)])
     written = produce_numbered(cluster, "kp-group", 0, 3000)
     reads: list[list[bytes]] = [[], [], []]

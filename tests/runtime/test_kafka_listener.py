@@ -307,6 +307,126 @@ def test_produce_v13_and_fetch_v16_name_topics_by_id(cluster):
         assert read_response(sock, 1, 16)[1].responses[0].partitions[0].error_code == 100
 
 
+def test_fetch_sessions_answer_only_what_is_new_and_refuse_a_wrong_epoch(cluster):
+    """KIP-227 as a Java consumer drives it: a full fetch at epoch 0 opens a session; the
+    next fetches name no partitions and get only those with records or a moved high
+    watermark; a partition named in forgotten_topics_data is dropped; a wrong epoch is
+    INVALID_FETCH_SESSION_EPOCH (71), an unknown session FETCH_SESSION_ID_NOT_FOUND (70)."""
+    cluster.admin().create_topics([rafka.NewTopic("sess", 2, 1)])
+    image = cluster.metadata()
+    # Both partitions on one broker, so that one connection fetches both.
+    leader = image["topics"]["sess"][0]["leader"]
+    cluster.admin().alter_partition_reassignments({("sess", 1): [leader]})
+    wait_until(lambda: cluster.metadata()["topics"]["sess"][1]["leader"] == leader, 30,
+               "both partitions on one broker")
+
+    def part(p: int, offset: int) -> dict:
+        return {"partition": p, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+                "current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}
+
+    def fetch(sock, session_id: int, epoch: int, parts: list, forgotten=(), wait_ms=100,
+              correlation_id: int = 1):
+        body = {"max_wait": wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                "topics": [{"topic": "sess", "partitions": parts}] if parts else [],
+                "forgotten_topics_data": [{"topic": "sess", "partitions": list(forgotten)}]
+                if forgotten else [], "rack_id": ""}
+        sock.sendall(request_bytes(1, 12, body, correlation_id))
+        answer = read_response(sock, 1, 12)[1]
+        return answer, {p.partition_index: p for t in answer.responses for p in t.partitions}
+
+    def send(p: int, n: int):
+        with rafka.Producer(cluster, {"acks": "all"}) as producer:
+            for i in range(n):
+                producer.send("sess", b"%d" % i, partition=p)
+
+    with socket.create_connection(address(cluster.bootstrap_servers, leader)) as sock:
+        answer, parts = fetch(sock, 0, 0, [part(0, 0), part(1, 0)])
+        assert answer.error_code == 0 and answer.session_id != 0 and set(parts) == {0, 1}
+        session = answer.session_id
+        # Nothing new: an empty answer after the wait.
+        answer, parts = fetch(sock, session, 1, [])
+        assert (answer.error_code, answer.session_id, parts) == (0, session, {})
+        send(1, 3)
+        answer, parts = fetch(sock, session, 2, [], wait_ms=2000)
+        assert set(parts) == {1} and parts[1].high_watermark == 3 and parts[1].records
+        # The consumer moved on partition 1: it names it with its new offset, and is told
+        # its high watermark again, without records (the session's rule for a changed
+        # partition, actors/replica/fetch_session.py); then partition 1 is quiet.
+        answer, parts = fetch(sock, session, 3, [part(1, 3)])
+        assert set(parts) == {1} and parts[1].high_watermark == 3 and not parts[1].records
+        send(0, 2)
+        answer, parts = fetch(sock, session, 4, [], wait_ms=2000)
+        assert set(parts) == {0} and parts[0].high_watermark == 2
+        # Forget partition 0: new records there are no longer told.
+        answer, parts = fetch(sock, session, 5, [], forgotten=[0])
+        send(0, 1)
+        answer, parts = fetch(sock, session, 6, [])
+        assert parts == {}
+        answer, _ = fetch(sock, session, 9, [])
+        assert (answer.error_code, answer.session_id, answer.responses) == (71, 0, ())
+        answer, _ = fetch(sock, session + 1, 1, [])
+        assert answer.error_code == 70
+        # A full fetch naming the session closes it and, at epoch -1, opens none.
+        answer, parts = fetch(sock, session, -1, [part(0, 0)])
+        assert (answer.session_id, set(parts)) == (0, {0})
+        answer, _ = fetch(sock, session, 7, [])
+        assert answer.error_code == 70
+
+
+def test_a_leaders_broker_killed_during_idempotent_acks_all_produce_loses_and_repeats_nothing(
+        cluster):
+    """librdkafka with enable.idempotence and acks=all while the partition leader's broker
+    process is SIGKILLed: it finds the new leader and retries; every record it was told is
+    written is there exactly once, none twice, in the order sent."""
+    import os
+    import signal
+
+    from confluent_kafka import Producer
+    cluster.admin().create_topics([rafka.NewTopic("killed", 1, 3,
+                                                  config={"min.insync.replicas": 2})])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 120_000})
+    acked: list[int] = []
+    failed: list = []
+
+    def delivered(error, message):
+        if error is None:
+            acked.append(int(message.value()))
+        else:
+            failed.append(error)
+    killed = None
+    for i in range(20_000):
+        while True:
+            try:
+                producer.produce("killed", value=b"%d" % i, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+        if i == 6000:
+            def some_acknowledged() -> bool:
+                producer.poll(0.05)      # serves the delivery callbacks
+                return len(acked) >= 3000
+            wait_until(some_acknowledged, 60, "records acknowledged before the kill")
+            killed, _ = cluster.leader("killed", 0)
+            os.kill(cluster.broker_pid(killed), signal.SIGKILL)
+    assert producer.flush(180) == 0
+    assert not failed, failed[:5]
+    wait_until(lambda: cluster.leader("killed", 0)[0] != killed, 60, "a new leader")
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("killed", 0)])
+    values: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(values) < len(acked) and time.monotonic() < deadline:
+        values += [int(r.value) for r in consumer.poll(500)]
+    consumer.close()
+    assert len(values) == len(set(values)), "a record written twice"
+    assert set(acked) <= set(values), "an acknowledged record lost"
+    assert values == sorted(values)
+
+
 # ---- consumer groups ------------------------------------------------------------------------
 
 def test_librdkafka_consumers_share_a_group_and_their_offsets_are_the_clusters(ray_session,

@@ -1,0 +1,155 @@
+"""Fetch over the Kafka listener (part of Kafka's KafkaApis, with its FetchManager): a
+consumer's FetchRequest read from the replica hosts leading its partitions on this broker,
+in fetch sessions (KIP-227) when the client asks for one.
+
+A client's full fetch with session epoch 0 (the Java client's first) gets a session id; its
+later fetches name only the partitions added or moved since, and those to forget, and the
+answer carries only the partitions with something new (records, an error, a moved high
+watermark or log start offset). The session is the same pure ``FetchSession`` /
+``FetchSessionCache`` / ``new_context`` the replica hosts keep for their followers, here
+one cache per broker (``max.incremental.fetch.session.cache.slots``) as in Kafka. What a
+session saves here is the client's bytes and the answer's: the broker still asks each host
+for all of the session's partitions it leads (partitions are not parked across hosts).
+
+An incremental fetch naming a session this broker does not have (it restarted, or evicted
+it) is FETCH_SESSION_ID_NOT_FOUND; one with another epoch, INVALID_FETCH_SESSION_EPOCH: the
+client then starts a new session with a full fetch.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Mapping
+
+from actors.broker.partition_route import (PartitionRoute, by_topic, gather_hosts,
+                                           leaders_named)
+from actors.broker.wire_metadata import node_endpoints
+from actors.replica.fetch_session import FetchSessionCache, new_context
+from protocols.errors import KafkaError, NotLeaderOrFollowerError
+from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
+from protocols.kafka.codec import Request, build, response_class
+from protocols.messages import (FetchManyRequest, FetchRequest, FetchResult,
+                                decode_fetch_many_response, encode_fetch_many_request)
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY = 1
+
+
+def _topic_of(topic_data) -> Any:
+    """A request's topic as the client names it: its name, or (v13+) its id."""
+    name = getattr(topic_data, "topic", None)
+    return name if name is not None else getattr(topic_data, "topic_id", None)
+
+
+def fetch_error(error: KafkaError, route: PartitionRoute, name: str | None,
+                partition: int) -> dict:
+    return route.with_leader({"partition_index": partition, "error_code": error.code,
+                              "high_watermark": -1, "last_stable_offset": -1,
+                              "log_start_offset": -1, "preferred_read_replica": -1,
+                              "records": None}, error, name, partition)
+
+
+class FetchApis:
+    def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
+                 host_of: Callable[[str, int], Any], listener: str,
+                 sessions: FetchSessionCache | None):
+        self.broker_id = broker_id
+        self.image = image
+        self.host_of = host_of
+        self.listener = listener
+        self.sessions = sessions   # None: every fetch is sessionless
+
+    async def fetch(self, request: Request):
+        """Each leader host of this broker gets the partitions to read in one
+        ``fetch_many`` (the path rafka's consumer takes, below the high watermark); the
+        answer goes out once one host has something, the others then asked again without
+        waiting, so every partition is in it."""
+        body = request.body
+        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        max_wait_ms = int(body.max_wait.total_seconds() * 1000)
+        min_bytes = int(body.min_bytes)
+        max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
+        context = new_context(self.sessions, FetchManyRequest(
+            -1, max_wait_ms, min_bytes, max_bytes,
+            tuple((_topic_of(t), int(p.partition), FetchRequest(
+                -1, int(p.fetch_offset), int(getattr(p, "current_leader_epoch", -1)),
+                int(p.partition_max_bytes))) for t in body.topics for p in t.partitions),
+            int(getattr(body, "session_id", INVALID_SESSION_ID)),
+            int(getattr(body, "session_epoch", FINAL_EPOCH)),
+            tuple((_topic_of(t), int(p)) for t in getattr(body, "forgotten_topics_data", ())
+                  for p in t.partitions)))
+        if context.error is not None:
+            return build(response_class(request), {
+                "throttle_time": 0, "error_code": context.error.code,
+                "session_id": INVALID_SESSION_ID, "responses": []})
+        results: dict[tuple, FetchResult] = {}
+        by_host: dict[Any, list] = {}
+        for topic, partition, fetch in context.partitions:
+            name = route.name(topic)
+            host, error = route.host(name, partition)
+            if host is None:
+                results[(topic, partition)] = FetchResult(error=error or route.unknown(topic))
+            else:
+                by_host.setdefault(host, []).append(((topic, partition), name, fetch))
+
+        def ask(host, parts, wait_ms: int):
+            return host.fetch_many.remote(encode_fetch_many_request(FetchManyRequest(
+                -1, wait_ms, min_bytes, max_bytes,
+                tuple((n, key[1], r) for key, n, r in parts))))
+
+        for host, parts, answer in await fetch_hosts(by_host, ask, max_wait_ms):
+            if isinstance(answer, BaseException):
+                log.info("broker %d: fetch from a replica host failed: %r", self.broker_id,
+                         answer)
+                for key, _, _ in parts:
+                    results[key] = FetchResult(error=NotLeaderOrFollowerError(str(answer)))
+                continue
+            response = decode_fetch_many_response(answer)
+            for (key, _, _), (_, _, result) in zip(parts, response.results):
+                results[key] = result
+        response = context.respond([(t, p, results[(t, p)])
+                                    for t, p, _ in context.partitions])
+        order, answers = [], {}
+        for topic, partition, result in response.results:
+            key = (topic, partition)
+            order.append(key)
+            if result.error is not None:
+                answers[key] = fetch_error(result.error, route, route.name(topic), partition)
+            else:
+                answers[key] = {"partition_index": partition, "error_code": 0,
+                                "high_watermark": result.high_watermark,
+                                "last_stable_offset": result.high_watermark,
+                                "log_start_offset": result.log_start_offset,
+                                "preferred_read_replica": -1, "records": result.records}
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": 0, "session_id": response.session_id,
+            "responses": [{"topic": t, "topic_id": t, "partitions": parts}
+                          for t, parts in by_topic(order, answers)],
+            "node_endpoints": node_endpoints(route.image, leaders_named(answers),
+                                             self.listener)})
+
+
+async def fetch_hosts(by_host: Mapping[Any, list], ask, max_wait_ms: int) -> list:
+    """Long-poll every host; once one answers, the hosts still waiting are asked again
+    without waiting (their long polls' answers are dropped): the response holds every
+    partition and waits for none of them longer than for the first."""
+    if len(by_host) <= 1:
+        return await gather_hosts(by_host, lambda h, parts: ask(h, parts, max_wait_ms))
+    polls = {asyncio.ensure_future(_await(ask(h, parts, max_wait_ms))): h
+             for h, parts in by_host.items()}
+    done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+    answers = {polls[f]: _outcome(f) for f in done}
+    still = {polls[f]: by_host[polls[f]] for f in pending}
+    if still:
+        for h, _, a in await gather_hosts(still, lambda h, parts: ask(h, parts, 0)):
+            answers[h] = a
+    return [(h, by_host[h], answers[h]) for h in by_host]
+
+
+async def _await(ref):
+    return await ref
+
+
+def _outcome(future):
+    return future.exception() if future.exception() is not None else future.result()

@@ -1,0 +1,186 @@
+"""Apache Kafka 4.3.1's own command-line tools against rafka's Kafka listener (issue 16):
+``kafka-topics``, ``kafka-console-producer``, ``kafka-console-consumer``,
+``kafka-consumer-groups``, ``kafka-configs``, ``kafka-get-offsets``,
+``kafka-reassign-partitions``, ``kafka-delete-records`` and ``kafka-producer-perf-test``,
+each the unmodified Java class the shell script runs, with Kafka's Java clients (the
+consumer in fetch sessions, the producer idempotent by default).
+
+The jars come from Maven Central once into ``~/.cache/rafka/kafka-4.3.1``
+(``benchmarks/kafka_peer.classpath``); nothing of Kafka is committed."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import rafka
+from tests.runtime.conftest import cluster_with
+from tests.runtime.helpers import wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOOLS = "org.apache.kafka.tools."
+
+
+class KafkaTools:
+    """Runs a Kafka tool's main class as its shell script would (small heap, warnings only
+    on stderr)."""
+
+    def __init__(self, lib: Path, root: Path, bootstrap_servers: str):
+        from benchmarks.kafka_peer import LOG4J2
+        self.lib = lib
+        self.log4j = root / "log4j2.yaml"
+        self.log4j.write_text(LOG4J2)
+        self.bootstrap_servers = bootstrap_servers
+        self.java = shutil.which("java")
+        assert self.java, "java is not on PATH (Java 17 is part of this machine's set-up)"
+
+    def run(self, main: str, *args: str, input: str | None = None, timeout: float = 180,
+            check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             "-cp", f"{self.lib}/*", f"-Dlog4j2.configurationFile={self.log4j}",
+             main if main.startswith("kafka.") else TOOLS + main, *args],
+            input=input, capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert result.returncode == 0, \
+                f"{main} {' '.join(args)} exited {result.returncode}:\n" \
+                f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+        return result
+
+    def tool(self, main: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        return self.run(main, "--bootstrap-server", self.bootstrap_servers, *args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_session, tmp_path_factory):
+    with cluster_with(tmp_path_factory.mktemp("java-tools")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def kafka(cluster, tmp_path_factory) -> KafkaTools:
+    from benchmarks.kafka_peer import classpath
+    from benchmarks.peers import PeerUnavailable
+    try:
+        lib = classpath()
+    except PeerUnavailable as e:
+        pytest.fail(f"Kafka's jars could not be fetched from Maven Central: {e}")
+    return KafkaTools(lib, tmp_path_factory.mktemp("kafka-tools"), cluster.bootstrap_servers)
+
+
+def test_kafka_topics_creates_lists_describes_alters_and_deletes(cluster, kafka):
+    kafka.tool("TopicCommand", "--create", "--topic", "jt", "--partitions", "3",
+               "--replication-factor", "2", "--config", "retention.ms=3600000")
+    image = cluster.metadata()
+    assert len(image["topics"]["jt"]) == 3
+    assert "jt" in kafka.tool("TopicCommand", "--list").stdout.split()
+    described = kafka.tool("TopicCommand", "--describe", "--topic", "jt").stdout
+    assert re.search(r"Topic: jt\s+TopicId: \S+\s+PartitionCount: 3\s+ReplicationFactor: 2"
+                     r"\s+Configs: .*retention\.ms=3600000", described), described
+    for p, st in image["topics"]["jt"].items():
+        assert re.search(rf"Partition: {p}\s+Leader: {st['leader']}\s+Replicas: "
+                         rf"{','.join(map(str, st['replicas']))}\s+Isr: ", described), described
+    exists = kafka.tool("TopicCommand", "--create", "--topic", "jt", "--partitions", "1",
+                        check=False)
+    assert exists.returncode != 0 and "already exists" in exists.stdout + exists.stderr
+    kafka.tool("TopicCommand", "--alter", "--topic", "jt", "--partitions", "4")
+    wait_until(lambda: len(cluster.metadata()["topics"]["jt"]) == 4, 30, "four partitions")
+    kafka.tool("TopicCommand", "--delete", "--topic", "jt")
+    wait_until(lambda: "jt" not in cluster.metadata()["topics"], 30, "the topic deleted")
+
+
+def test_console_producer_and_consumer_with_keys_in_a_group(cluster, kafka):
+    """kafka-console-producer (an idempotent Java producer) writes keyed records where
+    rafka's partitioner puts them; kafka-console-consumer reads them all in a group (the
+    Java consumer, fetch sessions and all) and kafka-consumer-groups shows its offsets."""
+    from protocols.partitioner import partition_for_key
+    cluster.admin().create_topics([rafka.NewTopic("console", 3, 2)])
+    lines = "".join(f"k{i}:v{i}\n" for i in range(300))
+    kafka.tool("ConsoleProducer", "--topic", "console", "--property", "parse.key=true",
+               "--property", "key.separator=:", input=lines)
+    out = kafka.tool("consumer.ConsoleConsumer", "--topic", "console", "--from-beginning",
+                     "--max-messages", "300", "--group", "console-group",
+                     "--property", "print.key=true", "--property", "print.partition=true",
+                     "--property", "key.separator=|").stdout
+    rows = [line.split("|") for line in out.splitlines() if line.count("|") == 2]
+    assert sorted(v for _, _, v in rows) == sorted(f"v{i}" for i in range(300))
+    for partition, key, _ in rows:
+        assert int(partition.removeprefix("Partition:")) == \
+            partition_for_key(key.encode(), 3), (partition, key)
+    described = kafka.tool("consumer.group.ConsumerGroupCommand", "--describe",
+                           "--group", "console-group").stdout
+    consumer = rafka.Consumer(cluster)
+    ends = {p: o for (_, p), o in consumer.end_offsets(
+        [("console", p) for p in range(3)]).items()}
+    consumer.close()
+    for p, end in ends.items():
+        assert re.search(rf"console-group\s+console\s+{p}\s+{end}\s+{end}\s+0\b", described), \
+            described
+    assert "console-group" in kafka.tool("consumer.group.ConsumerGroupCommand",
+                                         "--list").stdout.split()
+    kafka.tool("consumer.group.ConsumerGroupCommand", "--reset-offsets", "--group",
+               "console-group", "--topic", "console", "--to-earliest", "--execute")
+    assert {o.offset for o in cluster.admin().list_consumer_group_offsets(
+        "console-group").values()} == {0}
+    kafka.tool("consumer.group.ConsumerGroupCommand", "--delete-offsets", "--group",
+               "console-group", "--topic", "console")
+    assert cluster.admin().list_consumer_group_offsets("console-group") == {}
+    kafka.tool("consumer.group.ConsumerGroupCommand", "--delete", "--group", "console-group")
+    assert "console-group" not in {g.group_id for g in
+                                   cluster.admin().list_consumer_groups()}
+
+
+def test_kafka_configs_and_get_offsets_and_delete_records(cluster, kafka, tmp_path):
+    cluster.admin().create_topics([rafka.NewTopic("conf-j", 1, 2)])
+    with rafka.Producer(cluster, {"acks": "all"}) as producer:
+        for i in range(10):
+            producer.send("conf-j", b"%d" % i)
+    kafka.tool("kafka.admin.ConfigCommand", "--alter", "--entity-type", "topics",
+               "--entity-name", "conf-j", "--add-config", "retention.ms=7200000")
+    wait_until(lambda: cluster.admin().describe_configs(["conf-j"])["conf-j"][
+        "retention.ms"] == 7_200_000, 30, "the altered retention.ms")
+    described = kafka.tool("kafka.admin.ConfigCommand", "--describe", "--entity-type",
+                           "topics", "--entity-name", "conf-j").stdout
+    assert "retention.ms=7200000" in described, described
+    assert kafka.tool("GetOffsetShell", "--topic", "conf-j", "--time", "-1"
+                      ).stdout.split() == ["conf-j:0:10"]
+    plan = tmp_path / "delete.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "conf-j", "partition": 0, "offset": 4}]}))
+    out = kafka.tool("DeleteRecordsCommand", "--offset-json-file", str(plan)).stdout
+    assert "low_watermark: 4" in out, out
+    assert kafka.tool("GetOffsetShell", "--topic", "conf-j", "--time", "-2"
+                      ).stdout.split() == ["conf-j:0:4"]
+
+
+def test_kafka_reassign_partitions_moves_a_partition(cluster, kafka, tmp_path):
+    cluster.admin().create_topics([rafka.NewTopic("reassign-j", 1, 1)])
+    (old,) = cluster.metadata()["topics"]["reassign-j"][0]["replicas"]
+    target = sorted({0, 1, 2} - {old})
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "reassign-j", "partition": 0, "replicas": target}]}))
+    kafka.tool("reassign.ReassignPartitionsCommand", "--reassignment-json-file", str(plan),
+               "--execute")
+    wait_until(lambda: sorted(cluster.metadata()["topics"]["reassign-j"][0]["replicas"])
+               == target, 60, "the partition on its new replicas")
+    verified = kafka.tool("reassign.ReassignPartitionsCommand", "--reassignment-json-file",
+                          str(plan), "--verify").stdout
+    assert "Reassignment of partition reassign-j-0 is completed" in verified, verified
+
+
+def test_kafka_producer_perf_test_writes_every_record(cluster, kafka):
+    cluster.admin().create_topics([rafka.NewTopic("perf-j", 2, 3)])
+    out = kafka.run("ProducerPerformance", "--topic", "perf-j", "--num-records", "20000",
+                    "--record-size", "100", "--throughput", "-1", "--producer-props",
+                    f"bootstrap.servers={cluster.bootstrap_servers}", "acks=all").stdout
+    assert re.search(r"^20000 records sent, [\d.]+ records/sec", out, re.M), out
+    consumer = rafka.Consumer(cluster)
+    ends = consumer.end_offsets([("perf-j", 0), ("perf-j", 1)])
+    consumer.close()
+    assert sum(ends.values()) == 20000
