@@ -415,7 +415,8 @@ class BrokerActor:
             by_host.setdefault(host, []).append((
                 tp.topic, tp.partition, str(self.dir / partition_dir_name(tp.topic, tp.partition)),
                 self._config(tp.topic), self.checkpoints["recovery"].get(tp, 0),
-                self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp), clean))
+                self.checkpoints["start"].get(tp, 0), self.checkpoints["hw"].get(tp), clean,
+                self.state.image.get("topic_ids", {}).get(tp.topic)))
         await asyncio.gather(*[host.open_many.remote(specs) for host, specs in by_host.items()])
         for host, specs in by_host.items():
             for topic, partition, *_ in specs:

@@ -82,9 +82,11 @@ class ReplicaHostActor:
     # ---- the broker's calls ----------------------------------------------------------------
     async def open(self, topic: str, partition: int, log_dir: str, topic_config: dict,
                    recovery_point: int = 0, log_start_offset: int = 0,
-                   high_watermark: int | None = None, clean_shutdown: bool = False) -> None:
+                   high_watermark: int | None = None, clean_shutdown: bool = False,
+                   topic_id: str | None = None) -> None:
         """Open (or recover) the replica's log and start serving it; opening one that is
-        already open does nothing."""
+        already open does nothing. ``topic_id`` goes in the partition's partition.metadata
+        (a directory naming another id is a stray log, deleted first)."""
         tp = TopicPartition(topic, partition)
         if tp in self.replicas:
             return
@@ -98,7 +100,7 @@ class ReplicaHostActor:
                 HostedReplica, self.namespace, self.broker_id, topic, partition, log_dir,
                 topic_config, self.broker_log_config, self.config, self.purgatories,
                 self.fetchers, recovery_point, log_start_offset, high_watermark,
-                clean_shutdown)
+                clean_shutdown, topic_id)
             self.replicas[tp] = replica
             self.cores[tp] = replica.replica
             opening.set_result(None)
@@ -124,7 +126,7 @@ class ReplicaHostActor:
     async def open_many(self, specs: list[tuple]) -> None:
         """``open`` for many replicas (a broker's share of one controller message):
         (topic, partition, log_dir, topic_config, recovery_point, log_start_offset,
-        high_watermark, clean_shutdown) each."""
+        high_watermark, clean_shutdown, topic_id) each."""
         await asyncio.gather(*[self.open(*spec) for spec in specs])
 
     async def become_many(self, messages: bytes) -> bytes:

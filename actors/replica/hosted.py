@@ -25,6 +25,7 @@ from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from protocols.errors import KafkaError
+from storage.partition_metadata import claim
 from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
                                 ProduceResult)
 from protocols.wire import decode, encode
@@ -63,13 +64,17 @@ class HostedReplica:
                  config: ReplicaConfig, purgatories: Purgatories,
                  fetchers: ReplicaFetcherManager, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int | None = None,
-                 clean_shutdown: bool = False):
+                 clean_shutdown: bool = False, topic_id: str | None = None):
         self.namespace = namespace
         self.broker_id = broker_id
         self.broker_log_config = dict(broker_log_config)
         self.backoff_s = config.replica_fetch_backoff_ms / 1000
         self.fetchers = fetchers
         directory = Path(log_dir)
+        # partition.metadata (KIP-516). A stray log (of a deleted topic of the same name) is
+        # deleted first, and the broker's checkpoints of it no longer apply.
+        if topic_id is not None and claim(directory, topic_id):
+            recovery_point, log_start_offset, high_watermark = 0, 0, None
         self.log = Log.open(directory, LogConfig.from_props(topic_config,
                                                             broker=broker_log_config),
                             recovery_point=recovery_point, log_start_offset=log_start_offset,

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -274,3 +275,36 @@ def test_connect_from_a_ray_task_and_bad_cluster_config(cluster):
     assert out.returncode == 1 and "TOPIC_ALREADY_EXISTS" in out.stderr
     with pytest.raises(InvalidConfigError, match="replica.lag.time.max.ms"):
         rafka.Cluster.start(1, "unused", {"replica.lag.time.max": 1}, name="bad")
+
+
+def test_a_stray_log_of_a_deleted_topic_is_not_served_to_its_namesake(cluster):
+    """KIP-516's case: a broker is away while a topic is deleted and created again under the
+    same name. Its old directory holds the old topic's records; when the new topic's replica
+    opens there, partition.metadata names the old topic id, so the directory is deleted
+    (a stray log) and the replica copies the new topic from its leader. Without topic ids
+    the follower would truncate to the new leader's end and keep old records beneath it."""
+    from protocols.records import iter_batches
+    from storage.partition_metadata import read_topic_id
+    cluster.admin().create_topics([rafka.NewTopic("re", 1, 3)])
+    for i in range(50):
+        assert produce(cluster, "re", 0, b"old-%d" % i).error is None
+    old_id = cluster.metadata()["topic_ids"]["re"]
+    stray_dir = Path(cluster.data_dir) / "broker-2" / "re-0"
+    assert read_topic_id(stray_dir) == old_id
+    cluster.stop_broker(2)
+    cluster.admin().delete_topics(["re"])
+    wait_until(lambda: "re" not in cluster.metadata()["topics"], 30, "the topic deleted")
+    cluster.admin().create_topics([rafka.NewTopic("re", 1, 2,
+                                                  replica_assignment={0: [0, 1]})])
+    for i in range(10):
+        assert produce_retrying(cluster, "re", 0, b"new-%d" % i) == i
+    new_id = cluster.metadata()["topic_ids"]["re"]
+    cluster.start_broker(2)
+    assert read_topic_id(stray_dir) == old_id          # not a replica: left alone so far
+    cluster.admin().alter_partition_reassignments({("re", 0): [0, 1, 2]})
+    wait_until(lambda: 2 in cluster.metadata()["topics"]["re"][0]["isr"], 60,
+               "broker 2 in the new topic's ISR")
+    assert read_topic_id(stray_dir) == new_id
+    raw = ray.get(cluster.replica("re", 0, 2).read_local.remote(0, 1 << 20))
+    assert [r.value for b in iter_batches(raw) for r in b.records()] == \
+        [b"new-%d" % i for i in range(10)]
