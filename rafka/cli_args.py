@@ -21,19 +21,26 @@ def positive_int(text: str) -> int:
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", default="default",
-                        help="the rafka cluster's name (default: default)")
+    parser.add_argument("--cluster", default=None,
+                        help="the rafka cluster's name (default: default, or the cluster "
+                             "--bootstrap-server names)")
+    parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT[,...]",
+                        help="find the cluster by one of its brokers' Kafka listeners, as "
+                             "Kafka's tools do (rafka's tools reach it through Ray: run them "
+                             "where --address or RAY_ADDRESS reaches its Ray cluster)")
     parser.add_argument("--address", default=None,
                         help="Ray address (default: RAY_ADDRESS, else the running local one)")
 
 
 def connect_cluster(args: argparse.Namespace):
-    """The cluster named by --cluster / --address. A tool's stdout is its output (records,
-    tables), so the Ray workers' log lines are not forwarded to it."""
+    """The cluster named by --cluster or --bootstrap-server, on the Ray cluster of
+    --address. A tool's stdout is its output (records, tables), so the Ray workers' log
+    lines are not forwarded to it."""
     import rafka
     from rafka.ray_support import ensure_ray
     ensure_ray(args.address or "auto", log_to_driver=False)
-    return rafka.Cluster.connect(args.cluster, address=args.address)
+    return rafka.Cluster.connect(args.cluster, address=args.address,
+                                 bootstrap_servers=getattr(args, "bootstrap_server", None))
 
 
 def parse_key_values(pairs: list[str], option: str) -> dict[str, str]:

@@ -111,16 +111,67 @@ class Cluster:
         return cluster
 
     @classmethod
-    def connect(cls, name: str = "default", address: str | None = None) -> "Cluster":
-        """Attach to a running cluster from any driver, Ray task or actor."""
+    def connect(cls, name: str | None = None, address: str | None = None,
+                bootstrap_servers: str | None = None) -> "Cluster":
+        """Attach to a running cluster from any driver, Ray task or actor: the one named
+        ``name`` (default ``default``), or the one whose Kafka listeners include one of
+        ``bootstrap_servers`` (``host:port,...``, as Kafka's tools take it)."""
         from rafka.ray_support import ensure_ray
 
         ensure_ray(address or "auto")
+        if bootstrap_servers is not None:
+            found = cls._by_listener(bootstrap_servers)
+            if name is not None and found.name != name:
+                raise InvalidRequestError(
+                    f"{bootstrap_servers} is a listener of rafka cluster '{found.name}', not "
+                    f"of '{name}'")
+            return found
+        name = name or "default"
         raw = _kv_get(INFO_KEY.format(name=name))
         if raw is None:
             raise BrokerNotAvailableError(f"No rafka cluster named '{name}' is running on "
                                           "this Ray cluster")
         return cls(name, msgpack.unpackb(raw, strict_map_key=False))
+
+    @staticmethod
+    def running() -> list[str]:
+        """The names of the rafka clusters of the Ray cluster this process is connected to."""
+        from ray.experimental.internal_kv import _internal_kv_list
+        keys = [k.decode() if isinstance(k, bytes) else k
+                for k in _internal_kv_list(INFO_KEY.split("{")[0])]
+        prefix, suffix = INFO_KEY.split("{name}")
+        return sorted(k[len(prefix):-len(suffix)] for k in keys
+                      if k.startswith(prefix) and k.endswith(suffix))
+
+    @classmethod
+    def _by_listener(cls, bootstrap_servers: str) -> "Cluster":
+        """The running cluster one of whose brokers listens at one of the addresses (host
+        names resolved, so ``localhost:9092`` finds ``127.0.0.1:9092``)."""
+        import socket
+
+        def endpoint(text: str) -> tuple[str, int]:
+            host, sep, port = text.strip().rpartition(":")
+            if not sep or not port.isdigit():
+                raise InvalidRequestError(f"Invalid bootstrap server {text.strip()!r}: "
+                                          "expected host:port")
+            try:
+                return socket.gethostbyname(host.strip("[]")), int(port)
+            except OSError:
+                return host, int(port)
+        wanted = {endpoint(s) for s in bootstrap_servers.split(",") if s.strip()}
+        seen = []
+        for name in cls.running():
+            try:
+                cluster = cls.connect(name)
+                servers = cluster.bootstrap_servers
+            except KafkaError:
+                continue
+            seen.append(f"{name} ({servers})")
+            if wanted & {endpoint(s) for s in servers.split(",") if s}:
+                return cluster
+        raise BrokerNotAvailableError(
+            f"No rafka cluster on this Ray cluster listens at {bootstrap_servers}; running: "
+            + ("; ".join(seen) or "none"))
 
     def __enter__(self) -> "Cluster":
         return self

@@ -59,28 +59,69 @@ def test_perf_tests_print_kafkas_lines(cluster):
     assert values.split(", ")[4] == "3000"
 
 
-def test_server_start_runs_until_interrupted(ray_session, tmp_path):
+def test_tools_find_the_cluster_by_a_kafka_listener(cluster):
+    """--bootstrap-server as Kafka's tools take it: one broker's listener (host names
+    resolved) names the cluster; an address no cluster listens at is a clear error."""
+    cluster.admin().create_topics([rafka.NewTopic("found", 1, 1)])
     address = ray.get_runtime_context().gcs_address
+    host, port = cluster.bootstrap_servers.split(",")[1].rsplit(":", 1)
+    server = f"{'localhost' if host == '127.0.0.1' else host}:{port}"
+    out = subprocess.run([sys.executable, "-m", "rafka", "topics", "--bootstrap-server",
+                          server, "--address", address, "--list"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "found" in out.stdout.split()
+    out = subprocess.run([sys.executable, "-m", "rafka", "topics", "--bootstrap-server",
+                          "127.0.0.1:1", "--address", address, "--list"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "No rafka cluster on this Ray cluster listens at 127.0.0.1:1" in out.stderr
+    assert cluster.name in out.stderr                     # the clusters that are running
+
+
+def test_server_start_serves_kafka_clients_as_the_readme_shows(ray_session, tmp_path):
+    """The README's quick start for Kafka clients: ``rafka server start`` with one broker
+    listening at a fixed port prints its bootstrap servers; librdkafka produces to a topic
+    created on first use and a group consumer reads it back; Ctrl-C stops it cleanly."""
+    from confluent_kafka import Consumer, Producer
+
+    from benchmarks.peers import free_port
+    address = ray.get_runtime_context().gcs_address
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "rafka", "server", "start", "--data-dir",
                              str(tmp_path / "d"), "--num-brokers", "1", "--name", "srv",
-                             "--address", address, "--override", "log.retention.hours=1"],
+                             "--address", address, "--override", "log.retention.hours=1",
+                             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    printed = []
     try:
         deadline = time.monotonic() + 120
-        cluster = None
-        while cluster is None and time.monotonic() < deadline:
-            try:
-                cluster = rafka.Cluster.connect("srv")
-                cluster.wait_for_brokers([0], 60)
-            except Exception:
-                cluster = None
-                time.sleep(0.5)
-        assert cluster is not None, "server did not come up"
-        assert cluster.admin().describe_cluster().brokers == [0]
+        while not any(line.startswith("Kafka clients:") for line in printed):
+            assert time.monotonic() < deadline and proc.poll() is None, \
+                "server did not come up: " + "".join(printed)
+            printed.append(proc.stdout.readline())
+        assert f"Kafka clients: bootstrap.servers=127.0.0.1:{port}\n" in printed
+        servers = f"localhost:{port}"
+        producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
+        producer.produce("quickstart-events", b"hello", key=b"k")
+        assert producer.flush(60) == 0
+        consumer = Consumer({"bootstrap.servers": servers, "group.id": "quickstart",
+                             "auto.offset.reset": "earliest"})
+        try:
+            consumer.subscribe(["quickstart-events"])
+            message = None
+            while message is None or message.error() is not None:
+                assert time.monotonic() < deadline + 60, "nothing consumed"
+                message = consumer.poll(1)
+            assert (message.key(), message.value()) == (b"k", b"hello")
+        finally:
+            consumer.close()
+        assert rafka.Cluster.connect("srv").admin().describe_cluster().brokers == [0]
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
+    out = "".join(printed) + out
     assert "started: 1 brokers" in out and out.strip().endswith("stopped")
     assert (tmp_path / "d" / "broker-0" / ".kafka_cleanshutdown").exists()
 
