@@ -1,12 +1,13 @@
 """Unmodified Kafka clients from PyPI and Debian against rafka's Kafka listener (issue 16):
-kafka-python, aiokafka and kcat (librdkafka's command-line tool) produce with acks 0, 1 and
-all, with each of Kafka's four codecs and with idempotence, to the partitions rafka's
-producer would pick; consume in three-member groups that commit, lose a member and
-rebalance; find offsets for times; administer topics, configs and groups; and read what
-rafka's own clients and Spark's ``rafka`` format wrote, and the other way round.
+confluent-kafka (librdkafka), kafka-python, aiokafka and kcat (librdkafka's command-line
+tool) produce with acks 0, 1 and all, with each of Kafka's four codecs and with
+idempotence, to the partitions rafka's producer would pick; consume in three-member groups
+that commit, lose a member and rebalance; find offsets for times; administer topics,
+configs and groups; and read what rafka's own clients and Spark's ``rafka`` format wrote,
+and the other way round.
 
-confluent-kafka (librdkafka's Python binding) has its own tests in test_kafka_listener.py.
-One cluster serves the whole module: each test has its own topics and groups."""
+More of confluent-kafka is in test_kafka_listener.py. One cluster serves the whole module:
+each test has its own topics and groups."""
 from __future__ import annotations
 
 import asyncio
@@ -184,6 +185,30 @@ def test_aiokafka_idempotent_producer_writes_each_record_once(cluster):
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_confluent_kafka_produces_with_each_codec_where_rafka_would_put_it(cluster, acks):
+    from confluent_kafka import Producer
+    topic = f"ck-acks-{acks}"
+    cluster.admin().create_topics([rafka.NewTopic(topic, 3, 2)])
+    for codec in CODECS:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": acks,
+                             "compression.type": codec, "linger.ms": 20,
+                             "partitioner": "murmur2_random"})
+        failed = []
+        for i in range(300):
+            # Compressible headers: librdkafka sends a batch uncompressed when compressing
+            # does not make it smaller.
+            producer.produce(topic, key=b"k%d" % (i % 23), value=b"%s-%d" % (codec.encode(), i),
+                             headers=[("pad", b"x" * 200)],
+                             on_delivery=lambda e, m: e and failed.append(e))
+        assert producer.flush(60) == 0 and not failed, failed
+    got = read_all(cluster, topic, 3, 300 * len(CODECS))
+    assert sorted(r.value for r in got) == sorted(
+        b"%s-%d" % (c.encode(), i) for c in CODECS for i in range(300))
+    check_placed_like_rafka(got, 3)
+    assert stored_codecs(cluster, topic, 3) == set(CODECS)
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_kcat_produces_with_each_codec_where_rafka_would_put_it(cluster, kcat, acks):
     """librdkafka sends a batch uncompressed when compressing does not make it smaller:
     a compressible header on every record makes it smaller."""
@@ -333,6 +358,54 @@ def test_aiokafka_three_member_group_commits_and_rebalances_when_one_leaves(clus
     reads, more = asyncio.run(run())
     assert set(reads[0] + reads[1] + reads[2]) == {b"%d" % i for i in range(6000)}
     committed = cluster.admin().list_consumer_group_offsets("aio-group")
+    assert {tp.partition: o.offset for tp, o in committed.items()} == \
+        ends_of({**written, **more}, 6)
+
+
+def test_confluent_kafka_three_member_group_commits_and_rebalances_when_one_leaves(cluster):
+    from confluent_kafka import Consumer
+    cluster.admin().create_topics([rafka.NewTopic("ck-group", 6, 2)])
+    written = produce_numbered(cluster, "ck-group", 0, 3000)
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "ck-group",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              "session.timeout.ms": 10_000}
+    members = [Consumer(config) for _ in range(3)]
+    reads: list[list[bytes]] = [[], [], []]
+    active = [0, 1, 2]
+
+    def poll_all(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for i in active:
+                got = [m for m in members[i].consume(200, 0.05) if m.error() is None]
+                reads[i] += [m.value() for m in got]
+                if got:
+                    members[i].commit(asynchronous=False)
+
+    def shares() -> list[set[int]]:
+        return [{tp.partition for tp in members[i].assignment()} for i in active]
+    try:
+        for m in members:
+            m.subscribe(["ck-group"])
+        deadline = time.monotonic() + 120
+        while not (all(shares()) and sum(map(len, shares())) == 6
+                   and sum(map(len, reads)) >= 3000):
+            assert time.monotonic() < deadline, "three members never read everything"
+            poll_all(0.5)
+        assert set().union(*shares()) == set(range(6))
+        members[2].close()                  # LeaveGroup
+        active = [0, 1]
+        more = produce_numbered(cluster, "ck-group", 3000, 3000)
+        deadline = time.monotonic() + 120
+        while not (set().union(*shares()) == set(range(6))
+                   and len(set(reads[0] + reads[1] + reads[2])) == 6000):
+            assert time.monotonic() < deadline, "the two left never read everything"
+            poll_all(0.5)
+    finally:
+        for i in active:
+            members[i].close()
+    assert set(reads[0] + reads[1] + reads[2]) == {b"%d" % i for i in range(6000)}
+    committed = cluster.admin().list_consumer_group_offsets("ck-group")
     assert {tp.partition: o.offset for tp, o in committed.items()} == \
         ends_of({**written, **more}, 6)
 
