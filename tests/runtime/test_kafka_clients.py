@@ -410,34 +410,48 @@ def test_confluent_kafka_three_member_group_commits_and_rebalances_when_one_leav
         ends_of({**written, **more}, 6)
 
 
-def test_kcat_group_members_split_partitions_and_commit(cluster, kcat):
-    """Two ``kcat -G`` processes in one group read each record once between them and
-    commit their positions (kcat's -e exits at the end of its partitions)."""
-    cluster.admin().create_topics([rafka.NewTopic("kcat-group", 4, 2)])
-    written = produce_numbered(cluster, "kcat-group", 0, 1000)
+def test_kcat_three_member_group_commits_and_rebalances_when_one_leaves(cluster, kcat):
+    """Three ``kcat -G`` processes in one group split six partitions and commit; one is
+    stopped (SIGTERM: it leaves the group), the other two take its partitions and read on
+    from its commits: every record is read, the three shares are disjoint, and the group's
+    offsets end at the partitions' ends."""
+    cluster.admin().create_topics([rafka.NewTopic("kcat-group", 6, 2)])
+    written = produce_numbered(cluster, "kcat-group", 0, 1500)
+
+    def group():
+        (g,) = cluster.admin().describe_consumer_groups(["kcat-group"]).values()
+        return g
+
+    def committed():
+        return {tp.partition: o.offset for tp, o in
+                cluster.admin().list_consumer_group_offsets("kcat-group").items()}
     members = [subprocess.Popen(
         [kcat, "-b", cluster.bootstrap_servers, "-G", "kcat-group", "kcat-group",
          "-o", "beginning", "-f", "%p %o %s\n", "-X", "session.timeout.ms=10000",
          "-X", "auto.commit.interval.ms=200"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs: list[str] = []
     try:
-        wait_until(lambda: sum(g.state == "Stable" and len(g.members) == 2 for g in
-                               cluster.admin().describe_consumer_groups(
-                                   ["kcat-group"]).values()) == 1, 90, "a stable group of two")
-        wait_until(lambda: {tp.partition: o.offset for tp, o in cluster.admin()
-                            .list_consumer_group_offsets("kcat-group").items()}
-                   == ends_of(written, 4), 90, "the members' commits at the ends")
+        wait_until(lambda: group().state == "Stable" and len(group().members) == 3, 90,
+                   "a stable group of three")
+        shares = [{tp.partition for tp in m.assignment} for m in group().members]
+        assert sorted(p for share in shares for p in share) == list(range(6))
+        wait_until(lambda: committed() == ends_of(written, 6), 90, "commits at the ends")
+        leaver = members.pop()
+        leaver.terminate()           # SIGTERM: kcat leaves the group and exits
+        outs.append(leaver.communicate(timeout=30)[0])
+        wait_until(lambda: group().state == "Stable" and len(group().members) == 2, 90,
+                   "a stable group of the two left")
+        more = produce_numbered(cluster, "kcat-group", 1500, 1500)
+        wait_until(lambda: committed() == ends_of({**written, **more}, 6), 90,
+                   "the two members' commits at the new ends")
     finally:
-        outs = []
         for m in members:
-            m.terminate()        # SIGTERM: kcat leaves the group and exits
+            m.terminate()
             outs.append(m.communicate(timeout=30)[0])
     lines = [line.split() for out in outs for line in out.splitlines() if line.strip()]
-    assert sorted(v for _, _, v in lines) == sorted(k.decode() for k in written)
-    assert {(int(p), int(o)) for p, o, _ in lines} == set(written.values())
-    shares = [{int(line.split()[0]) for line in out.splitlines() if line.strip()}
-              for out in outs]
-    assert not shares[0] & shares[1]
+    assert {v for _, _, v in lines} == {k.decode() for k in {**written, **more}}
+    assert {(int(p), int(o)) for p, o, _ in lines} == set({**written, **more}.values())
 
 
 def test_offsets_for_times_from_kafka_python_aiokafka_and_kcat(cluster, kcat):
