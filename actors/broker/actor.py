@@ -132,7 +132,8 @@ class BrokerActor:
             bound = await self.socket_server.start()
             self.endpoints = [[e.name, e.host, e.port] for e in
                               self._advertised(self.listeners, bound,
-                                               self._advertised_config)]
+                                               self._advertised_config,
+                                               ray.util.get_node_ip_address())]
             await self._start_hosts()
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker

@@ -51,13 +51,15 @@ def parse_listeners(value: str | None, config: str = "listeners") -> list[Endpoi
 
 
 def advertised(listeners: list[Endpoint], bound: dict[str, int],
-               configured: list[Endpoint]) -> list[Endpoint]:
+               configured: list[Endpoint], host_address: str = "127.0.0.1"
+               ) -> list[Endpoint]:
     """What clients are told (Kafka's advertised.listeners; by default the listeners, with
-    the port each was bound to; a listener on every interface is advertised as 127.0.0.1,
-    this machine's only address a local client surely reaches)."""
+    the port each was bound to; a listener on every interface is advertised at
+    ``host_address``, the node's address other nodes reach, where Kafka would advertise the
+    host's canonical name)."""
     if configured:
         return configured
-    return [Endpoint(e.name, e.host or "127.0.0.1", bound.get(e.name, e.port))
+    return [Endpoint(e.name, e.host or host_address, bound.get(e.name, e.port))
             for e in listeners]
 
 

@@ -1,0 +1,35 @@
+"""Kafka's listeners / advertised.listeners settings as rafka parses and advertises them."""
+from __future__ import annotations
+
+import pytest
+
+from protocols.errors import InvalidConfigError
+from protocols.kafka.listeners import Endpoint, advertised, bootstrap_servers, parse_listeners
+
+
+def test_listeners_parse_with_kafkas_syntax():
+    assert parse_listeners("PLAINTEXT://127.0.0.1:9092") == \
+        [Endpoint("PLAINTEXT", "127.0.0.1", 9092)]
+    assert parse_listeners("PLAINTEXT://:0") == [Endpoint("PLAINTEXT", "", 0)]
+
+
+@pytest.mark.parametrize("value", ["PLAINTEXT://127.0.0.1", "PLAINTEXT://h:99999",
+                                   "SASL_SSL://h:1", "PLAINTEXT://a:1,PLAINTEXT://b:2"])
+def test_bad_listeners_are_invalid_config(value):
+    with pytest.raises(InvalidConfigError, match="listeners"):
+        parse_listeners(value)
+
+
+def test_a_listener_on_every_interface_is_advertised_at_the_nodes_address():
+    """On a multi-node Ray cluster 127.0.0.1 reaches only the broker's own node: a listener
+    bound to every interface is advertised at the node's address (Kafka advertises the
+    host's canonical name); a bound port 0 becomes the port the socket got."""
+    listeners = parse_listeners("PLAINTEXT://:0")
+    assert advertised(listeners, {"PLAINTEXT": 41234}, [], "10.77.0.11") == \
+        [Endpoint("PLAINTEXT", "10.77.0.11", 41234)]
+    fixed = parse_listeners("PLAINTEXT://127.0.0.1:9092")
+    assert advertised(fixed, {"PLAINTEXT": 9092}, [], "10.77.0.11") == fixed
+    configured = parse_listeners("PLAINTEXT://broker-1.example:9092", "advertised.listeners")
+    assert advertised(listeners, {"PLAINTEXT": 41234}, configured, "10.77.0.11") == configured
+    assert bootstrap_servers({1: [["PLAINTEXT", "b", 2]], 0: [["PLAINTEXT", "a", 1]]}) == \
+        "a:1,b:2"
