@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any, Awaitable, Callable, Mapping
 
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
@@ -21,6 +22,27 @@ from protocols.kafka.listeners import Endpoint
 log = logging.getLogger(__name__)
 
 READ_BYTES = 1 << 16
+
+
+def every_interface(port: int) -> socket.socket:
+    """One socket on every interface, IPv4 and IPv6 alike (dual stack), or IPv4's only where
+    the machine has no IPv6. One socket, one port: asyncio given no host binds one socket
+    per address family, and with port 0 each gets its own free port, so the port advertised
+    (one of them) refused the other family's clients."""
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        address: tuple = ("::", port)
+    except OSError:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        address = ("0.0.0.0", port)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class SocketServer:
@@ -42,9 +64,14 @@ class SocketServer:
     async def start(self) -> dict[str, int]:
         """Bind every listener; returns {listener name: port bound}."""
         for endpoint in self.listeners:
-            server = await asyncio.start_server(self._connection, endpoint.host or None,
-                                                endpoint.port, limit=READ_BYTES,
-                                                backlog=1024)
+            if endpoint.host:
+                server = await asyncio.start_server(self._connection, endpoint.host,
+                                                    endpoint.port, limit=READ_BYTES,
+                                                    backlog=1024)
+            else:
+                server = await asyncio.start_server(
+                    self._connection, sock=every_interface(endpoint.port), limit=READ_BYTES,
+                    backlog=1024)
             self._servers.append(server)
             self.bound[endpoint.name] = server.sockets[0].getsockname()[1]
         return dict(self.bound)

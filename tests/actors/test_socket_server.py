@@ -60,3 +60,23 @@ def test_pipelined_requests_are_answered_in_order():
         writer.close()
         await s.stop()
     asyncio.run(run())
+
+
+def test_a_listener_on_every_interface_answers_ipv4_and_ipv6_at_the_port_it_tells():
+    """``listeners=PLAINTEXT://:0``: one port for both address families (each family's own
+    free port before, so clients of the other family were refused at the advertised one)."""
+    import socket
+
+    async def run():
+        apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
+        s = SocketServer(0, [Endpoint("PLAINTEXT", "", 0)], apis.handle, SUPPORTED,
+                         104_857_600, 60_000)
+        port = (await s.start())["PLAINTEXT"]
+        families = ["127.0.0.1"] + (["::1"] if socket.has_ipv6 else [])
+        for host in families:
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request_bytes(18, 3, {}, 5))
+            assert struct.unpack_from(">i", await read_frame(reader))[0] == 5
+            writer.close()
+        await s.stop()
+    asyncio.run(run())

@@ -1,0 +1,183 @@
+"""Real hosts on one machine for fault tests (issue 18): network namespaces on a bridge, each
+with its own address, each running a Ray node of one multi-node Ray cluster.
+
+    with Hosts(workers=3) as hosts:          # rfk-h (head) 10.77.0.10, rfk-w1.. .11, ...
+        hosts.run_driver("tests.faults.smoke", "--brokers", "4")   # inside the head's ns
+
+Each host is a namespace ``<prefix>-h`` / ``<prefix>-wN`` joined to the bridge
+``<prefix>br0`` (10.77.0.1 on the machine's side) by a veth pair; a Ray node runs in it with
+its own address (``--node-ip-address``), its own temp dir, one CPU and the resource
+``rafka_broker`` (one broker per node). A Ray driver must run on a node of its cluster, so
+drivers run inside the head's namespace. Every Ray process is started here and ended by pid
+(the namespace's pids), then the namespaces and the bridge are deleted by name, also after a
+failed run; ``cleanup(prefix)`` removes what a killed run left.
+
+Root only (CI runs as root): ``ip`` from Debian's iproute2.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SUBNET = "10.77.0"
+BRIDGE_ADDRESS = f"{SUBNET}.1"
+RAY_PORT = 6379
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def namespaces(prefix: str) -> list[str]:
+    out = _ip("netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if line.split() and line.split()[0].startswith(prefix + "-")]
+
+
+def namespace_pids(name: str) -> list[int]:
+    out = _ip("netns", "pids", name, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waiting to be reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def cleanup(prefix: str) -> None:
+    """End every process in the prefix's namespaces (SIGKILL, by pid), delete the
+    namespaces and the bridge, by name."""
+    killed = []
+    for name in namespaces(prefix):
+        for pid in namespace_pids(name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for name in namespaces(prefix):
+        _ip("netns", "del", name, check=False)
+    _ip("link", "del", f"{prefix}br0", check=False)
+
+
+@dataclass
+class Host:
+    name: str        # the namespace
+    address: str
+    veth: str        # the machine's end of its link
+    head: bool = False
+
+
+@dataclass
+class Hosts:
+    workers: int = 3
+    prefix: str = "rfk"
+    root: Path = field(default_factory=lambda: Path("/tmp/rfk"))
+    hosts: list[Host] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+
+    @property
+    def head(self) -> Host:
+        return self.hosts[0]
+
+    @property
+    def ray_address(self) -> str:
+        return f"{self.head.address}:{RAY_PORT}"
+
+    # ---- network ---------------------------------------------------------------------------
+    def _make_network(self) -> None:
+        bridge = f"{self.prefix}br0"
+        _ip("link", "add", bridge, "type", "bridge")
+        _ip("addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        names = [f"{self.prefix}-h"] + [f"{self.prefix}-w{i}" for i in range(1, self.workers + 1)]
+        for i, name in enumerate(names):
+            host = Host(name, f"{SUBNET}.{10 + i}", f"{self.prefix}v{i}", head=i == 0)
+            _ip("netns", "add", name)
+            _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", name)
+            _ip("link", "set", host.veth, "master", bridge, "up")
+            self.exec(host, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
+            self.exec(host, "ip", "link", "set", "eth0", "up")
+            self.exec(host, "ip", "link", "set", "lo", "up")
+            self.hosts.append(host)
+
+    def exec(self, host: Host, *cmd: str, **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        kwargs.setdefault("check", True)
+        return subprocess.run(["ip", "netns", "exec", host.name, *cmd], **kwargs)
+
+    # ---- Ray -------------------------------------------------------------------------------
+    def _ray_env(self) -> dict:
+        env = dict(os.environ)
+        for key in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
+            env.pop(key, None)
+        # Token auth on, as Ray 2.60 defaults; one throw-away token for the whole cluster.
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                   RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
+        return env
+
+    def _start_ray(self, host: Host) -> None:
+        ray = str(Path(sys.executable).with_name("ray"))
+        temp = self.root / host.name
+        temp.mkdir(parents=True, exist_ok=True)
+        common = ["--node-ip-address", host.address, "--temp-dir", str(temp),
+                  "--num-cpus", "1", "--resources", json.dumps({"rafka_broker": 1}),
+                  "--disable-usage-stats"]
+        if host.head:
+            cmd = [ray, "start", "--head", "--port", str(RAY_PORT), "--include-dashboard",
+                   "false", *common]
+        else:
+            cmd = [ray, "start", "--address", self.ray_address, *common]
+        result = self.exec(host, *cmd, env=self.env, check=False, timeout=180)
+        if result.returncode != 0:
+            raise RuntimeError(f"ray start on {host.name} failed:\n{result.stdout[-2000:]}\n"
+                               f"{result.stderr[-2000:]}")
+
+    def up(self) -> "Hosts":
+        cleanup(self.prefix)             # what a killed earlier run left
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.env = self._ray_env()
+        try:
+            self._make_network()
+            for host in self.hosts:
+                self._start_ray(host)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        cleanup(self.prefix)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> "Hosts":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    # ---- drivers -----------------------------------------------------------------------
+    def run_driver(self, module: str, *args: str, timeout: float = 600
+                   ) -> subprocess.CompletedProcess:
+        """``python -m module args`` as a Ray driver on the head's node (in its namespace),
+        with RAY_ADDRESS set to the cluster."""
+        env = dict(self.env, RAY_ADDRESS=self.ray_address)
+        return self.exec(self.head, sys.executable, "-m", module, *args, env=env, check=False,
+                         timeout=timeout, cwd=str(REPO))

@@ -1,0 +1,36 @@
+"""The fault harness's hosts (issue 18, first step): a Ray cluster of four nodes in four
+network namespaces, one rafka broker per node, serves records across the hosts through
+rafka's clients and a Kafka client, and is torn down to nothing: no namespace, no bridge,
+no process."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.faults.hosts import Hosts, alive, namespace_pids, namespaces
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def test_a_cluster_across_four_hosts_serves_records_and_is_torn_down():
+    assert os.geteuid() == 0, "network namespaces need root (CI runs as root)"
+    hosts = Hosts(workers=3)
+    with hosts:
+        assert [h.address for h in hosts.hosts] == \
+            ["10.77.0.10", "10.77.0.11", "10.77.0.12", "10.77.0.13"]
+        result = hosts.run_driver("tests.faults.smoke", "--brokers", "4")
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        summary = json.loads(result.stdout.strip().splitlines()[-1])
+        pids = [p for h in hosts.hosts for p in namespace_pids(h.name)]
+        assert pids, "the Ray nodes run inside the namespaces"
+    assert summary["broker_nodes"] == [h.address for h in hosts.hosts]
+    assert all(s.split(":")[0].startswith("10.77.0.")
+               for s in summary["bootstrap_servers"].split(","))
+    assert (summary["acknowledged"], summary["read"]) == (2000, 2000)
+    assert (summary["wire_unsent"], summary["wire_read"]) == (0, 100)
+    assert namespaces(hosts.prefix) == []
+    assert os.system(f"ip link show {hosts.prefix}br0 >/dev/null 2>&1") != 0
+    for pid in pids:
+        assert not alive(pid), f"process {pid} outlived the teardown"
