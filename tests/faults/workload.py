@@ -1,0 +1,184 @@
+"""The fault harness's workload and checker: a driver on the head host of a ``Hosts``
+cluster (``python -m tests.faults.run`` starts it there and injects the faults around it).
+
+It starts a rafka cluster (one broker per node), writes ``state.json`` (the brokers' pids,
+for the nemeses), then for ``--seconds`` sends numbered records to a topic with RF=3 and
+min.insync.replicas=2 through an idempotent producer with acks=all, recording each send's
+outcome, while a consumer in a group reads and commits. Once the run's faults are healed
+(the file ``healed`` appears) it measures how long until the cluster serves again, then
+checks, and prints one JSON line:
+
+- every acknowledged record is read back exactly once, in the order sent, per partition;
+- no record that was never sent appears, and none twice;
+- the replicas of each partition hold identical bytes up to the high watermark;
+- the group's committed offsets never went backwards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+PARTITIONS = 3
+CONFIG = {"listeners": "PLAINTEXT://:0", "offsets.topic.num.partitions": 3,
+          "offsets.topic.replication.factor": 3, "group.initial.rebalance.delay.ms": 500,
+          "broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500,
+          "replica.lag.time.max.ms": 3000, "controlled.shutdown.retry.backoff.ms": 200}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dir", required=True, help="where state.json and healed are")
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--brokers", type=int, default=4)
+    args = parser.parse_args(argv)
+    work = Path(args.dir)
+
+    import ray
+
+    import rafka
+    ray.init(address="auto", log_to_driver=False)
+    cluster = rafka.Cluster.start(args.brokers, str(work / "data"), CONFIG, name="faults",
+                                  timeout_s=180)
+    try:
+        summary = run(cluster, work, args.seconds)
+    finally:
+        cluster.shutdown()
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def run(cluster, work: Path, seconds: float) -> dict:
+    import rafka
+    cluster.admin().create_topics([rafka.NewTopic("jepsen", PARTITIONS, 3, config={
+        "min.insync.replicas": 2}), rafka.NewTopic("jepsen-probe", 1, 3)])
+    nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in __import__("ray").nodes()}
+    state = {"brokers": {b: {"pid": cluster.broker_pid(b), "node": nodes.get(n)}
+                         for b, n in cluster.broker_nodes.items()}}
+    (work / "state.tmp").write_text(json.dumps(state))
+    os.replace(work / "state.tmp", work / "state.json")
+
+    sent: dict[int, object] = {}            # sequence -> future
+    commits: list[dict[int, int]] = []
+    stop = threading.Event()
+    errors: list[str] = []
+    reader = threading.Thread(target=consume, args=(cluster, stop, commits, errors),
+                              daemon=True)
+    reader.start()
+    producer = rafka.Producer(cluster, {"acks": "all", "enable.idempotence": True,
+                                        "delivery.timeout.ms": 60_000, "linger.ms": 5})
+    end = time.monotonic() + seconds
+    i = 0
+    while time.monotonic() < end:
+        sent[i] = producer.send("jepsen", b"%d" % i, partition=i % PARTITIONS)
+        i += 1
+        if i % 200 == 0:
+            time.sleep(0.02)                # ~10k records/s at most: a steady stream
+    deadline = time.monotonic() + 300
+    while not (work / "healed").exists():
+        assert time.monotonic() < deadline, "the faults were never healed"
+        time.sleep(0.1)
+    healed_at = time.monotonic()
+    producer.flush(120)
+    acked: dict[int, tuple[int, int]] = {}
+    failed = 0
+    for seq, future in sent.items():
+        try:
+            meta = future.result(0)
+            acked[seq] = (meta.partition, meta.offset)
+        except Exception:                  # noqa: BLE001 - an outcome, recorded
+            failed += 1
+    producer.close()
+    recovery_s = serves_again(cluster, healed_at)
+    stop.set()
+    reader.join(60)
+    return {"sent": len(sent), "acknowledged": len(acked), "failed": failed,
+            "recovery_s": round(recovery_s, 2), **check(cluster, sent, acked, commits),
+            "consumer_errors": errors[:3]}
+
+
+def consume(cluster, stop: threading.Event, commits: list, errors: list) -> None:
+    """A group member reading and committing throughout; the committed offsets sampled."""
+    import rafka
+    try:
+        consumer = rafka.Consumer(cluster, {"group.id": "jepsen-readers",
+                                            "auto.offset.reset": "earliest",
+                                            "enable.auto.commit": False})
+        consumer.subscribe(["jepsen"])
+        while not stop.is_set():
+            try:
+                if consumer.poll(200):
+                    consumer.commit()
+                committed = consumer.committed([("jepsen", p) for p in range(PARTITIONS)])
+                commits.append({tp[1]: o.offset for tp, o in committed.items()
+                                if o is not None})
+            except Exception as e:         # noqa: BLE001 - faults: retried
+                errors.append(repr(e))
+                time.sleep(0.2)
+        consumer.close()
+    except Exception as e:                 # noqa: BLE001
+        errors.append(repr(e))
+
+
+def serves_again(cluster, since: float) -> float:
+    """Seconds from ``since`` until a record is produced with acks=all and read back."""
+    import rafka
+    while True:
+        try:
+            with rafka.Producer(cluster, {"acks": "all", "delivery.timeout.ms": 5000}) as p:
+                meta = p.send("jepsen-probe", b"probe").result(10)
+            consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+            consumer.assign([("jepsen-probe", meta.partition)])
+            consumer.seek(("jepsen-probe", meta.partition), meta.offset)
+            got = consumer.poll(5000)
+            consumer.close()
+            if got:
+                return time.monotonic() - since
+        except Exception:                  # noqa: BLE001 - not serving yet
+            time.sleep(0.2)
+        if time.monotonic() - since > 240:
+            return float("inf")
+
+
+def check(cluster, sent: dict, acked: dict, commits: list) -> dict:
+    import ray
+
+    import rafka
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    tps = [("jepsen", p) for p in range(PARTITIONS)]
+    ends = consumer.end_offsets(tps)
+    consumer.assign(tps)
+    read: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 120
+    while sum(len(v) for v in read.values()) < sum(ends.values()) and \
+            time.monotonic() < deadline:
+        for r in consumer.poll(1000):
+            read[r.partition].append((int(r.value), r.offset))
+    consumer.close()
+    seen = [seq for p in read for seq, _ in read[p]]
+    lost = [s for s in acked if s not in set(seen)]
+    duplicated = len(seen) - len(set(seen))
+    phantom = [s for s in set(seen) if s not in sent]
+    out_of_order = sum(1 for p in read for a, b in zip(read[p], read[p][1:]) if a[0] > b[0])
+    diverged = []
+    image = cluster.metadata()["topics"]["jepsen"]
+    for p in range(PARTITIONS):
+        hw = ends[("jepsen", p)]
+        # Followers append the leader's batches byte for byte: below the HW, the same bytes.
+        copies = {ray.get(cluster.replica("jepsen", p, broker).read_local.remote(
+            0, 1 << 30, hw)) for broker in image[p]["isr"]}
+        if len(copies) > 1:
+            diverged.append(p)
+    backwards = sum(1 for a, b in zip(commits, commits[1:])
+                    for p, o in b.items() if o < a.get(p, -1))
+    return {"read": len(seen), "lost": len(lost), "duplicated": duplicated,
+            "phantom": len(phantom), "out_of_order": out_of_order, "diverged": diverged,
+            "commits_backwards": backwards, "lost_examples": lost[:5]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
