@@ -88,6 +88,16 @@ def check_placed_like_rafka(got, partitions: int):
         assert order == sorted(order)
 
 
+def check_every_codec_written(cluster, topic: str) -> None:
+    """300 records per codec (values ``<codec>-<i>``) on 3 partitions: all there, placed as
+    rafka's partitioner places them, in order, and stored with the codec they were sent in."""
+    got = read_all(cluster, topic, 3, 300 * len(CODECS))
+    assert sorted(r.value for r in got) == sorted(
+        b"%s-%d" % (c.encode(), i) for c in CODECS for i in range(300))
+    check_placed_like_rafka(got, 3)
+    assert stored_codecs(cluster, topic, 3) == set(CODECS)
+
+
 # ---- producing ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])
@@ -105,11 +115,7 @@ def test_kafka_python_produces_with_each_codec_where_rafka_would_put_it(cluster,
         producer.close()
         if acks != 0:      # acks=0 gets no answer, so no offsets
             assert all(f.get(10).offset >= 0 for f in futures)
-    got = read_all(cluster, topic, 3, 300 * len(CODECS))
-    assert sorted(r.value for r in got) == sorted(
-        b"%s-%d" % (c.encode(), i) for c in CODECS for i in range(300))
-    check_placed_like_rafka(got, 3)
-    assert stored_codecs(cluster, topic, 3) == set(CODECS)
+    check_every_codec_written(cluster, topic)
 
 
 def test_kafka_python_idempotent_producer_writes_each_record_once(cluster):
@@ -156,11 +162,7 @@ def test_aiokafka_produces_with_each_codec_where_rafka_would_put_it(cluster, ack
             if acks != 0:
                 assert all(m.offset >= 0 for m in metas)
     asyncio.run(produce())
-    got = read_all(cluster, topic, 3, 300 * len(CODECS))
-    assert sorted(r.value for r in got) == sorted(
-        b"%s-%d" % (c.encode(), i) for c in CODECS for i in range(300))
-    check_placed_like_rafka(got, 3)
-    assert stored_codecs(cluster, topic, 3) == set(CODECS)
+    check_every_codec_written(cluster, topic)
 
 
 def test_aiokafka_idempotent_producer_writes_each_record_once(cluster):
@@ -201,11 +203,7 @@ def test_confluent_kafka_produces_with_each_codec_where_rafka_would_put_it(clust
                              headers=[("pad", b"x" * 200)],
                              on_delivery=lambda e, m: e and failed.append(e))
         assert producer.flush(60) == 0 and not failed, failed
-    got = read_all(cluster, topic, 3, 300 * len(CODECS))
-    assert sorted(r.value for r in got) == sorted(
-        b"%s-%d" % (c.encode(), i) for c in CODECS for i in range(300))
-    check_placed_like_rafka(got, 3)
-    assert stored_codecs(cluster, topic, 3) == set(CODECS)
+    check_every_codec_written(cluster, topic)
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
@@ -223,11 +221,7 @@ def test_kcat_produces_with_each_codec_where_rafka_would_put_it(cluster, kcat, a
              "-X", "enable.idempotence=" + ("true" if acks == "all" else "false")],
             input=lines, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
-    got = read_all(cluster, topic, 3, 300 * len(CODECS))
-    assert sorted(r.value for r in got) == sorted(
-        b"%s-%d" % (c.encode(), i) for c in CODECS for i in range(300))
-    check_placed_like_rafka(got, 3)
-    assert stored_codecs(cluster, topic, 3) == set(CODECS)
+    check_every_codec_written(cluster, topic)
 
 
 # ---- consuming ------------------------------------------------------------------------------
