@@ -229,10 +229,26 @@ class Cluster:
         from actors.replica.locate import locate_replica
         return locate_replica(self.namespace, topic, partition, broker_id)
 
-    def metadata(self) -> dict:
+    def metadata(self, timeout_s: float = 30.0) -> dict:
         """The controller's metadata image: brokers, controller id and epoch, topics with
-        each partition's leader, leader epoch, replicas and ISR, topic configs."""
-        return decode(_ray().get(self.controller().metadata.remote()))
+        each partition's leader, leader epoch, replicas and ISR, topic configs.
+
+        A read changes nothing, so when the controller dies under it (its broker's process
+        killed: the controller lives and dies with the broker that won it, as in Kafka) the
+        request goes again to the next controller, as Kafka's clients go on to another
+        broker after a failed metadata request."""
+        ray = _ray()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            handle = self.controller(max(0.1, deadline - time.monotonic()))
+            try:
+                return decode(ray.get(handle.metadata.remote()))
+            except ray.exceptions.RayActorError:
+                if time.monotonic() > deadline:
+                    raise KafkaTimeoutError(f"No controller of cluster '{self.name}' "
+                                            f"answered a metadata request within "
+                                            f"{timeout_s} s") from None
+                time.sleep(0.05)
 
     @property
     def bootstrap_servers(self) -> str:
