@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 
 from protocols.errors import KafkaError
-from protocols.wire import decode, encode, message
+from protocols.wire import decode, encode, message, refusing_malformed
 
 # ListOffsets' timestamp sentinels (Kafka's ListOffsetsRequest): instead of a time, ask for the
 # high watermark (what a consumer can read up to), the log start offset, or the offset of the
@@ -96,6 +96,7 @@ def encode_fetch_many_request(request: FetchManyRequest) -> bytes:
         use_bin_type=True)
 
 
+@refusing_malformed("FetchManyRequest")
 def decode_fetch_many_request(data: bytes) -> FetchManyRequest:
     (replica_id, max_wait_ms, min_bytes, max_bytes, partitions, session_id, session_epoch,
      forgotten) = msgpack.unpackb(data, raw=False, use_list=False)
@@ -113,6 +114,7 @@ def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
         use_bin_type=True)
 
 
+@refusing_malformed("FetchManyResponse")
 def decode_fetch_many_response(data: bytes) -> FetchManyResponse:
     results, error, session_id = msgpack.unpackb(data, raw=False, use_list=False)
     return FetchManyResponse(tuple(
@@ -158,6 +160,7 @@ def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
                          use_bin_type=True)
 
 
+@refusing_malformed("ProduceManyRequest")
 def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
     acks, timeout_ms, partitions = msgpack.unpackb(data, raw=False, use_list=False)
     return ProduceManyRequest(acks, timeout_ms, partitions)
@@ -171,6 +174,7 @@ def encode_produce_many_response(results: list) -> bytes:
         use_bin_type=True)
 
 
+@refusing_malformed("ProduceManyResponse")
 def decode_produce_many_response(data: bytes) -> list:
     return [(t, p, ProduceResult(base, append_time, start,
                                  None if error is None else decode(error)))

@@ -48,6 +48,9 @@ BASE_SEQUENCE_OFFSET = 53
 RECORDS_COUNT_OFFSET = 57
 RECORDS_OFFSET = 61
 LOG_OVERHEAD = 12
+# The smallest record: length, attributes, timestamp delta, offset delta, key length, value
+# length and header count, one byte each.
+MIN_RECORD_BYTES = 7
 RECORD_BATCH_OVERHEAD = 61
 # The smallest batchLength: the header after the batchLength field.
 MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
@@ -449,11 +452,19 @@ class RecordBatch:
             yield Record(key, value, ts, headers, offset)
 
     def _body(self) -> bytes:
-        """The records' bytes, decompressed (a copy either way)."""
+        """The records' bytes, decompressed (a copy either way), once the record count is
+        known to fit them: the decoders size their columns by it."""
         start = self._start
         body = bytes(memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size])
         codec = self.attributes & COMPRESSION_MASK
-        return decompress(CODEC_NAMES[codec], body) if codec else body
+        if codec:
+            body = decompress(self.compression, body)
+        count = self.record_count
+        if count < 0 or count * MIN_RECORD_BYTES > len(body):
+            raise CorruptRecordError(f"Found invalid record count {count} in the magic v2 "
+                                     f"batch at offset {self.base_offset} ({len(body)} bytes "
+                                     f"of records)")
+        return body
 
     def _append_time(self) -> int | None:
         return self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None

@@ -11,12 +11,13 @@ its wire format.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import msgpack
 
-from protocols.errors import KafkaError, error_for_code
+from protocols.errors import InvalidRequestError, KafkaError, error_for_code
 
 _MESSAGE, _ERROR = 1, 2
 _TYPES: dict[str, type] = {}
@@ -63,6 +64,30 @@ def encode(obj: Any) -> bytes:
     return _pack(obj)
 
 
+# What msgpack and the message constructors raise on bytes that are not a message: msgpack's
+# own errors (ValueError subclasses), an unknown message name (KeyError), the wrong number
+# of fields (TypeError), a too deep nesting (RecursionError).
+MALFORMED = (msgpack.UnpackException, ValueError, TypeError, KeyError, IndexError,
+             OverflowError, RecursionError)
+F = TypeVar("F", bound=Callable)
+
+
+def refusing_malformed(what: str) -> Callable[[F], F]:
+    """A decoder that answers malformed bytes with INVALID_REQUEST naming ``what`` and the
+    cause, rather than with whichever exception the bytes happened to provoke."""
+    def wrap(decoder: F) -> F:
+        @functools.wraps(decoder)
+        def decoding(data, *args, **kwargs):
+            try:
+                return decoder(data, *args, **kwargs)
+            except MALFORMED as e:
+                raise InvalidRequestError(f"Malformed {what} ({len(data)} bytes): "
+                                          f"{type(e).__name__}: {e}") from None
+        return decoding  # type: ignore[return-value]
+    return wrap
+
+
+@refusing_malformed("actor message")
 def decode(data: bytes) -> Any:
     return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, use_list=False,
                            strict_map_key=False)

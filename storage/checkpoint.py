@@ -47,15 +47,19 @@ class CheckpointFile(Generic[T]):
         write_atomically(self.path, "\n".join(lines) + "\n")
 
     def read(self) -> list[T]:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return []
-        lines = text.splitlines()
-
         def malformed(line_no: int, why: str) -> KafkaStorageError:
             return KafkaStorageError(f"Malformed line {line_no} in checkpoint file "
                                      f"{self.path}: {why}")
+
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise malformed(data.count(b"\n", 0, e.start) + 1, "not UTF-8 text") from None
+        lines = text.splitlines()
 
         if len(lines) < 2:
             raise malformed(len(lines) + 1, "missing version or entry count")

@@ -20,7 +20,16 @@ UNDEFINED_EPOCH_OFFSET = -1
 class LeaderEpochFileCache:
     def __init__(self, checkpoint: LeaderEpochCheckpointFile | None):
         self.checkpoint = checkpoint
-        self._entries: list[EpochEntry] = list(checkpoint.read()) if checkpoint else []
+        self._entries: list[EpochEntry] = []
+        stored = list(checkpoint.read()) if checkpoint else []
+        for entry in stored:
+            # As Kafka loads it: each entry assigned in turn, so a later one replaces those
+            # it contradicts and the cache holds epochs and offsets that both grow.
+            if entry.epoch >= 0 and entry.start_offset >= 0:
+                self._assign(entry.epoch, entry.start_offset)
+        if self._entries != stored:
+            log.warning("%s held leader epochs out of order: %s; kept %s",
+                        checkpoint.path, stored, self._entries)
 
     def _flush(self) -> None:
         if self.checkpoint is not None:
@@ -75,9 +84,13 @@ class LeaderEpochFileCache:
     def assign(self, epoch: int, start_offset: int) -> None:
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"Cannot assign epoch {epoch} at offset {start_offset}")
+        if self._assign(epoch, start_offset):
+            self._flush()
+
+    def _assign(self, epoch: int, start_offset: int) -> bool:
         latest = self.latest_entry
         if latest is not None and latest.epoch == epoch and latest.start_offset <= start_offset:
-            return  # the epoch is already known to start at or before this offset
+            return False  # the epoch is already known to start at or before this offset
         # Entries that conflict with the new one (a later epoch, or one starting at or after
         # the new start) are stale: a divergent history is being replaced.
         kept = [e for e in self._entries
@@ -86,7 +99,7 @@ class LeaderEpochFileCache:
             log.debug("leader epoch cache: %s replaces %s", (epoch, start_offset),
                       self._entries[len(kept):])
         self._entries = kept + [EpochEntry(epoch, start_offset)]
-        self._flush()
+        return True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from protocols.errors import CorruptIndexError
+from protocols.errors import CorruptIndexError, KafkaStorageError
 from protocols.records import RecordBatch
 from storage.config import LogConfig
 from storage.epoch import LeaderEpochFileCache
@@ -52,11 +52,12 @@ class LogLoader:
     def load(self, recovery_point: int, log_start_offset: int,
              clean_shutdown: bool) -> LoadedLog:
         swap_files = self._remove_unfinished_work()
-        segments = self._load_segments()
+        segments = self._load_segments(None if clean_shutdown else recovery_point)
         self._complete_swaps(segments, swap_files)
         loaded = LogSegments(segments.values())
         if not clean_shutdown:
             self._recover_from(loaded, recovery_point)
+        self._check_segment_order(loaded, gaps_allowed=self.config.compact)
         if not len(loaded):
             loaded.add(self.new_segment(max(log_start_offset, 0), ""))
         end = loaded.active.read_next_offset()
@@ -92,23 +93,38 @@ class LogLoader:
                 swap_files.remove(path)
         return swap_files
 
-    def _load_segments(self) -> dict[int, LogSegment]:
+    def _load_segments(self, recovery_point: int | None) -> dict[int, LogSegment]:
+        """Every segment, its indexes checked (rebuilt when they fail). After an unclean
+        shutdown (``recovery_point`` given) the segments from the one holding it are
+        recovered next anyway: their time indexes, unfinished, are not held to the
+        largest-timestamp check."""
         segments: dict[int, LogSegment] = {}
-        for path in sorted(self.dir.glob(f"*{LOG_SUFFIX}")):
-            base = offset_from_file(path)
+        cut_at = float("inf")
+        paths = sorted(self.dir.glob(f"*{LOG_SUFFIX}"))
+        bases = [offset_from_file(p) for p in paths]
+        recovered_from = float("inf") if recovery_point is None else max(
+            [b for b in bases if b <= recovery_point] or [min(bases, default=0)])
+        for path, base in zip(paths, bases):
             index_missing = not segment_file(self.dir, base, INDEX_SUFFIX).exists()
             time_missing = not segment_file(self.dir, base, TIME_INDEX_SUFFIX).exists()
             segment = self.new_segment(base, "")
             needs_rebuild = index_missing or time_missing
             if not needs_rebuild:
                 try:
-                    segment.sanity_check()
+                    segment.sanity_check(largest_timestamp=base < recovered_from)
                 except CorruptIndexError as e:
                     log.warning("%s: rebuilding index of segment %d: %s", self.dir, base, e)
                     needs_rebuild = True
             if needs_rebuild:
-                segment.recover(self.config.max_message_bytes, self._on_recovered_batch)
+                if segment.recover(self.config.max_message_bytes, self._on_recovered_batch):
+                    # Its .log had a corrupt tail: what follows it cannot be reached without
+                    # a gap in the offsets, as after a recovery that truncates.
+                    cut_at = min(cut_at, base)
             segments[base] = segment
+        for base in [b for b in segments if b > cut_at]:
+            log.warning("%s: dropping segment %d, after segment %d whose corrupt tail was "
+                        "truncated", self.dir, base, cut_at)
+            segments.pop(base).delete()
         for suffix_path in (*self.dir.glob(f"*{INDEX_SUFFIX}"),
                             *self.dir.glob(f"*{TIME_INDEX_SUFFIX}")):
             if not segment_file(self.dir, offset_from_file(suffix_path), LOG_SUFFIX).exists():
@@ -129,6 +145,32 @@ class LogLoader:
             segments[base] = swap
         for path in self.dir.glob(f"*{SWAP_SUFFIX}"):
             path.unlink()  # index swaps whose log swap was handled (or never written)
+
+    def _check_segment_order(self, segments: LogSegments, gaps_allowed: bool) -> None:
+        """A segment starts where the one before it ends, unless compaction removed records
+        (not on this log): a segment that ends short lost its tail (a .log emptied or cut
+        behind the broker's back), and the segments after it are dropped, as after a
+        recovery that truncates, rather than served across a gap of offsets. One that ends
+        past the next one's start has batches whose offsets (outside their CRC, as in
+        Kafka's format) were changed: the log is not opened (KAFKA_STORAGE_ERROR)."""
+        for i, (segment, following) in enumerate(segments.with_next()):
+            if following is None:
+                return
+            end = segment.read_next_offset()
+            if end > following.base_offset:
+                raise KafkaStorageError(
+                    f"Segment {segment.log.path} ends at offset {end}, past the start of the "
+                    f"next segment ({following.base_offset}): the offsets of its batches are "
+                    f"corrupt")
+            if end < following.base_offset and not gaps_allowed:
+                later = segments.remove_after(i)
+                log.warning("%s: segment %d ends at offset %d, before the next one starts "
+                            "(%d): its tail was lost; dropping the %d segments after it",
+                            self.dir, segment.base_offset, end, following.base_offset,
+                            len(later))
+                for dropped in later:
+                    dropped.delete()
+                return
 
     def _on_recovered_batch(self, batch: RecordBatch) -> None:
         epoch = batch.partition_leader_epoch

@@ -30,9 +30,11 @@ def read_topic_id(directory: Path) -> str | None:
     parse is a KafkaStorageError naming it."""
     path = Path(directory) / FILE_NAME
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as e:
+        raise KafkaStorageError(f"Malformed {path}: not UTF-8 text ({e})") from None
     fields = {}
     for line in text.splitlines():
         name, sep, value = line.partition(": ")

@@ -6,18 +6,25 @@ position, so a lookup lands at most about that many bytes before the wanted batc
 """
 from __future__ import annotations
 
+import logging
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from protocols.records import NO_TIMESTAMP, RecordBatch, iter_batches
+from protocols.records import (LAST_OFFSET_DELTA_OFFSET, MAGIC, MAGIC_OFFSET, NO_TIMESTAMP,
+                               RECORDS_OFFSET, RecordBatch, iter_batches)
 from storage.file_records import BatchLocation, FileRecords
 from storage.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, filename_prefix,
                            segment_file)
 from storage.index import OffsetIndex, TimeIndex, TimestampOffset
+from protocols.errors import CorruptIndexError, CorruptRecordError, UnsupportedVersionError
 
 INT_MAX = 2**31 - 1
+_BASE_OFFSET = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,9 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         # The first batch's max timestamp, the reference for time-based rolling.
         self._rolling_based_timestamp: int | None = None
+        # Set when an index entry was found not to describe the .log: lookups then scan the
+        # segment from its start, and closing deletes the indexes so the next open rebuilds.
+        self.indexes_distrusted = False
         last = time_index.last_entry
         self._max_timestamp_so_far = last.timestamp
         self._offset_of_max_timestamp_so_far = last.offset
@@ -175,9 +185,41 @@ class LogSegment:
 
     # ---- reading -------------------------------------------------------------------------
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchLocation | None:
-        """The first batch whose last offset is >= ``offset``: index lookup, then a scan."""
+        """The first batch whose last offset is >= ``offset``: index lookup, then a scan.
+
+        An index is trusted after a clean shutdown if it passes the sanity check, as in
+        Kafka; an entry can still be corrupt in the middle. Each entry used is checked
+        against the .log (its batch ends at its offset, which is not past the target):
+        one read of a header the scan reads anyway, and a wrong entry costs a scan from
+        the segment's start rather than a wrong answer."""
+        return self.log.search_for_offset(offset, max(self._indexed_position(offset),
+                                                      starting_position))
+
+    def _indexed_position(self, offset: int) -> int:
+        """Where the batches ending at or after ``offset`` start, at the latest (a checked
+        offset index entry, else the segment's start)."""
+        if self.indexes_distrusted:
+            return 0
         mapping = self.offset_index.lookup(offset)
-        return self.log.search_for_offset(offset, max(mapping.position, starting_position))
+        position = mapping.position
+        if position and not (mapping.offset <= offset
+                             and self._batch_ends_at(position, mapping.offset)):
+            self._distrust_indexes(f"{self.offset_index.path} maps offset {mapping.offset} "
+                                   f"to position {position}, where no batch ending at it "
+                                   f"starts")
+            return 0
+        return position
+
+    def _batch_ends_at(self, position: int, last_offset: int) -> bool:
+        header = self.log.read(position, RECORDS_OFFSET)
+        return (len(header) == RECORDS_OFFSET and header[MAGIC_OFFSET] == MAGIC
+                and _BASE_OFFSET.unpack_from(header)[0]
+                + _I32.unpack_from(header, LAST_OFFSET_DELTA_OFFSET)[0] == last_offset)
+
+    def _distrust_indexes(self, why: str) -> None:
+        self.indexes_distrusted = True
+        log.error("Corrupt index found: %s. Segment %s is read without its indexes until "
+                  "they are rebuilt on the next open.", why, self.log.path)
 
     def read(self, start_offset: int, max_size: int, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo | None:
@@ -211,9 +253,8 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the last batch of the segment (base offset if empty)."""
-        last_entry = self.offset_index.lookup(2**63 - 1)
         next_offset = self.base_offset
-        for loc in self.log.locations(last_entry.position):
+        for loc in self.log.locations(self._indexed_position(2**63 - 1)):
             next_offset = loc.next_offset
         return next_offset
 
@@ -221,8 +262,19 @@ class LogSegment:
                                  starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= target, scanning from
         the time index's hint; decodes only the one batch that holds the answer."""
-        hint: TimestampOffset = self.time_index.lookup(timestamp)
+        hint: TimestampOffset = (TimestampOffset(NO_TIMESTAMP, self.base_offset)
+                                 if self.indexes_distrusted
+                                 else self.time_index.lookup(timestamp))
         start = self.translate_offset(max(hint.offset, starting_offset))
+        if hint.offset > max(starting_offset, self.base_offset) and (
+                start is None or hint.timestamp > timestamp
+                or start.last_offset != hint.offset or start.max_timestamp != hint.timestamp):
+            # An entry (T, O) says the batch ending at O has the largest timestamp so far,
+            # T: checked, as offset index entries are.
+            self._distrust_indexes(f"{self.time_index.path} maps timestamp {hint.timestamp} "
+                                   f"to offset {hint.offset}, which no batch with that "
+                                   f"largest timestamp ends at")
+            start = self.translate_offset(starting_offset)
         if start is None:
             return None
         for pos, batch in self.log.batches(start.position, chunk_bytes=64 * 1024):
@@ -309,9 +361,41 @@ class LogSegment:
         self.offset_index.resize(size)
         self.time_index.resize(size)
 
-    def sanity_check(self) -> None:
+    def sanity_check(self, largest_timestamp: bool = True) -> None:
+        """Kafka's index checks on open, and one more: the time index's last entry must be
+        the segment's largest timestamp (the batch ending at its offset has it, no batch
+        after has a larger one). The log reads that entry as the segment's largest
+        timestamp to skip segments in a lookup by time, so a truncated or emptied time
+        index would otherwise hide records. Reads the batches after that entry only: few
+        when timestamps grow, as they mostly do."""
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
+        if not largest_timestamp:
+            return
+        try:
+            self._check_largest_timestamp()
+        except (CorruptRecordError, UnsupportedVersionError) as e:
+            raise CorruptIndexError(f"Segment {self.log.path} does not read where its indexes "
+                                    f"point: {e}") from None
+
+    def _check_largest_timestamp(self) -> None:
+        last = self.time_index.last_entry
+        position = 0
+        if self.time_index.entries:
+            start = self.translate_offset(last.offset)
+            if start is None or start.last_offset != last.offset \
+                    or start.max_timestamp != last.timestamp:
+                raise CorruptIndexError(
+                    f"Time index file {self.time_index.path} is corrupt: its last entry maps "
+                    f"timestamp {last.timestamp} to offset {last.offset}, where the log has "
+                    f"no batch with that largest timestamp")
+            position = start.position + start.size
+        for loc in self.log.locations(position):
+            if loc.max_timestamp > last.timestamp:
+                raise CorruptIndexError(
+                    f"Time index file {self.time_index.path} is corrupt: its last entry has "
+                    f"timestamp {last.timestamp}, the batch at offset {loc.base_offset} "
+                    f"{loc.max_timestamp}")
 
     def flush(self) -> None:
         self.log.flush()
@@ -334,6 +418,11 @@ class LogSegment:
 
     def close(self) -> None:
         if self.log.closed:
+            return
+        if self.indexes_distrusted:
+            self.offset_index.delete()    # rebuilt from the .log on the next open
+            self.time_index.delete()
+            self.log.close()
             return
         self.time_index.maybe_append(self._max_timestamp_so_far,
                                      self._offset_of_max_timestamp_so_far, skip_full_check=True)

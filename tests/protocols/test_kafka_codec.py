@@ -226,7 +226,7 @@ def _metadata_request(version: int, topics: list[str] | None) -> bytes:
 def test_no_request_bytes_make_the_decoder_fail_other_than_by_closing(data, key, version):
     """Fuzz: a request of any bytes after a plausible header is a Request or a
     CloseConnection, never another exception (the broker's connection task would log it
-    as a bug). The long run: ``tests/protocols/fuzz_kafka_codec.py``."""
+    as a bug). The long run: ``python -m tests.fuzz.run --target kafka_request``."""
     frame = struct.pack(">hhi", key, version, 1) + data
     try:
         request = parse_request(frame, SUPPORTED)
