@@ -52,6 +52,22 @@ def _kv_del(key: str) -> None:
     _internal_kv_del(key)
 
 
+# What a broker asks of Ray's ``node:<address>`` resource (1.0 per node): a share small
+# enough for any number of brokers on one node.
+NODE_RESOURCE_SHARE = 0.001
+
+
+def _addresses_if_unique(ray, brokers: Mapping[int, str]) -> dict[int, str]:
+    """Each broker's node address, if every alive node has an address of its own (else
+    none: nodes sharing an address, as in a one-machine test cluster, are told apart by
+    node id only, and brokers are pinned to node ids)."""
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    by_node = {n["NodeID"]: n["NodeManagerAddress"] for n in alive}
+    if len(set(by_node.values())) != len(by_node):
+        return {}
+    return {b: by_node[node] for b, node in brokers.items()}
+
+
 class Cluster:
     def __init__(self, name: str, info: Mapping[str, Any]):
         self.name = name
@@ -59,6 +75,11 @@ class Cluster:
         self.data_dir = info["data_dir"]
         self.config = dict(info["config"])
         self.broker_nodes: dict[int, str] = {int(b): n for b, n in info["brokers"].items()}
+        # Each broker's node address when brokers are placed by address (one node per
+        # address): a node restarted on the same host, with a new Ray node id, gets its
+        # broker back (Ray restarts the actor there), as a rebooted Kafka host does.
+        self.broker_addresses: dict[int, str] = {
+            int(b): a for b, a in info.get("addresses", {}).items()}
 
     def __repr__(self) -> str:
         return (f"Cluster(name={self.name!r}, brokers={sorted(self.broker_nodes)}, "
@@ -100,8 +121,9 @@ class Cluster:
             if unknown:
                 raise InvalidRequestError(f"Ray nodes {sorted(unknown)} are not alive")
         nodes = list(nodes or alive)
+        brokers = {b: nodes[b % len(nodes)] for b in range(num_brokers)}
         info = {"data_dir": str(Path(data_dir).resolve()), "config": parsed.to_dict(),
-                "brokers": {b: nodes[b % len(nodes)] for b in range(num_brokers)}}
+                "brokers": brokers, "addresses": _addresses_if_unique(ray, brokers)}
         Path(info["data_dir"]).mkdir(parents=True, exist_ok=True)
         _kv_put(INFO_KEY.format(name=name), msgpack.packb(info, use_bin_type=True))
         cluster = cls(name, info)
@@ -187,13 +209,15 @@ class Cluster:
 
         node = self.broker_nodes[broker_id]
         on_node = sum(1 for n in self.broker_nodes.values() if n == node)
+        address = self.broker_addresses.get(broker_id)
+        placement = ({"resources": {f"node:{address}": NODE_RESOURCE_SHARE}} if address else
+                     {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)})
         deadline = time.monotonic() + 30
         while True:
             try:
                 BrokerActor.options(
                     name=broker_name(broker_id), namespace=self.namespace, lifetime="detached",
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(
-                        self.broker_nodes[broker_id], soft=False),
+                    **placement,
                 ).remote(self.name, broker_id, self.data_dir, self.config,
                          brokers_on_node=on_node)
                 return
@@ -376,7 +400,10 @@ class Cluster:
                 log.warning("broker %d did not shut down cleanly: %r", b, e)
         for h in handles.values():
             ray.kill(h, no_restart=True)
-        for node in set(self.broker_nodes.values()):  # the nodes' timers (detached)
+        nodes = set(self.broker_nodes.values()) | {   # the nodes' timers (detached), also
+            n["NodeID"] for n in ray.nodes()            # on nodes that came back since
+            if n["Alive"] and n["NodeManagerAddress"] in set(self.broker_addresses.values())}
+        for node in nodes:
             try:
                 ray.kill(ray.get_actor(timer_name(node), namespace=self.namespace),
                          no_restart=True)

@@ -74,6 +74,12 @@ def cleanup(prefix: str) -> None:
     for name in namespaces(prefix):
         _ip("netns", "del", name, check=False)
     _ip("link", "del", f"{prefix}br0", check=False)
+    # A namespace the kernel has not finished tearing down keeps its veth pairs alive: the
+    # machine's ends go by name too.
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        link = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if link.startswith(f"{prefix}v") and link[len(prefix) + 1:].isdigit():
+            _ip("link", "del", link, check=False)
 
 
 @dataclass
@@ -172,6 +178,37 @@ class Hosts:
 
     def __exit__(self, *exc) -> None:
         self.down()
+
+    # ---- processes on a host ---------------------------------------------------------------
+    def broker_pid(self, host: Host) -> int | None:
+        """The pid of the rafka broker running on the host now (Ray titles an actor's
+        process ``ray::BrokerActor...``), or None while there is none."""
+        for pid in namespace_pids(host.name):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read().startswith(b"ray::BrokerActor"):
+                        return pid
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+        return None
+
+    def kill_node(self, host: Host) -> int:
+        """SIGKILL everything on the host (its raylet, object store, workers): the machine
+        lost its power. Returns how many processes were killed."""
+        pids = namespace_pids(host.name)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return len(pids)
+
+    def start_node(self, host: Host) -> None:
+        """The host boots again: a Ray node joins at the same address, on the same disk."""
+        self._start_ray(host)
 
     # ---- drivers -----------------------------------------------------------------------
     def run_driver(self, module: str, *args: str, timeout: float = 600

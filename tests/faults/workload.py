@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", required=True, help="where state.json and healed are")
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--brokers", type=int, default=4)
+    parser.add_argument("--acks", choices=("all", "1"), default="all")
     args = parser.parse_args(argv)
     work = Path(args.dir)
 
@@ -45,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     cluster = rafka.Cluster.start(args.brokers, str(work / "data"), CONFIG, name="faults",
                                   timeout_s=180)
     try:
-        summary = run(cluster, work, args.seconds)
+        summary = run(cluster, work, args.seconds, args.acks)
     finally:
         cluster.shutdown()
     print(json.dumps(summary), flush=True)
     return 0
 
 
-def run(cluster, work: Path, seconds: float) -> dict:
+def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
     import rafka
     cluster.admin().create_topics([rafka.NewTopic("jepsen", PARTITIONS, 3, config={
         "min.insync.replicas": 2}), rafka.NewTopic("jepsen-probe", 1, 3)])
@@ -69,7 +70,7 @@ def run(cluster, work: Path, seconds: float) -> dict:
     reader = threading.Thread(target=consume, args=(cluster, stop, commits, errors),
                               daemon=True)
     reader.start()
-    producer = rafka.Producer(cluster, {"acks": "all", "enable.idempotence": True,
+    producer = rafka.Producer(cluster, {"acks": acks, "enable.idempotence": acks == "all",
                                         "delivery.timeout.ms": 60_000, "linger.ms": 5})
     end = time.monotonic() + seconds
     i = 0
@@ -94,10 +95,12 @@ def run(cluster, work: Path, seconds: float) -> dict:
             failed += 1
     producer.close()
     recovery_s = serves_again(cluster, healed_at)
+    brokers_back_s = all_brokers_back(cluster, healed_at)
     stop.set()
     reader.join(60)
-    return {"sent": len(sent), "acknowledged": len(acked), "failed": failed,
-            "recovery_s": round(recovery_s, 2), **check(cluster, sent, acked, commits),
+    return {"acks": acks, "sent": len(sent), "acknowledged": len(acked), "failed": failed,
+            "recovery_s": round(recovery_s, 2), "brokers_back_s": round(brokers_back_s, 2),
+            **check(cluster, sent, acked, commits),
             "consumer_errors": errors[:3]}
 
 
@@ -144,6 +147,20 @@ def serves_again(cluster, since: float) -> float:
             return float("inf")
 
 
+def all_brokers_back(cluster, since: float) -> float:
+    """Seconds from ``since`` until every broker is registered with the controller again
+    (a killed node's broker comes back once Ray has declared the old node dead)."""
+    wanted = set(cluster.broker_nodes)
+    while time.monotonic() - since < 240:
+        try:
+            if wanted <= set(cluster.metadata()["brokers"]):
+                return time.monotonic() - since
+        except Exception:                  # noqa: BLE001 - no controller at the moment
+            pass
+        time.sleep(0.2)
+    return float("inf")
+
+
 def check(cluster, sent: dict, acked: dict, commits: list) -> dict:
     import ray
 
@@ -160,9 +177,10 @@ def check(cluster, sent: dict, acked: dict, commits: list) -> dict:
             read[r.partition].append((int(r.value), r.offset))
     consumer.close()
     seen = [seq for p in read for seq, _ in read[p]]
-    lost = [s for s in acked if s not in set(seen)]
-    duplicated = len(seen) - len(set(seen))
-    phantom = [s for s in set(seen) if s not in sent]
+    seen_once = set(seen)
+    lost = [s for s in acked if s not in seen_once]
+    duplicated = len(seen) - len(seen_once)
+    phantom = [s for s in seen_once if s not in sent]
     out_of_order = sum(1 for p in read for a, b in zip(read[p], read[p][1:]) if a[0] > b[0])
     diverged = []
     image = cluster.metadata()["topics"]["jepsen"]
