@@ -64,6 +64,11 @@ def forget_snapshot(name: str) -> None:
     _internal_kv_del(SNAPSHOT_KEY.format(name=name))
 
 
+# How long an admin answer waits for the brokers to be told of its change: a broker that is
+# slow or unreachable delays it this much at most (it gets the change when it answers).
+ADMIN_PROPAGATION_WAIT_S = 5.0
+
+
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
 class ControllerActor:
     def __init__(self, cluster_name: str, namespace: str, data_dir: str, config: dict,
@@ -87,6 +92,11 @@ class ControllerActor:
         self._waiting: dict[int, deque[list]] = {}
         self._wakeups: dict[int, asyncio.Event] = {}
         self._senders: dict[int, asyncio.Task] = {}
+        # Per broker: batches queued so far, and handled so far (sent, or given up on a
+        # broker that is gone): an admin answer waits until the brokers know the change.
+        self._queued: dict[int, int] = {}
+        self._handled: dict[int, int] = {}
+        self._progress = asyncio.Condition()
         # Group commit (``_apply``): changes made, changes a stored checkpoint holds, the
         # messages of changes not yet stored, the checkpoint being written.
         self._changed = 0
@@ -237,6 +247,7 @@ class ControllerActor:
                 for queued in waiting:
                     queued[:] = [m for m in queued if not isinstance(m, UpdateMetadata)]
             waiting.append(batch)
+            self._queued[b] = self._queued.get(b, 0) + 1
             self._wakeups[b].set()
 
     async def _sender(self, broker_id: int) -> None:
@@ -248,24 +259,51 @@ class ControllerActor:
                 await wakeup.wait()
                 continue
             batch = waiting.popleft()
-            if not batch:
-                continue
-            for attempt in range(2):
-                try:
-                    if handle is None:
-                        handle = ray.get_actor(broker_name(broker_id),
-                                               namespace=self.namespace)
-                    await handle.apply_controller_messages.remote(encode(batch))
+            try:
+                if batch:
+                    handle = await self._send_batch(broker_id, handle, batch)
+            finally:
+                self._handled[broker_id] = self._handled.get(broker_id, 0) + 1
+                async with self._progress:
+                    self._progress.notify_all()
+
+    async def _send_batch(self, broker_id: int, handle, batch: list):
+        """One batch to the broker (its handle looked up afresh once if it fails); the
+        handle to use next."""
+        for attempt in range(2):
+            try:
+                if handle is None:
+                    handle = ray.get_actor(broker_name(broker_id),
+                                           namespace=self.namespace)
+                await handle.apply_controller_messages.remote(encode(batch))
+                break
+            except Exception as e:
+                # The handle may be to the broker's previous actor (stopped, then started
+                # again): look the name up afresh once. A broker really gone registers
+                # again later and then gets the whole state.
+                handle = None
+                info = self.state.brokers.get(broker_id)
+                if attempt or info is None or not info.alive:
+                    log.info("controller: broker %d unreachable (%r)", broker_id, e)
                     break
-                except Exception as e:
-                    # The handle may be to the broker's previous actor (stopped, then started
-                    # again): look the name up afresh once. A broker really gone registers
-                    # again later and then gets the whole state.
-                    handle = None
-                    info = self.state.brokers.get(broker_id)
-                    if attempt or info is None or not info.alive:
-                        log.info("controller: broker %d unreachable (%r)", broker_id, e)
-                        break
+        return handle
+
+    async def _brokers_told(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until every live broker has been sent what was
+        queued for it so far: an admin change is answered once the brokers' metadata holds
+        it, so a client asking any broker next sees it (Kafka's CreateTopics waits for the
+        metadata to propagate the same way)."""
+        target = dict(self._queued)
+        live = set(self.state.live_brokers())
+
+        def told() -> bool:
+            return all(self._handled.get(b, 0) >= n for b, n in target.items() if b in live)
+        try:
+            async with self._progress:
+                await asyncio.wait_for(self._progress.wait_for(told), timeout_s)
+        except asyncio.TimeoutError:
+            log.info("controller: brokers not all told of an admin change within %.1f s",
+                     timeout_s)
 
     # ---- brokers ---------------------------------------------------------------------------
     async def register_broker(self, broker_id: int, incarnation: str,
@@ -341,9 +379,11 @@ class ControllerActor:
     # ---- admin -----------------------------------------------------------------------------
     async def _admin(self, change) -> bytes:
         try:
-            return encode(await self._apply(change))
+            result = await self._apply(change)
         except KafkaError as e:
             return encode(e)
+        await self._brokers_told(ADMIN_PROPAGATION_WAIT_S)
+        return encode(result)
 
     async def create_topic(self, name: str, num_partitions: int | None,
                            replication_factor: int | None, config: dict | None,
