@@ -610,12 +610,21 @@ def _decode_records(body: bytes, count: int, base_offset: int, base_ts: int,
             pos += 1
         else:
             nheaders, pos = decode_varint(body, pos)
+            if not 0 <= nheaders <= (end - pos) // 2:     # a header takes 2 bytes at least
+                raise CorruptRecordError(f"Record in batch {base_offset} has an invalid "
+                                         f"number of headers {nheaders}")
             hs = []
             for _h in range(nheaders):
                 hklen, pos = decode_varint(body, pos)
+                if not 0 <= hklen <= end - pos:
+                    raise CorruptRecordError(f"Record in batch {base_offset} has a header "
+                                             f"key of invalid size {hklen}")
                 hkey = body[pos:pos + hklen].decode()
                 pos += hklen
                 hvlen, pos = decode_varint(body, pos)
+                if hvlen < -1 or hvlen > end - pos:
+                    raise CorruptRecordError(f"Record in batch {base_offset} has a header "
+                                             f"value of invalid size {hvlen}")
                 if hvlen < 0:
                     hvalue = None
                 else:

@@ -86,3 +86,17 @@ def test_malformed_actor_messages_are_invalid_request_naming_what_was_read():
     with pytest.raises(InvalidRequestError, match="Malformed actor message"):
         decode(encode(FetchRequest(1, 10, 2, 1 << 20))[:-1])
     assert decode_fetch_many_request(request).partitions[0][2].fetch_offset == 10
+
+
+def test_a_header_count_in_the_billions_with_negative_key_sizes_is_corrupt_not_a_hang():
+    # The header loop went backwards on a negative key size and counted to 2**40: a hang.
+    from protocols.records import LENGTH_OFFSET, LOG_OVERHEAD, RECORDS_OFFSET, _varint
+    fields = b"\x00" + _varint(0) + _varint(0) + _varint(-1) + _varint(-1) \
+        + _varint(2**40) + _varint(-5) + _varint(-1)
+    data = bytearray(encode_batch([Record(None, None, 0)]))[:RECORDS_OFFSET]
+    data += _varint(len(fields)) + fields
+    struct.pack_into(">i", data, LENGTH_OFFSET, len(data) - LOG_OVERHEAD)
+    started = time.perf_counter()
+    with pytest.raises(CorruptRecordError, match="invalid number of headers"):
+        RecordBatch(_with_crc(data)).record_tuples()
+    assert time.perf_counter() - started < 1
