@@ -90,12 +90,16 @@ class Cluster:
     def start(cls, num_brokers: int = 3, data_dir: str | Path = "rafka-data",
               config: Mapping[str, Any] | None = None, name: str = "default", *,
               address: str | None = None, timeout_s: float = 120.0,
-              nodes: list[str] | None = None, **config_kwargs: Any) -> "Cluster":
+              nodes: list[str] | None = None, place_by_address: bool = False,
+              **config_kwargs: Any) -> "Cluster":
         """Start ``num_brokers`` brokers on the current Ray instance (a local one is started
         when none is connected) and wait until each has registered with the controller.
         Brokers are spread over the alive Ray nodes, round robin. Starting on a data_dir
         that holds an earlier run recovers its topics and records. ``nodes`` (Ray node
-        ids) restricts the brokers to those nodes."""
+        ids) restricts the brokers to those nodes. ``place_by_address`` places each broker
+        by its node's address rather than its node id, where every node has an address of
+        its own: a node that dies and comes back at the same address (a rebooted host) gets
+        its broker back, restarted there by Ray."""
         from actors.broker.config import ClusterConfig
         from rafka.ray_support import ensure_ray
 
@@ -123,7 +127,8 @@ class Cluster:
         nodes = list(nodes or alive)
         brokers = {b: nodes[b % len(nodes)] for b in range(num_brokers)}
         info = {"data_dir": str(Path(data_dir).resolve()), "config": parsed.to_dict(),
-                "brokers": brokers, "addresses": _addresses_if_unique(ray, brokers)}
+                "brokers": brokers,
+                "addresses": _addresses_if_unique(ray, brokers) if place_by_address else {}}
         Path(info["data_dir"]).mkdir(parents=True, exist_ok=True)
         _kv_put(INFO_KEY.format(name=name), msgpack.packb(info, use_bin_type=True))
         cluster = cls(name, info)

@@ -13,7 +13,8 @@ Nemeses (chosen at random per the seed, one at a time, each held 2-6 s):
 - ``pause``: a broker's process SIGSTOPped, then SIGCONTinued (a zombie that wakes up);
 - ``node``: a worker host's every process SIGKILLed (its raylet and all under it), then the
   host started again: a new Ray node at the same address, on the same disk, where Ray
-  restarts its broker (brokers are placed by node address) to recover from its files;
+  restarts its broker (the workload places brokers by node address) to recover from its
+  files;
 - ``slow``: a worker host's link slowed both ways to 256 kbit/s - 2 Mbit/s (a token bucket
   filter: ``tc``'s netem, for delay and loss, is not in this machine's kernel).
 
