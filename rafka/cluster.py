@@ -90,16 +90,18 @@ class Cluster:
     def start(cls, num_brokers: int = 3, data_dir: str | Path = "rafka-data",
               config: Mapping[str, Any] | None = None, name: str = "default", *,
               address: str | None = None, timeout_s: float = 120.0,
-              nodes: list[str] | None = None, place_by_address: bool = False,
+              nodes: list[str] | None = None, place_by_address: bool = True,
               **config_kwargs: Any) -> "Cluster":
         """Start ``num_brokers`` brokers on the current Ray instance (a local one is started
         when none is connected) and wait until each has registered with the controller.
         Brokers are spread over the alive Ray nodes, round robin. Starting on a data_dir
         that holds an earlier run recovers its topics and records. ``nodes`` (Ray node
-        ids) restricts the brokers to those nodes. ``place_by_address`` places each broker
-        by its node's address rather than its node id, where every node has an address of
-        its own: a node that dies and comes back at the same address (a rebooted host) gets
-        its broker back, restarted there by Ray."""
+        ids) restricts the brokers to those nodes. Each broker is placed by its node's
+        address (``place_by_address``, the default) where every node has an address of its
+        own: a node that dies and comes back at the same address (a rebooted host, with a
+        new Ray node id) gets its broker back, restarted there by Ray. Nodes sharing an
+        address (several Ray nodes on one machine), or ``place_by_address=False``, pin
+        each broker to its node id instead."""
         from actors.broker.config import ClusterConfig
         from rafka.ray_support import ensure_ray
 

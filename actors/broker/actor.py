@@ -311,7 +311,8 @@ class BrokerActor:
         self.controller_batches += 1
         async with self._lock:
             try:
-                work = self.state.on_controller_batch(messages)
+                work = self.state.on_controller_batch(
+                    messages, lambda: {tp.topic for tp in self.replicas})
             except StaleControllerEpochError as e:
                 return encode(e)
             if work.changed_configs:

@@ -13,7 +13,7 @@ which ``__consumer_offsets`` partitions this broker's group coordinator takes or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 from actors.controller.messages import check_controller_epoch
 from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
@@ -45,9 +45,17 @@ class BrokerState:
         """The controller that registered this broker: its epoch is the floor from now on."""
         self.controller_epoch = max(self.controller_epoch, controller_epoch)
 
-    def on_controller_batch(self, messages: Sequence) -> ControllerWork:
+    def on_controller_batch(self, messages: Sequence,
+                            open_topics: Callable[[], Collection[str]] = frozenset
+                            ) -> ControllerWork:
         """Take a batch of LeaderAndIsr / StopReplica / UpdateMetadata, or refuse it whole
-        with STALE_CONTROLLER_EPOCH (raised) when any message is from an older controller."""
+        with STALE_CONTROLLER_EPOCH (raised) when any message is from an older controller.
+
+        A topic's config goes to its open replicas when it changes, and when the image
+        names the topic for the first time while replicas of it are already open
+        (``open_topics``: the topics this broker has replicas of): those opened with the
+        defaults, before any image named the topic, and must not keep them
+        (min.insync.replicas=1 under acks=all would acknowledge on the leader alone)."""
         for m in messages:
             check_controller_epoch(self.controller_epoch, m.controller_epoch)
         if messages:
@@ -57,9 +65,12 @@ class BrokerState:
             if isinstance(m, UpdateMetadata):
                 old = self.image.get("configs", {})
                 self.image = m.image
+                configs = m.image.get("configs", {})
+                new_topics = [t for t in configs if t not in old]
+                opened = set(open_topics()) & set(new_topics) if new_topics else set()
                 work.changed_configs = [
-                    (topic, dict(config)) for topic, config in m.image.get("configs", {}).items()
-                    if old.get(topic, config) != config]
+                    (topic, dict(config)) for topic, config in configs.items()
+                    if (topic in opened if topic not in old else old[topic] != config)]
             elif isinstance(m, LeaderAndIsr):
                 work.leader_and_isr.append(m)
             elif isinstance(m, StopReplica):

@@ -27,13 +27,14 @@ import msgpack
 import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
+from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
 from actors.timer.wheel import TimerTask
 from protocols.errors import InvalidRequestError, KafkaError
-from protocols.messages import AlterPartition, UpdateMetadata
+from protocols.messages import AlterPartition
 from protocols.wire import decode, encode
 from storage.checkpoint import write_atomically
 
@@ -241,12 +242,7 @@ class ControllerActor:
                 waiting = self._waiting[b] = deque()
                 self._wakeups[b] = asyncio.Event()
                 self._senders[b] = asyncio.get_running_loop().create_task(self._sender(b))
-            if any(isinstance(m, UpdateMetadata) for m in batch):
-                # An UpdateMetadata is the whole image: one not sent yet is superseded (at
-                # 1,000 partitions each is ~70 KB, and every ISR change makes one).
-                for queued in waiting:
-                    queued[:] = [m for m in queued if not isinstance(m, UpdateMetadata)]
-            waiting.append(batch)
+            queue_batch(waiting, batch)
             self._queued[b] = self._queued.get(b, 0) + 1
             self._wakeups[b].set()
 

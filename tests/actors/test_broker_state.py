@@ -52,6 +52,20 @@ def test_a_batch_is_split_into_metadata_leader_and_isr_and_stops_in_that_order()
     assert work.leader_and_isr == [lai(1, "a")] and work.stops == [stop]
 
 
+def test_a_topics_config_reaches_replicas_opened_before_any_image_named_it():
+    """A LeaderAndIsr that arrives before the first image naming its topic opens replicas
+    with the defaults; the image, when it comes, must push the topic's config to them (the
+    cold-start demo acknowledged acks=all on one replica, min.insync.replicas=2 lost)."""
+    state = BrokerState(1)
+    work = state.on_controller_batch([lai(1, "a")])
+    assert work.leader_and_isr == [lai(1, "a")] and state.image == {}
+    work = state.on_controller_batch(
+        [UpdateMetadata(1, 1, image(a={"min.insync.replicas": 2}, b={"retention.ms": 5}))],
+        open_topics=lambda: {"a"})
+    # "a" has replicas open here: pushed. "b" has none: its replicas will open with it.
+    assert work.changed_configs == [("a", {"min.insync.replicas": 2})]
+
+
 def test_replicas_reopen_uncleanly_after_an_unclean_stop_or_when_their_host_died():
     a, b, c = (TopicPartition("t", p) for p in range(3))
     assert BrokerState(1, clean_shutdown=False).replicas_to_open([a, b], []) == \

@@ -8,7 +8,7 @@ import pytest
 from actors.controller.assignment import assign_replicas_to_brokers, rack_alternated_brokers
 from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
                                         preferred_replica_leader)
-from actors.controller.messages import check_controller_epoch
+from actors.controller.messages import check_controller_epoch, queue_batch
 from actors.controller.state import ControllerState
 from protocols.errors import (FencedLeaderEpochError, InvalidReplicaAssignmentError,
                               InvalidReplicationFactorError, InvalidTopicError,
@@ -302,6 +302,34 @@ def test_failover_through_a_snapshot_bumps_the_controller_epoch():
     check_controller_epoch(current=2, received=2)
     with pytest.raises(StaleControllerEpochError):
         check_controller_epoch(current=2, received=1)
+
+
+# ---- the queue of what a broker has not been sent yet ------------------------------------
+def _um(n: int) -> UpdateMetadata:
+    return UpdateMetadata(1, 0, {"configs": {}, "n": n})
+
+
+def _lai(topic: str) -> LeaderAndIsr:
+    return LeaderAndIsr(1, 0, topic, 0, 0, 1, 1, (0, 1), (0, 1))
+
+
+def test_a_newer_image_takes_the_first_waiting_images_place_ahead_of_its_leader_and_isr():
+    """Found by the demo on a cold start: broker 0's registration queued [LeaderAndIsr,
+    UpdateMetadata]; broker 1's registration superseded that image with one queued at the
+    end, so broker 0 opened its replicas before any image named the topic, with the default
+    min.insync.replicas=1, and acks=all was acknowledged by the leader alone."""
+    from collections import deque
+    waiting: deque[list] = deque()
+    queue_batch(waiting, [_lai("a"), _um(1)])
+    queue_batch(waiting, [_lai("b"), _um(2)])
+    queue_batch(waiting, [_um(3)])
+    assert list(waiting) == [[_lai("a"), _um(3)], [_lai("b")], []]
+    queue_batch(waiting, [StopReplica(1, 0, "a", 0, True)])  # no image: queued as it is
+    assert list(waiting)[-1] == [StopReplica(1, 0, "a", 0, True)]
+    # With nothing waiting, or only batches without an image, the image stays in its batch.
+    fresh: deque[list] = deque([[_lai("c")]])
+    queue_batch(fresh, [_lai("d"), _um(4)])
+    assert list(fresh) == [[_lai("c")], [_lai("d"), _um(4)]]
 
 
 # ---- partition and replica state machines --------------------------------------------

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import rafka
     ray.init(address="auto", log_to_driver=False)
     cluster = rafka.Cluster.start(args.brokers, str(work / "data"), CONFIG, name="faults",
-                                  timeout_s=180, place_by_address=True)
+                                  timeout_s=180)
     try:
         summary = run(cluster, work, args.seconds, args.acks)
     finally:
