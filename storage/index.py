@@ -6,6 +6,12 @@ A new index file is preallocated to ``max_index_size`` rounded down to whole ent
 is trimmed to its entries when the segment rolls or closes, so on reopen an existing file's
 length tells how many entries it has. Lookups are binary searches for the largest entry at or
 below the target.
+
+The preallocated file is sparse (a 10 MiB index per segment would otherwise take 10 MiB of
+disk each). Storing into an unbacked page of the map on a full filesystem is not an error
+Python can catch: the kernel sends SIGBUS and the process dies. So each page is allocated
+(``posix_fallocate``) before the first entry stored in it: a full disk is then an OSError
+on the append, which takes the log directory offline (``storage.log_dir_failure``).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import NamedTuple
 from protocols.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 
 U32_MAX = 2**32 - 1
+PAGE = mmap.PAGESIZE
 
 
 class OffsetPosition(NamedTuple):
@@ -55,6 +62,8 @@ class _Index:
             self._mmap = self._map(fd, self._length)
         finally:
             os.close(fd)
+        # Bytes from the start known to be backed by disk: the pages holding entries.
+        self._backed = -(-self.entries * self.entry_size // PAGE) * PAGE
 
     # ---- mapping -------------------------------------------------------------------------
     def _round(self, size: int) -> int:
@@ -74,9 +83,24 @@ class _Index:
         try:
             os.ftruncate(fd, length)
             self._length = length
+            self._backed = min(self._backed, length)
             self._mmap = self._map(fd, length)
         finally:
             os.close(fd)
+
+    def _back(self, n: int) -> None:
+        """Allocate the page entry ``n`` is stored in, if not yet (see the module doc)."""
+        end = (n + 1) * self.entry_size
+        if end <= self._backed:
+            return
+        start = self._backed
+        length = min(-(-end // PAGE) * PAGE, self._length) - start
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, start, length)
+        finally:
+            os.close(fd)
+        self._backed = start + length
 
     # ---- facts ---------------------------------------------------------------------------
     @property
@@ -195,6 +219,7 @@ class OffsetIndex(_Index):
         if self.is_full():
             raise KafkaStorageError(f"Attempt to append to a full index (size = "
                                     f"{self.entries}) {self.path}")
+        self._back(self.entries)
         self._entry.pack_into(self._mmap, self.entries * 8, self._relative(offset), position)
         self.entries += 1
 
@@ -263,6 +288,7 @@ class TimeIndex(_Index):
         if timestamp > last.timestamp:
             if self.entries >= self.max_entries:
                 return  # no room even for the final entry (the file was trimmed)
+            self._back(self.entries)
             self._entry.pack_into(self._mmap, self.entries * 12, timestamp,
                                   self._relative(offset))
             self.entries += 1

@@ -13,6 +13,7 @@ here is deterministic under test.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from protocols.compression import CODEC_NAMES
-from protocols.errors import InvalidOffsetError, OffsetOutOfRangeError
+from protocols.errors import InvalidOffsetError, KafkaStorageError, OffsetOutOfRangeError
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from protocols.records import LOG_OVERHEAD, iter_batches
 from storage.checkpoint import LeaderEpochCheckpointFile
@@ -31,6 +32,7 @@ from storage.config import LogConfig
 from storage.epoch import LeaderEpochFileCache
 from storage.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT,
                            LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, segment_file)
+from storage.log_dir_failure import LogDirFailureChannel
 from storage.log_loader import LogLoader
 from storage.log_segments import LogSegments
 from storage.log_validator import assign_offsets, validate_as_leader, validate_batches
@@ -73,6 +75,30 @@ def _as_config(config: LogConfig | Mapping[str, Any] | None,
     return LogConfig.from_props(config or {}, broker=broker)
 
 
+
+def _writes(action: str):
+    """A log operation that writes. With a failure channel (a broker's logs): refused with
+    KAFKA_STORAGE_ERROR once the log's directory is offline, and its first OSError takes
+    the directory offline (``storage.log_dir_failure``), so nothing is appended after a
+    torn write. Without one (tools, tests) errors pass as they are."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(self: "Log", *args, **kwargs):
+            channel = self.failure_channel
+            if channel is None:
+                return fn(self, *args, **kwargs)
+            log_dir = self.dir.parent
+            channel.check(log_dir)
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as e:
+                message = f"Error while {action} {self.name} in dir {log_dir}: {e}"
+                channel.mark_offline(log_dir, message)
+                raise KafkaStorageError(message) from e
+        return run
+    return wrap
+
+
 class Log:
     """Open with ``Log.open(directory, config)``; see the module docstring."""
 
@@ -97,6 +123,8 @@ class Log:
         self.producer_state = ProducerStateManager(self.dir)
         # Tests set this to raise at a named step and so simulate a crash there.
         self.fault_injector: Callable[[str], None] | None = None
+        # The broker's: an I/O error takes the log directory offline (``_writes``).
+        self.failure_channel: LogDirFailureChannel | None = None
 
     # ==== opening and recovery ============================================================
     @classmethod
@@ -104,16 +132,18 @@ class Log:
              *, broker_config: Mapping[str, Any] | None = None, recovery_point: int = 0,
              log_start_offset: int = 0, high_watermark: int | None = None,
              clean_shutdown: bool = False, clock: Clock | None = None,
-             scheduler: Scheduler | None = None) -> "Log":
+             scheduler: Scheduler | None = None,
+             failure_channel: LogDirFailureChannel | None = None) -> "Log":
         """Open (creating if needed) the log in ``directory``.
 
         After an unclean shutdown (the default, unless the caller knows better) every segment
-        from the one holding ``recovery_point`` is re-validated and a torn tail cut off."""
+        from the one holding ``recovery_point`` is re-validated and a torn tail cut off.
+        ``failure_channel``: see ``_writes``; opening counts as writing (recovery does)."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, _as_config(config, broker_config), clock or wall_clock_ms,
                    scheduler)
-        self._load(recovery_point, log_start_offset, clean_shutdown)
+        self.failure_channel = failure_channel
+        self._create_and_load(recovery_point, log_start_offset, clean_shutdown)
         hw = self.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(hw, self.log_start_offset), self._log_end_offset)
         return self
@@ -125,6 +155,12 @@ class Log:
                                index_interval_bytes=self.config.index_interval_bytes,
                                max_index_size=self.config.segment_index_bytes,
                                rolling_jitter_ms=jitter, now_ms=self.clock(), suffix=suffix)
+
+    @_writes("loading")
+    def _create_and_load(self, recovery_point: int, log_start_offset: int,
+                         clean_shutdown: bool) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._load(recovery_point, log_start_offset, clean_shutdown)
 
     def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
         loaded = LogLoader(self.dir, self.config, self._new_segment,
@@ -192,6 +228,7 @@ class Log:
         return self._segments.floor(offset)
 
     # ==== appends =========================================================================
+    @_writes("appending records to")
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
                          *, now_ms: int | None = None) -> LogAppendInfo:
         """Validate producer batches, assign offsets from the log end offset, stamp the
@@ -217,6 +254,7 @@ class Log:
             return self._append(buf, infos, first, ((leader_epoch, first),), records, now,
                                 append_time, batches[0][1].attributes)
 
+    @_writes("appending records to")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader verbatim, keeping the leader's offsets."""
         buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
@@ -284,6 +322,7 @@ class Log:
             return self.roll(first_offset)
         return segment
 
+    @_writes("rolling a segment of")
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log end offset)."""
         with self._lock:
@@ -361,6 +400,7 @@ class Log:
         return None
 
     # ==== truncation (follower) ===========================================================
+    @_writes("truncating")
     def truncate_to(self, target_offset: int) -> bool:
         """Remove everything at and after ``target_offset``. Returns False if there was
         nothing to remove."""
@@ -393,6 +433,7 @@ class Log:
             self._rebuild_producer_state(new_end)
             return True
 
+    @_writes("truncating")
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``new_offset``."""
         with self._lock:
@@ -407,6 +448,7 @@ class Log:
             self.producer_state.map_end_offset = new_offset
 
     # ==== retention =======================================================================
+    @_writes("deleting segments of")
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention: by time and size when ``cleanup.policy`` includes delete, and
         always by log start offset. Returns the number of segments deleted."""
@@ -464,6 +506,7 @@ class Log:
             self._increment_log_start_offset(self._segments[0].base_offset)
             return len(deletable)
 
+    @_writes("deleting records of")
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the HW)."""
         with self._lock:
@@ -499,6 +542,7 @@ class Log:
         if self.scheduler is not None:
             self.scheduler(delay, self.delete_pending_segments)
 
+    @_writes("deleting segments of")
     def delete_pending_segments(self, now_ms: int | None = None) -> int:
         """Remove the ``.deleted`` files whose delay has passed; returns files removed."""
         now = self.clock() if now_ms is None else now_ms
@@ -520,10 +564,12 @@ class Log:
         return [p for _, paths in self._pending_deletions for p in paths]
 
     # ==== compaction support ==============================================================
+    @_writes("cleaning")
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         """An empty segment whose files carry the ``.cleaned`` suffix (compaction output)."""
         return self._new_segment(base_offset, suffix=CLEANED_SUFFIX)
 
+    @_writes("replacing segments of")
     def replace_segments(self, new_segments: list[LogSegment],
                          old_segments: list[LogSegment]) -> None:
         """Swap cleaned segments (files suffixed ``.cleaned``) in for ``old_segments``,
@@ -546,6 +592,7 @@ class Log:
                 self._segments.add(seg)
 
     # ==== flushing ========================================================================
+    @_writes("flushing")
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding data below ``offset`` (default: everything) and move
         the recovery point there."""
@@ -564,6 +611,7 @@ class Log:
             self.unflushed_messages = 0
             self.last_flush_ms = self.clock()
 
+    @_writes("flushing")
     def flush_if_due(self, now_ms: int | None = None) -> bool:
         """The periodic flusher's check (flush.ms)."""
         now = self.clock() if now_ms is None else now_ms
@@ -573,6 +621,7 @@ class Log:
         return False
 
     # ==== lifecycle =======================================================================
+    @_writes("closing")
     def close(self) -> None:
         with self._lock:
             for seg in self._segments:
@@ -582,6 +631,7 @@ class Log:
             self.producer_state.map_end_offset = self._log_end_offset
             self.producer_state.take_snapshot()
 
+    @_writes("deleting")
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""
         with self._lock:

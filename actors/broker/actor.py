@@ -21,7 +21,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import ray
 from ray.exceptions import ActorAlreadyExistsError
@@ -43,6 +43,7 @@ from protocols.messages import LeaderAndIsr, StopReplica
 from protocols.topics import OFFSETS_TOPIC, TopicPartition, partition_dir_name
 from protocols.wire import decode, encode
 from storage.checkpoint import OffsetCheckpointFile
+from storage.log_dir_failure import probe
 from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT,
                                  RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
 
@@ -134,6 +135,7 @@ class BrokerActor:
                               self._advertised(self.listeners, bound,
                                                self._advertised_config,
                                                ray.util.get_node_ip_address())]
+            await self._await_writable_log_dir()
             await self._start_hosts()
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker
@@ -462,8 +464,41 @@ class BrokerActor:
         self.checkpoints["start"][tp] = start
 
     def _write_checkpoints(self) -> None:
-        for key, f in self._files.items():
-            f.write(self.checkpoints[key])
+        try:
+            for key, f in self._files.items():
+                f.write(self.checkpoints[key])
+        except OSError as e:
+            self._halt_for_log_dir(str(self.dir), f"Error while writing checkpoints: {e}")
+
+    # ---- a failed log directory ------------------------------------------------------------
+    async def log_dir_failed(self, log_dir: str, message: str) -> None:
+        """A replica host's write failed, and the log directory is offline
+        (``storage.log_dir_failure``)."""
+        self._halt_for_log_dir(log_dir, message)
+
+    def _halt_for_log_dir(self, log_dir: str, message: str) -> NoReturn:
+        """Kafka stops serving an offline log directory and, with none left online (a rafka
+        broker has one), halts (ReplicaManager.handleLogDirFailure). Nothing is flushed or
+        marked clean: the replicas recover from their files when Ray starts the broker
+        again, and it serves once the directory takes writes (``_await_writable_log_dir``).
+        Its partitions' leadership moves when its session expires, as for any crash."""
+        log.critical("broker %d: Shutdown broker because all log dirs in %s have failed: %s",
+                     self.broker_id, log_dir, message)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
+
+    async def _await_writable_log_dir(self) -> None:
+        """Before serving: the log directory must take a page (a full disk that failed the
+        last run must have room again), checked every second, as Kafka refuses to start on
+        a log directory it cannot write."""
+        waited = None
+        while (error := await asyncio.to_thread(probe, self.dir)) is not None:
+            if waited is None or time.monotonic() - waited >= 60:
+                log.error("broker %d: log directory %s is not writable (%s); waiting for it "
+                          "before registering", self.broker_id, self.dir, error)
+                waited = time.monotonic()
+            await asyncio.sleep(1.0)
 
     async def checkpoint(self) -> None:
         """replica.high.watermark.checkpoint.interval.ms: HWs, recovery points and log start

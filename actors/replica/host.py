@@ -22,9 +22,11 @@ import asyncio
 import collections
 import logging
 import os
+from pathlib import Path
 
 import ray
 
+from actors.names import broker_name
 from actors.process import freeze_startup_objects, keep_freed_memory
 from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
                                     ReplicationListener)
@@ -34,12 +36,13 @@ from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.hosted import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
-from protocols.errors import KafkaError, NotLeaderOrFollowerError
+from protocols.errors import KafkaError, KafkaStorageError, NotLeaderOrFollowerError
 from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceResult,
                                 decode_fetch_many_request, decode_produce_many_request,
                                 encode_fetch_many_response, encode_produce_many_response)
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode
+from storage.log_dir_failure import LogDirFailureChannel
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,11 @@ class ReplicaHostActor:
             API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
             API_PRODUCE: self.produce_many})
         self._listening: asyncio.Task | None = None
+        # The first I/O error in the broker's log directory takes it offline (writes to it
+        # refused from then on) and halts the broker (``storage.log_dir_failure``).
+        self._loop = asyncio.get_running_loop()
+        self.log_dir_failures = LogDirFailureChannel(self._log_dir_offline)
+        self._reporting: asyncio.Task | None = None
         keep_freed_memory()
         freeze_startup_objects()
 
@@ -96,11 +104,10 @@ class ReplicaHostActor:
             return
         opening = self._opening[tp] = asyncio.get_running_loop().create_future()
         try:
-            replica = await asyncio.to_thread(
-                HostedReplica, self.namespace, self.broker_id, topic, partition, log_dir,
-                topic_config, self.broker_log_config, self.config, self.purgatories,
-                self.fetchers, recovery_point, log_start_offset, high_watermark,
-                clean_shutdown, topic_id)
+            replica = await asyncio.to_thread(self._open_replica, topic, partition, log_dir,
+                                              topic_config, recovery_point,
+                                              log_start_offset, high_watermark,
+                                              clean_shutdown, topic_id)
             self.replicas[tp] = replica
             self.cores[tp] = replica.replica
             opening.set_result(None)
@@ -111,6 +118,42 @@ class ReplicaHostActor:
         finally:
             del self._opening[tp]
         self._freeze_soon()
+
+    def _open_replica(self, topic: str, partition: int, log_dir: str, topic_config: dict,
+                      recovery_point: int, log_start_offset: int, high_watermark: int | None,
+                      clean_shutdown: bool, topic_id: str | None) -> HostedReplica:
+        """In a worker thread: a failed write while opening (partition.metadata, recovery)
+        takes the log directory offline like any other."""
+        parent = Path(log_dir).parent
+        self.log_dir_failures.check(parent)
+        try:
+            return HostedReplica(self.namespace, self.broker_id, topic, partition, log_dir,
+                                 topic_config, self.broker_log_config, self.config,
+                                 self.purgatories, self.fetchers, recovery_point,
+                                 log_start_offset, high_watermark, clean_shutdown, topic_id,
+                                 failure_channel=self.log_dir_failures)
+        except OSError as e:
+            message = f"Error while opening {topic}-{partition} in dir {parent}: {e}"
+            self.log_dir_failures.mark_offline(parent, message)
+            raise KafkaStorageError(message) from e
+
+    def _log_dir_offline(self, log_dir: str, message: str) -> None:
+        """From any thread: the directory went offline; tell the broker from the loop."""
+        def report() -> None:
+            if self._reporting is None:
+                self._reporting = self._loop.create_task(self._report_offline(log_dir, message))
+        self._loop.call_soon_threadsafe(report)
+
+    async def _report_offline(self, log_dir: str, message: str) -> None:
+        log.error("replica host %s: log directory %s is offline: %s", self.name, log_dir,
+                  message)
+        while True:
+            try:
+                broker = ray.get_actor(broker_name(self.broker_id), namespace=self.namespace)
+                await broker.log_dir_failed.remote(log_dir, message)
+            except Exception as e:  # the broker halts: its call never answers
+                log.info("replica host %s: log dir failure reported (%r)", self.name, e)
+            await asyncio.sleep(1.0)
 
     def _freeze_soon(self) -> None:
         """Freeze the logs' indexes out of the GC's reach once a burst of opens is over (one
@@ -191,6 +234,8 @@ class ReplicaHostActor:
             try:
                 for key, value in r.background().items():
                     totals[key] += value
+            except OSError as e:  # the cleaner's own files: the directory failed
+                r.log_dir_failed(f"Error while cleaning {r.replica.name}: {e}")
             except Exception:  # a replica stopped meanwhile, or a bad segment: the rest go on
                 log.exception("log maintenance of %s failed", r.replica.name)
         return totals

@@ -32,6 +32,7 @@ from protocols.wire import decode, encode
 from storage import Log
 from storage.cleaner import Cleaner
 from storage.config import LogConfig
+from storage.log_dir_failure import LogDirFailureChannel
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ class HostedReplica:
                  config: ReplicaConfig, purgatories: Purgatories,
                  fetchers: ReplicaFetcherManager, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int | None = None,
-                 clean_shutdown: bool = False, topic_id: str | None = None):
+                 clean_shutdown: bool = False, topic_id: str | None = None,
+                 failure_channel: LogDirFailureChannel | None = None):
         self.namespace = namespace
         self.broker_id = broker_id
         self.broker_log_config = dict(broker_log_config)
@@ -79,7 +81,8 @@ class HostedReplica:
                                                             broker=broker_log_config),
                             recovery_point=recovery_point, log_start_offset=log_start_offset,
                             high_watermark=high_watermark,
-                            clean_shutdown=clean_shutdown or not any(directory.glob("*.log")))
+                            clean_shutdown=clean_shutdown or not any(directory.glob("*.log")),
+                            failure_channel=failure_channel)
         # The host's config, purgatories (and their one timer) serve every hosted replica.
         self.replica = PartitionReplica(topic, partition, broker_id, self.log, clock=wall_ms,
                                         config=config, purgatories=purgatories)
@@ -121,6 +124,11 @@ class HostedReplica:
             self.log.dir.rename(doomed)
             await asyncio.to_thread(shutil.rmtree, doomed, True)
         return state
+
+    def log_dir_failed(self, message: str) -> None:
+        """A write outside the log's own operations (the cleaner's files) failed."""
+        if self.log.failure_channel is not None:
+            self.log.failure_channel.mark_offline(self.log.dir.parent, message)
 
     def checkpoint_state(self) -> tuple[int, int, int]:
         """(high watermark, recovery point, log start offset) for the broker's files."""
