@@ -97,6 +97,11 @@ class Hosts:
     root: Path = field(default_factory=lambda: Path("/tmp/rfk"))
     hosts: list[Host] = field(default_factory=list)
     env: dict = field(default_factory=dict)
+    # Filesystems of their own under ``root`` (relative path: tmpfs size), mounted before
+    # any Ray node starts: ``ip netns exec`` gives each host a copy of the machine's mounts
+    # as they are then, so a mount made later would not be seen there.
+    disks: dict[str, str] = field(default_factory=dict)
+    mounts: list[Path] = field(default_factory=list)
 
     @property
     def head(self) -> Host:
@@ -156,11 +161,34 @@ class Hosts:
             raise RuntimeError(f"ray start on {host.name} failed:\n{result.stdout[-2000:]}\n"
                                f"{result.stderr[-2000:]}")
 
+    # ---- disks -----------------------------------------------------------------------------
+    def mount_tmpfs(self, path: Path, size: str) -> Path:
+        """A filesystem of its own at ``path`` (a tmpfs of at most ``size``): a disk that
+        can be filled up without filling the machine's. Before ``up`` only (``disks``)."""
+        path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       check=True, capture_output=True)
+        self.mounts.append(path)
+        return path
+
+    def _unmount(self) -> None:
+        """Every mount under ``root``, this run's or a killed run's (lazily: a process
+        still holding a file there does not keep it)."""
+        with open("/proc/mounts") as f:
+            points = [line.split()[1] for line in f]
+        for point in sorted((p for p in points if p.startswith(str(self.root) + "/")),
+                            reverse=True):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+        self.mounts.clear()
+
     def up(self) -> "Hosts":
         cleanup(self.prefix)             # what a killed earlier run left
+        self._unmount()
         shutil.rmtree(self.root, ignore_errors=True)
         self.env = self._ray_env()
         try:
+            for path, size in self.disks.items():
+                self.mount_tmpfs(self.root / path, size)
             self._make_network()
             for host in self.hosts:
                 self._start_ray(host)
@@ -171,6 +199,7 @@ class Hosts:
 
     def down(self) -> None:
         cleanup(self.prefix)
+        self._unmount()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "Hosts":
@@ -209,6 +238,29 @@ class Hosts:
     def start_node(self, host: Host) -> None:
         """The host boots again: a Ray node joins at the same address, on the same disk."""
         self._start_ray(host)
+
+    def raylet_pid(self, host: Host) -> int | None:
+        for pid in namespace_pids(host.name):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"/raylet" in f.read().split(b"\0")[0] and alive(pid):
+                        return pid
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+        return None
+
+    def start_node_if_declared_dead(self, host: Host, wait_s: float = 20.0) -> bool:
+        """After a partition: a node Ray declared dead meanwhile is refused by the cluster
+        when it reconnects, and its raylet exits. Wait up to ``wait_s`` for that; if it
+        happened, end what is left on the host and start its Ray node again."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self.raylet_pid(host) is None:
+                self.kill_node(host)
+                self.start_node(host)
+                return True
+            time.sleep(0.5)
+        return False
 
     # ---- drivers -----------------------------------------------------------------------
     def run_driver(self, module: str, *args: str, timeout: float = 600

@@ -17,9 +17,17 @@ Nemeses (chosen at random per the seed, one at a time, each held 2-6 s):
   files;
 - ``slow``: a worker host's link slowed both ways to 256 kbit/s - 2 Mbit/s (a token bucket
   filter: ``tc``'s netem, for delay and loss, is not in this machine's kernel).
+- ``disk``: a broker's log directory (each is a tmpfs of its own) filled to the last byte,
+  then emptied of the filler: the broker's next write fails, its log directory goes offline
+  and it halts, as Kafka's does; Ray starts it again and it serves once there is room.
 
-Partitions stay shorter than Ray's own node-failure detection (~15 s): a node Ray declares
-dead is not let back in, which is Ray's fault model rather than rafka's.
+- ``isolate``: a worker host cut off for 60-75 s, longer than Ray's node-failure detection
+  (with Ray's defaults, 5 health checks that time out after 10 s, 3 s apart: ~50-65 s;
+  a killed node, which refuses them at once, is declared dead in ~15 s). Ray declares the
+  node dead and does not let it back in: its raylet exits when the link comes back, taking
+  the node's processes with it. As an operator would, the harness
+  then starts the host's Ray node again (on the same disk, at the same address), where Ray
+  restarts its broker. The other nemeses stay shorter than that detection.
 
 ``--acks 1`` runs the workload with acks=1 and no idempotence: what a leader acknowledged
 before a fault took it away may be lost, as Kafka documents; such runs report it rather
@@ -35,10 +43,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.faults.hosts import REPO, Hosts, _ip
 
-NEMESES = ("partition", "split", "kill", "pause", "slow", "node")
+FILLER = "disk-nemesis-filler"
+
+NEMESES = ("partition", "split", "kill", "pause", "slow", "node", "disk", "isolate")
+# Each broker's log directory is a tmpfs of its own, of at most this size.
+LOG_DIR_SIZE = "1g"
 
 
 def _split(hosts: Hosts, sides: tuple[list, list], add: bool) -> None:
@@ -61,8 +74,37 @@ def _slow(hosts: Hosts, host, kbit: int | None) -> None:
                 "burst", "16kbit", "latency", "400ms", check=True)
 
 
-def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list) -> None:
+def _fill(directory: Path) -> int:
+    """Write a filler file in ``directory`` until its filesystem is full; its size."""
+    fd = os.open(directory / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        while True:
+            os.write(fd, bytes(1 << 20))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        while True:  # the last partial megabyte
+            with open(directory / FILLER, "ab", buffering=0) as f:
+                f.write(bytes(4096))
+    except OSError:
+        pass
+    return (directory / FILLER).stat().st_size
+
+
+def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
+           log_dirs: list[Path] | None = None) -> None:
     hold = rng.uniform(2, 6)
+    if nemesis == "disk":
+        directory = rng.choice(log_dirs)
+        size = _fill(directory)
+        log.append(f"disk {directory.name} full ({size >> 20} MiB filler) {hold:.1f}s")
+        try:
+            time.sleep(hold)
+        finally:
+            (directory / FILLER).unlink(missing_ok=True)
+        return
     if nemesis == "split":
         shuffled = rng.sample(hosts.hosts, len(hosts.hosts))
         cut = rng.randint(1, len(shuffled) - 1)
@@ -93,6 +135,18 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list) -> None:
             time.sleep(hold)
         finally:
             _ip("link", "set", host.veth, "up")
+        return
+    if nemesis == "isolate":
+        host = rng.choice(hosts.hosts[1:])
+        hold = rng.uniform(60, 75)
+        _ip("link", "set", host.veth, "down")
+        try:
+            time.sleep(hold)
+        finally:
+            _ip("link", "set", host.veth, "up")
+        restarted = hosts.start_node_if_declared_dead(host, wait_s=30)
+        log.append(f"isolate {host.address} {hold:.1f}s"
+                   + ("; Ray declared the node dead: started again" if restarted else ""))
         return
     if nemesis == "node":
         host = rng.choice(hosts.hosts[1:])
@@ -130,9 +184,11 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list) -> None:
 def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
             acks: str = "all") -> dict:
     rng = random.Random(seed)
-    with Hosts(workers=brokers - 1) as hosts:
+    disks = {f"work/data/broker-{b}": LOG_DIR_SIZE for b in range(brokers)}
+    with Hosts(workers=brokers - 1, disks=disks) as hosts:
         work = hosts.root / "work"
         work.mkdir(parents=True, exist_ok=True)
+        log_dirs = [hosts.root / path for path in disks]
         driver = subprocess.Popen(
             ["ip", "netns", "exec", hosts.head.name, sys.executable, "-m",
              "tests.faults.workload", "--dir", str(work), "--seconds", str(seconds),
@@ -151,7 +207,7 @@ def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
             end = time.monotonic() + seconds
             time.sleep(min(3, seconds / 4))         # some records before the first fault
             while time.monotonic() < end - 2:
-                inject(hosts, rng.choice(nemeses), rng, log)
+                inject(hosts, rng.choice(nemeses), rng, log, log_dirs)
                 time.sleep(rng.uniform(0.5, 2))
             (work / "healed").write_text("healed")
             out, err = driver.communicate(timeout=900)
@@ -160,7 +216,10 @@ def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
             raise
         if driver.returncode != 0:
             raise RuntimeError(f"the workload failed ({driver.returncode}):\n{err[-4000:]}")
-        summary = json.loads(out.strip().splitlines()[-1])
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if not lines:
+            raise RuntimeError(f"the workload printed no summary:\n{out[-3000:]}\n{err[-3000:]}")
+        summary = json.loads(lines[-1])
         summary.update(seed=seed, faults=log)
         return summary
 
@@ -186,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['acknowledged']}, lost {s['lost']}, duplicated {s['duplicated']}, "
               f"phantom {s['phantom']}, out of order {s['out_of_order']}, diverged "
               f"{s['diverged']}, commits backwards {s['commits_backwards']}, serving again "
-              f"{s['recovery_s']} s after healing, every broker back {s['brokers_back_s']} s after",
+              f"{s['recovery_s']} s after healing, every broker back {s['brokers_back_s']} s "
+              f"after; brokers restarted {s['brokers_restarted']}",
               flush=True)
         totals["runs"] += 1
         totals["faults"] += len(s["faults"])

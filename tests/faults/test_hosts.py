@@ -38,11 +38,13 @@ def test_a_cluster_across_four_hosts_serves_records_and_is_torn_down():
 
 def test_a_short_fault_run_loses_repeats_and_diverges_nothing():
     """The short form of ``python -m tests.faults.run``: 12 s of idempotent acks=all
-    sends (RF=3, min.insync.replicas=2) through partitions, broker kills and pauses on
-    four hosts; every acknowledged record read back once in order, replicas identical up
-    to the HW, commits never backwards, serving again soon after healing."""
+    sends (RF=3, min.insync.replicas=2) through the nemeses drawn at random (all but
+    ``isolate``, which holds a host apart for over a minute) on four hosts; every
+    acknowledged record read back once in order, replicas identical up to the HW, commits
+    never backwards, serving again soon after healing."""
     from tests.faults.run import NEMESES, one_run
-    s = one_run(seed=3, nemeses=list(NEMESES), seconds=12, brokers=4)
+    s = one_run(seed=3, nemeses=[n for n in NEMESES if n != "isolate"], seconds=12,
+                brokers=4)
     assert s["faults"] and s["acknowledged"] > 1000, s
     assert {k: s[k] for k in ("lost", "duplicated", "phantom", "out_of_order",
                               "commits_backwards")} == dict.fromkeys(

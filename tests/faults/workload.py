@@ -96,10 +96,15 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
     producer.close()
     recovery_s = serves_again(cluster, healed_at)
     brokers_back_s = all_brokers_back(cluster, healed_at)
+    # Brokers running in another process than at the start: killed, or halted (a full log
+    # directory), and started again by Ray.
+    restarted = sorted(b for b, info in state["brokers"].items()
+                       if cluster.broker_pid(b) != info["pid"])
     stop.set()
     reader.join(60)
     return {"acks": acks, "sent": len(sent), "acknowledged": len(acked), "failed": failed,
             "recovery_s": round(recovery_s, 2), "brokers_back_s": round(brokers_back_s, 2),
+            "brokers_restarted": restarted,
             **check(cluster, sent, acked, commits),
             "consumer_errors": errors[:3]}
 
