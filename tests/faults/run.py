@@ -45,9 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.disks import FILLER, fill
 from tests.faults.hosts import REPO, Hosts, _ip
-
-FILLER = "disk-nemesis-filler"
 
 NEMESES = ("partition", "split", "kill", "pause", "slow", "node", "disk", "isolate")
 # Each broker's log directory is a tmpfs of its own, of at most this size.
@@ -74,31 +73,12 @@ def _slow(hosts: Hosts, host, kbit: int | None) -> None:
                 "burst", "16kbit", "latency", "400ms", check=True)
 
 
-def _fill(directory: Path) -> int:
-    """Write a filler file in ``directory`` until its filesystem is full; its size."""
-    fd = os.open(directory / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        while True:
-            os.write(fd, bytes(1 << 20))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    try:
-        while True:  # the last partial megabyte
-            with open(directory / FILLER, "ab", buffering=0) as f:
-                f.write(bytes(4096))
-    except OSError:
-        pass
-    return (directory / FILLER).stat().st_size
-
-
 def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
            log_dirs: list[Path] | None = None) -> None:
     hold = rng.uniform(2, 6)
     if nemesis == "disk":
         directory = rng.choice(log_dirs)
-        size = _fill(directory)
+        size = fill(directory)
         log.append(f"disk {directory.name} full ({size >> 20} MiB filler) {hold:.1f}s")
         try:
             time.sleep(hold)

@@ -4,12 +4,10 @@ acknowledged is lost, and once the directory has room again the broker serves an
 the ISR (Kafka's ReplicaManager.handleLogDirFailure, KIP-112)."""
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 
 import rafka
+from tests.disks import FILLER, fill, tmpfs
 from tests.runtime.conftest import cluster_with
 from tests.runtime.helpers import (check_read_back_once_in_order, send_through_fault,
                                    wait_until)
@@ -19,26 +17,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
 @pytest.fixture
 def broker_2_on_a_small_disk(tmp_path):
-    """Broker 2's log directory on its own 16 MiB tmpfs (root: CI runs as root)."""
-    assert os.geteuid() == 0, "mounting a tmpfs needs root (CI runs as root)"
-    disk = tmp_path / "data" / "broker-2"
-    disk.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], check=True)
-    try:
+    """Broker 2's log directory on its own 16 MiB tmpfs."""
+    with tmpfs(tmp_path / "data" / "broker-2", "16m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill(disk) -> None:
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while True:
-            os.write(fd, bytes(1 << 16))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def test_a_leader_whose_disk_fills_halts_and_loses_nothing_acknowledged(
@@ -60,7 +41,7 @@ def test_a_leader_whose_disk_fills_halts_and_loses_nothing_acknowledged(
         check_read_back_once_in_order(cluster, "full", results)
 
         # Room again: broker 2 registers, catches up and rejoins the ISR, its log whole.
-        (disk / "filler").unlink()
+        (disk / FILLER).unlink()
         cluster.wait_for_brokers([2], 60)
         wait_until(lambda: 2 in cluster.metadata()["topics"]["full"][0]["isr"], 60,
                    "broker 2 back in the ISR of full-0")

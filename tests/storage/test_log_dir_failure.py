@@ -3,7 +3,6 @@ The first failed write takes the directory offline, nothing is appended after it
 record appended before it is there when the log opens again with room on the disk."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from protocols.errors import KafkaStorageError
 from storage import Log
 from storage.log_dir_failure import LogDirFailureChannel, probe
+from tests.disks import tmpfs
 from tests.storage.conftest import batch, values
 
 CONFIG = {"segment.bytes": 64 * 1024, "index.interval.bytes": 512}
@@ -20,16 +20,8 @@ CONFIG = {"segment.bytes": 64 * 1024, "index.interval.bytes": 512}
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 256 KiB tmpfs at tmp_path/disk (root: CI runs as root), unmounted after."""
-    assert os.geteuid() == 0, "mounting a tmpfs needs root (CI runs as root)"
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
-                   check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "256k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def read_all(log: Log) -> list[bytes]:
