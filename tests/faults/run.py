@@ -218,8 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     totals = {"runs": 0, "faults": 0, "acknowledged": 0, "lost": 0, "duplicated": 0,
               "diverged": 0, "phantom": 0, "commits_backwards": 0}
     recoveries, returns = [], []
+    harness_errors = 0
     for n in range(args.runs):
-        s = one_run(args.seed + n, nemeses, args.seconds, args.brokers, args.acks)
+        try:
+            s = one_run(args.seed + n, nemeses, args.seconds, args.brokers, args.acks)
+        except Exception as e:  # noqa: BLE001 - the run could not be checked: say why, go on
+            harness_errors += 1
+            print(f"run {n + 1}/{args.runs} seed {args.seed + n}: not checked: "
+                  f"{type(e).__name__}: {str(e)[-3000:]}", flush=True)
+            continue
         print(f"run {n + 1}/{args.runs} seed {s['seed']}: {len(s['faults'])} faults "
               f"({'; '.join(s['faults'])}); sent {s['sent']}, acknowledged "
               f"{s['acknowledged']}, lost {s['lost']}, duplicated {s['duplicated']}, "
@@ -235,9 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         totals["diverged"] += len(s["diverged"])
         recoveries.append(s["recovery_s"])
         returns.append(s["brokers_back_s"])
+    if not recoveries:
+        print(f"summary: no run could be checked ({harness_errors} not checked)", flush=True)
+        return 1
     recoveries.sort()
     returns.sort()
-    print(f"summary (acks={args.acks}): {totals['runs']} runs, {totals['faults']} faults, "
+    print(f"summary (acks={args.acks}): {totals['runs']} runs checked, {harness_errors} not "
+          f"checked, {totals['faults']} faults, "
           f"{totals['acknowledged']} acknowledged, {totals['lost']} lost, "
           f"{totals['duplicated']} duplicated, {totals['phantom']} phantom, "
           f"{totals['diverged']} diverged partitions, {totals['commits_backwards']} commits "
@@ -246,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
           f"max {returns[-1]} s", flush=True)
     # acks=1 without idempotence may lose what a leader acknowledged alone, and a retry may
     # write a record twice (Kafka's documented trade): reported above, not failures.
-    bad = totals["phantom"] + totals["diverged"] + totals["commits_backwards"]
+    bad = (totals["phantom"] + totals["diverged"] + totals["commits_backwards"]
+           + harness_errors)
     if args.acks == "all":
         bad += totals["lost"] + totals["duplicated"]
     return 1 if bad else 0
