@@ -502,7 +502,11 @@ class BrokerActor:
 
     async def checkpoint(self) -> None:
         """replica.high.watermark.checkpoint.interval.ms: HWs, recovery points and log start
-        offsets of every replica to the directory's checkpoint files."""
+        offsets of every replica to the directory's checkpoint files. Not before the broker
+        serves: the node's timer keeps calling a broker started again, and one waiting for
+        room on a full disk would halt again on writing them."""
+        if not self.ready.is_set():
+            return
         await self._save_checkpoints(lambda host: host.checkpoint_states.remote())
 
     async def _save_checkpoints(self, call) -> None:

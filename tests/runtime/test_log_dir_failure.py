@@ -34,7 +34,7 @@ def test_a_leader_whose_disk_fills_halts_and_loses_nothing_acknowledged(
 
         # The leader's next append failed: broker 2 halted (Ray started it again, and it
         # waits for room), leadership moved to an ISR member, and the sends went on there.
-        assert cluster.broker_pid(2) != before
+        wait_until(lambda: cluster.broker_pid(2) != before, 30, "broker 2 to halt")
         meta = cluster.metadata()["topics"]["full"][0]
         assert meta["leader"] in (0, 1) and 2 not in meta["isr"], meta
         assert {m.offset for m in results} == set(range(len(results)))
