@@ -87,7 +87,7 @@ def _writes(action: str):
             channel = self.failure_channel
             if channel is None:
                 return fn(self, *args, **kwargs)
-            log_dir = self.dir.parent
+            log_dir = self.log_dir
             channel.check(log_dir)
             try:
                 return fn(self, *args, **kwargs)
@@ -123,8 +123,10 @@ class Log:
         self.producer_state = ProducerStateManager(self.dir)
         # Tests set this to raise at a named step and so simulate a crash there.
         self.fault_injector: Callable[[str], None] | None = None
-        # The broker's: an I/O error takes the log directory offline (``_writes``).
+        # The broker's: an I/O error takes the log directory offline (``_writes``). The
+        # directory's name is kept as text: it is looked up on every append.
         self.failure_channel: LogDirFailureChannel | None = None
+        self.log_dir = str(self.dir.parent)
 
     # ==== opening and recovery ============================================================
     @classmethod

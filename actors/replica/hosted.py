@@ -128,7 +128,7 @@ class HostedReplica:
     def log_dir_failed(self, message: str) -> None:
         """A write outside the log's own operations (the cleaner's files) failed."""
         if self.log.failure_channel is not None:
-            self.log.failure_channel.mark_offline(self.log.dir.parent, message)
+            self.log.failure_channel.mark_offline(self.log.log_dir, message)
 
     def checkpoint_state(self) -> tuple[int, int, int]:
         """(high watermark, recovery point, log start offset) for the broker's files."""

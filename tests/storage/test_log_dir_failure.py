@@ -72,15 +72,11 @@ def test_an_index_page_on_a_full_disk_is_an_error_not_a_sigbus(small_disk):
     a full tmpfs would kill the process with SIGBUS. Each page is allocated first, so the
     append fails as an OSError. Run in a child process: a SIGBUS would kill pytest."""
     code = f"""
-import os
+from pathlib import Path
 from storage.index import OffsetIndex
+from tests.disks import fill
 index = OffsetIndex({str(small_disk / 'x.index')!r}, 0, max_index_size=1 << 20)
-fd = os.open({str(small_disk / 'filler')!r}, os.O_WRONLY | os.O_CREAT)
-try:
-    while True:
-        os.write(fd, bytes(4096))
-except OSError:
-    pass
+fill(Path({str(small_disk)!r}))
 try:
     for i in range(100_000):
         index.append(i, i)
