@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 
 from protocols.errors import StaleControllerEpochError
-from protocols.messages import UpdateMetadata
+from protocols.messages import LeaderAndIsr, UpdateMetadata
 
 
 def check_controller_epoch(current: int, received: int) -> None:
@@ -23,9 +23,9 @@ def queue_batch(waiting: deque[list], batch: list) -> None:
 
     An UpdateMetadata is the whole image, so one not sent yet is superseded by a newer one
     (at 1,000 partitions each is ~70 KB, and every ISR change makes one). The newest image
-    takes the place of the first one waiting, not the end of the queue: a LeaderAndIsr
-    queued before it must still reach the broker with an image naming its topic, whose
-    configs (min.insync.replicas, retention, ...) the replica opens with. Kafka's controller
+    takes the place of the first one waiting beside a LeaderAndIsr, not the end of the
+    queue: that LeaderAndIsr, queued before it, must still reach the broker with an image
+    naming its topic, whose configs (min.insync.replicas, retention, ...) the replica opens with. Kafka's controller
     likewise sends a starting broker its UpdateMetadata before any LeaderAndIsr."""
     newest = next((m for m in reversed(batch) if isinstance(m, UpdateMetadata)), None)
     if newest is not None:
@@ -34,7 +34,9 @@ def queue_batch(waiting: deque[list], batch: list) -> None:
             at = [i for i, m in enumerate(queued) if isinstance(m, UpdateMetadata)]
             if not at:
                 continue
-            if not placed:
+            # Only a batch with a LeaderAndIsr needs its image; one that was an image alone
+            # empties and is not sent, so a change is still one request per broker.
+            if not placed and any(isinstance(m, LeaderAndIsr) for m in queued):
                 queued[at[0]] = newest
                 at = at[1:]
                 placed = True
