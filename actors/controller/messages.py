@@ -26,7 +26,8 @@ def queue_batch(waiting: deque[list], batch: list) -> None:
     takes the place of the first one waiting beside a LeaderAndIsr, not the end of the
     queue: that LeaderAndIsr, queued before it, must still reach the broker with an image
     naming its topic, whose configs (min.insync.replicas, retention, ...) the replica opens
-    with. Kafka's controller likewise sends a starting broker its UpdateMetadata before any LeaderAndIsr."""
+    with. Kafka's controller likewise sends a starting broker its UpdateMetadata before any
+    LeaderAndIsr."""
     newest = next((m for m in reversed(batch) if isinstance(m, UpdateMetadata)), None)
     if newest is not None:
         placed = False
