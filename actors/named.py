@@ -1,12 +1,14 @@
-"""Starting a named actor on this node (names: ``actors.names``)."""
+"""Starting, finding and fencing named actors (names: ``actors.names``)."""
 from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
 from ray.exceptions import ActorAlreadyExistsError
+from ray.experimental.internal_kv import _internal_kv_get
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
@@ -30,3 +32,29 @@ async def create_named(actor_cls, name: str, namespace: str, *args, **options) -
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.05)
+
+
+# Ray's name lookups and store reads go to the GCS and wait for its answer: on a host cut
+# off from the head that is up to a minute, and from an actor's event loop it would stop
+# everything the actor serves. They run in threads of their own; a caller gives up on one
+# after its own timeout.
+_GCS_CALLS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rafka-gcs")
+
+
+async def lookup(name: str, namespace: str, timeout_s: float = 10.0) -> Any | None:
+    """The live actor of that name, or None when there is none. Raises TimeoutError when
+    the GCS does not answer in time (this host may be cut off from the head)."""
+    def get():
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return None
+    return await asyncio.wait_for(
+        asyncio.get_running_loop().run_in_executor(_GCS_CALLS, get), timeout_s)
+
+
+async def gcs_get(key: str, timeout_s: float = 5.0) -> bytes | None:
+    """A key of the GCS's store as the GCS holds it now (always asked: nothing cached).
+    Raises TimeoutError when the GCS does not answer in time."""
+    return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+        _GCS_CALLS, _internal_kv_get, key), timeout_s)

@@ -4,10 +4,10 @@ It owns ``<data_dir>/broker-<id>/`` and its directory-level checkpoint files, st
 replica hosts (``ReplicaHostActor``, ``num.replica.hosts`` of them, each holding many of its
 partition replicas) and its ``TimerActor`` on its own node (owned by it, so they die with
 it), says which host holds each of its replicas (``replica_host``), registers with the
-controller and heartbeats, applies the controller's
-LeaderAndIsr / StopReplica / UpdateMetadata (refusing an older controller epoch), and runs
-controlled shutdown. If there is no controller, or the one there stops answering for a
-session timeout, it races to become it (see ``actors.controller.actor``). When its process
+controller and heartbeats (``actors.broker.lifecycle``: if there is no controller, or the
+one there has stopped, it races to become it), applies the controller's LeaderAndIsr /
+StopReplica / UpdateMetadata (refusing an older controller epoch), and runs controlled
+shutdown. When its process
 dies Ray restarts it on the same node (``max_restarts``); the new incarnation reopens the
 logs from disk and registers again, and the controller treats it as a broker that failed and
 came back.
@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import ray
-from ray.exceptions import ActorAlreadyExistsError
 
 from actors.broker.config import ClusterConfig
+from actors.broker.lifecycle import BrokerLifecycle
 from actors.broker.state import BrokerState, ControlledShutdown
-from actors.controller.actor import ControllerActor
 from actors.coordinator.actor import GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
-from actors.named import create_named, here
-from actors.names import (CONTROLLER, broker_name, coordinator_name, dedicated_host_name,
-                          namespace_for, replica_host_name)
+from actors.named import create_named
+from actors.names import (broker_name, coordinator_name, dedicated_host_name, namespace_for,
+                          replica_host_name)
 from actors.replica.host import ReplicaHostActor
 from actors.replica.placement import default_num_replica_hosts, host_index
 from actors.timer.actor import keep_scheduled, node_timer
@@ -50,7 +49,7 @@ from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOIN
 log = logging.getLogger(__name__)
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
-class BrokerActor:
+class BrokerActor(BrokerLifecycle):
     def __init__(self, cluster_name: str, broker_id: int, data_dir: str, config: dict,
                  rack: str | None = None, brokers_on_node: int = 1):
         self.cluster_name = cluster_name
@@ -149,8 +148,7 @@ class BrokerActor:
                  (f"{key}:isr_expiry", max(1, b["replica.lag.time.max.ms"] // 2), me,
                   "isr_expiry")],
                 lambda: not self._stopping))
-            controller = await self._ensure_controller()
-            await self._register(controller)
+            await self._join()
             self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeats())
             self.ready.set()
         except Exception:
@@ -244,66 +242,6 @@ class BrokerActor:
     async def wait_ready(self) -> int:
         await self.ready.wait()
         return self.broker_id
-
-    async def _ensure_controller(self):
-        """The controller's handle, racing to become it when there is none."""
-        while not self._stopping:
-            if self._controller is not None:
-                return self._controller
-            try:
-                handle = ray.get_actor(CONTROLLER, namespace=self.namespace)
-            except ValueError:
-                try:
-                    handle = ControllerActor.options(
-                        name=CONTROLLER, namespace=self.namespace,
-                        scheduling_strategy=here()).remote(
-                            self.cluster_name, self.namespace, self.data_dir,
-                            self.cfg.controller, self.broker_id)
-                except (ActorAlreadyExistsError, ValueError):
-                    continue  # another broker won the race: take its handle next time round
-            try:
-                await asyncio.wait_for(handle.ping.remote(), self._session_s())
-            except Exception:
-                # Dead (its name not yet freed) or frozen: fence it and race again.
-                ray.kill(handle, no_restart=True)
-                await asyncio.sleep(0.05)
-                continue
-            self._controller = handle
-            return handle
-        raise asyncio.CancelledError()
-
-    def _session_s(self) -> float:
-        return self.cfg.controller.get("broker.session.timeout.ms", 9000) / 1000
-
-    async def _register(self, controller) -> None:
-        self.state.on_registered(await controller.register_broker.remote(
-            self.broker_id, self.incarnation, self.rack, self.endpoints))
-
-    async def _heartbeats(self) -> None:
-        interval = self.cfg.broker["broker.heartbeat.interval.ms"] / 1000
-        last_answer = time.monotonic()
-        while not self._stopping:
-            await asyncio.sleep(interval)
-            controller = None
-            try:
-                controller = await self._ensure_controller()
-                _, register = await asyncio.wait_for(
-                    controller.heartbeat.remote(self.broker_id, self.incarnation),
-                    self._session_s())
-                last_answer = time.monotonic()
-                if register:
-                    await self._register(controller)
-            except asyncio.CancelledError:
-                raise
-            except asyncio.TimeoutError:
-                if time.monotonic() - last_answer > self._session_s() and controller:
-                    log.warning("broker %d: controller unresponsive for a session timeout; "
-                                "fencing it", self.broker_id)
-                    ray.kill(controller, no_restart=True)
-                    self._controller = None
-            except Exception as e:  # died: race for the name
-                log.info("broker %d: controller lost (%r)", self.broker_id, e)
-                self._controller = None
 
     # ---- controller requests ---------------------------------------------------------------
     async def apply_controller_messages(self, batch: bytes) -> bytes:

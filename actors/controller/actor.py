@@ -27,8 +27,10 @@ import msgpack
 import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
+from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
+from actors.named import lookup
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
@@ -118,6 +120,7 @@ class ControllerActor:
         # Strong references: the event loop keeps only weak ones to its tasks.
         self._background = asyncio.get_running_loop().create_task(self._schedule_background())
         self._lag_watch = asyncio.get_running_loop().create_task(self._watch_loop_lag())
+        self._lease = asyncio.get_running_loop().create_task(self._renew_lease())
 
     # ---- checkpoints and fencing -----------------------------------------------------------
     def _checkpoint(self) -> None:
@@ -162,6 +165,19 @@ class ControllerActor:
                 self._dispatch(msgs)
         finally:
             self._writer = None
+
+    async def _renew_lease(self) -> None:
+        """Renew this controller's lease in the GCS (``actors.controller.lease``): brokers
+        fence a controller only once its lease stands still. Each write waits for the GCS
+        in a worker thread, so a controller cut off from the head renews nothing."""
+        key = LEASE_KEY.format(name=self.name)
+        interval = renew_interval_ms(self.state.config["broker.session.timeout.ms"]) / 1000
+        renewal = 0
+        while True:
+            renewal += 1
+            value = lease_value(self.state.controller_epoch, renewal)
+            await asyncio.to_thread(_internal_kv_put, key, value, True)
+            await asyncio.sleep(interval)
 
     async def _watch_loop_lag(self) -> None:
         """Say when this actor's event loop was held up for over a second: brokers fence a
@@ -269,8 +285,9 @@ class ControllerActor:
         for attempt in range(2):
             try:
                 if handle is None:
-                    handle = ray.get_actor(broker_name(broker_id),
-                                           namespace=self.namespace)
+                    handle = await lookup(broker_name(broker_id), self.namespace)
+                    if handle is None:
+                        raise LookupError(f"no broker {broker_id} at the moment")
                 await handle.apply_controller_messages.remote(encode(batch))
                 break
             except Exception as e:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import ray
 
+from actors.named import lookup
 from actors.names import broker_name
 from actors.process import freeze_startup_objects, keep_freed_memory
 from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
@@ -149,8 +150,9 @@ class ReplicaHostActor:
                   message)
         while True:
             try:
-                broker = ray.get_actor(broker_name(self.broker_id), namespace=self.namespace)
-                await broker.log_dir_failed.remote(log_dir, message)
+                broker = await lookup(broker_name(self.broker_id), self.namespace)
+                if broker is not None:
+                    await broker.log_dir_failed.remote(log_dir, message)
             except Exception as e:  # the broker halts: its call never answers
                 log.info("replica host %s: log dir failure reported (%r)", self.name, e)
             await asyncio.sleep(1.0)

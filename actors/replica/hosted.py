@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import ray
 
+from actors.named import lookup
 from actors.names import CONTROLLER
 from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetcher_manager import ReplicaFetcherManager
@@ -253,7 +253,9 @@ class HostedReplica:
         sender = self.alter_sender
         try:
             if self._controller is None:
-                self._controller = ray.get_actor(CONTROLLER, namespace=self.namespace)
+                self._controller = await lookup(CONTROLLER, self.namespace)
+                if self._controller is None:
+                    raise LookupError("no controller at the moment")
             answer = decode(await asyncio.wait_for(
                 self._controller.alter_partition.remote(encode(proposal)),
                 self.alter_timeout_s))

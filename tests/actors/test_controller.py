@@ -446,3 +446,28 @@ def test_create_topics_refuses_non_positive_partitions_and_replication_as_kafka_
     assert "zero" not in state.topics
     state.create_topic("defaults", -1, -1)
     assert len([tp for tp in state.partitions if tp[0] == "defaults"]) == 2
+
+
+# ---- the controller's lease ------------------------------------------------------------
+def test_a_lease_that_stood_still_for_half_a_session_has_expired():
+    """Brokers fence a controller only on this: the same lease read half a session apart
+    (three renewals missed). Found by the fault harness: a broker cut off from every host
+    killed the controller everyone else reached, once the link came back."""
+    from actors.controller.lease import LeaseReading, lease_expired, lease_value
+    session = 9000
+    held = lease_value(3, 17)
+    assert lease_expired(LeaseReading(held, 1000), LeaseReading(held, 5500), session)
+    # It moved on: the controller renews, and the trouble is between it and this broker.
+    assert not lease_expired(LeaseReading(held, 1000), LeaseReading(lease_value(3, 18), 9000),
+                             session)
+    # A successor's lease differs even at the same renewal count.
+    assert not lease_expired(LeaseReading(held, 0), LeaseReading(lease_value(4, 17), 9000),
+                             session)
+    # Too short a window to tell a frozen controller from the time between two renewals.
+    assert not lease_expired(LeaseReading(held, 1000), LeaseReading(held, 5499), session)
+
+
+def test_a_controller_renews_its_lease_at_least_three_times_in_half_a_session():
+    from actors.controller.lease import renew_interval_ms
+    for session in (1000, 6000, 9000, 45000):
+        assert 3 * renew_interval_ms(session) <= session // 2

@@ -210,16 +210,32 @@ class Hosts:
 
     # ---- processes on a host ---------------------------------------------------------------
     def broker_pid(self, host: Host) -> int | None:
-        """The pid of the rafka broker running on the host now (Ray titles an actor's
-        process ``ray::BrokerActor...``), or None while there is none."""
+        """The pid of the rafka broker running on the host now, or None while there is
+        none."""
+        return self.actor_pid(host, "BrokerActor")
+
+    def actor_pid(self, host: Host, actor_class: str) -> int | None:
+        """The pid of an actor of that class running on the host now (Ray titles an
+        actor's process ``ray::<class>...``), or None while there is none."""
+        title = f"ray::{actor_class}".encode()
         for pid in namespace_pids(host.name):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if f.read().startswith(b"ray::BrokerActor"):
+                    if f.read().startswith(title):
                         return pid
             except (FileNotFoundError, ProcessLookupError):
                 continue
         return None
+
+    def copy_logs(self, to: Path) -> None:
+        """Each host's Ray logs (rotated ones too) to ``to/<host name>``."""
+        for host in self.hosts:
+            for session in sorted((self.root / host.name).glob("session_2*")):
+                if (session / "logs").is_dir():
+                    shutil.copytree(session / "logs", to / host.name / session.name,
+                                    ignore=shutil.ignore_patterns("*.sock", "events",
+                                                                  "export_events"),
+                                    dirs_exist_ok=True)
 
     def kill_node(self, host: Host) -> int:
         """SIGKILL everything on the host (its raylet, object store, workers): the machine

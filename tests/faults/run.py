@@ -4,13 +4,15 @@
 Each run brings up a ``Hosts`` cluster (a Ray node per network namespace, one broker each),
 starts the workload driver on the head (``tests.faults.workload``), injects faults while it
 sends, heals them, and prints one line with what the checker found; a summary line ends.
-Nemeses (chosen at random per the seed, one at a time, each held 2-6 s):
+Nemeses (chosen at random per the seed, one at a time, each held 2-6 s unless said):
 
-- ``partition``: a worker host cut off from all others (its link down), then healed;
+- ``partition``: a worker host cut off from all others (its link down) for 2-20 s, shorter
+  or longer than a broker session, then healed;
 - ``split``: the hosts split in two halves at random, the head on either side (blackhole
   routes in each host for the other half's addresses), then healed;
 - ``kill``: a broker's process SIGKILLed (Ray starts it again; it recovers from its files);
-- ``pause``: a broker's process SIGSTOPped, then SIGCONTinued (a zombie that wakes up);
+- ``pause``: a broker's process, or one time in three the controller's, SIGSTOPped for
+  2-15 s, then SIGCONTinued (a zombie that wakes up, or that was fenced meanwhile);
 - ``node``: a worker host's every process SIGKILLed (its raylet and all under it), then the
   host started again: a new Ray node at the same address, on the same disk, where Ray
   restarts its broker (the workload places brokers by node address) to recover from its
@@ -49,6 +51,11 @@ from tests.disks import FILLER, fill
 from tests.faults.hosts import REPO, Hosts, _ip
 
 NEMESES = ("partition", "split", "kill", "pause", "slow", "node", "disk", "isolate")
+# Partitions and pauses last up to past the workload's broker session (6 s): a broker the
+# controller fenced meanwhile, a controller the brokers fenced, wakes up or comes back.
+# (Runs up to seed 109 held every nemesis 2-6 s and paused only brokers.)
+PARTITION_HOLD_S = (2, 20)
+PAUSE_HOLD_S = (2, 15)
 # Each broker's log directory is a tmpfs of its own, of at most this size.
 LOG_DIR_SIZE = "1g"
 
@@ -109,6 +116,7 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
         return
     if nemesis == "partition":
         host = rng.choice(hosts.hosts[1:])
+        hold = rng.uniform(*PARTITION_HOLD_S)
         _ip("link", "set", host.veth, "down")
         log.append(f"partition {host.address} {hold:.1f}s")
         try:
@@ -136,9 +144,16 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
         hosts.start_node(host)
         return
     host = rng.choice(hosts.hosts)
-    pid = hosts.broker_pid(host)           # now: Ray restarts a killed broker with a new pid
+    actor = "BrokerActor"
+    if nemesis == "pause":
+        hold = rng.uniform(*PAUSE_HOLD_S)
+        if rng.random() < 1 / 3:  # the controller's process, wherever it is now
+            actor = "ControllerActor"
+            host = next((h for h in hosts.hosts if hosts.actor_pid(h, actor)), host)
+    pid = hosts.actor_pid(host, actor)     # now: Ray restarts a killed broker with a new pid
+    what = "broker" if actor == "BrokerActor" else "controller"
     if pid is None:
-        log.append(f"{nemesis}: no broker on {host.address} at the moment")
+        log.append(f"{nemesis}: no {what} on {host.address} at the moment")
         return
     if nemesis == "kill":
         try:
@@ -150,10 +165,10 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
         return
     try:
         os.kill(pid, signal.SIGSTOP)
-        log.append(f"pause broker on {host.address} (pid {pid}) {hold:.1f}s")
+        log.append(f"pause {what} on {host.address} (pid {pid}) {hold:.1f}s")
         time.sleep(hold)
     except ProcessLookupError:
-        log.append(f"pause broker on {host.address}: pid {pid} gone")
+        log.append(f"pause {what} on {host.address}: pid {pid} gone")
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
@@ -162,8 +177,28 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
 
 
 def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
-            acks: str = "all") -> dict:
+            acks: str = "all", keep_logs: Path | None = None) -> dict:
+    """A run of the workload with nemeses drawn at random per the seed."""
     rng = random.Random(seed)
+
+    def faults(hosts: Hosts, work: Path, log_dirs: list[Path], log: list) -> None:
+        end = time.monotonic() + seconds
+        time.sleep(min(3, seconds / 4))         # some records before the first fault
+        while time.monotonic() < end - 2:
+            inject(hosts, rng.choice(nemeses), rng, log, log_dirs)
+            time.sleep(rng.uniform(0.5, 2))
+    summary = run_workload(faults, seconds, brokers, acks,
+                           keep_logs and keep_logs / f"seed-{seed}")
+    summary.update(seed=seed)
+    return summary
+
+
+def run_workload(faults, seconds: float, brokers: int, acks: str = "all",
+                 keep_logs: Path | None = None) -> dict:
+    """Bring up the hosts, start the workload on the head, call ``faults(hosts, work,
+    log_dirs, log)`` once it sends (it injects and heals, noting each fault in ``log``),
+    then tell the workload all is healed; its summary, with ``faults`` the log. With
+    ``keep_logs``, each host's Ray logs are copied there before the hosts go."""
     disks = {f"work/data/broker-{b}": LOG_DIR_SIZE for b in range(brokers)}
     with Hosts(workers=brokers - 1, disks=disks) as hosts:
         work = hosts.root / "work"
@@ -184,23 +219,22 @@ def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
                 time.sleep(0.2)
             # the workload has started its cluster: faults from now on
             log: list[str] = []
-            end = time.monotonic() + seconds
-            time.sleep(min(3, seconds / 4))         # some records before the first fault
-            while time.monotonic() < end - 2:
-                inject(hosts, rng.choice(nemeses), rng, log, log_dirs)
-                time.sleep(rng.uniform(0.5, 2))
+            faults(hosts, work, log_dirs, log)
             (work / "healed").write_text("healed")
             out, err = driver.communicate(timeout=900)
         except BaseException:
             driver.kill()
             raise
+        finally:
+            if keep_logs is not None:
+                hosts.copy_logs(keep_logs)
         if driver.returncode != 0:
             raise RuntimeError(f"the workload failed ({driver.returncode}):\n{err[-4000:]}")
         lines = [line for line in out.splitlines() if line.startswith("{")]
         if not lines:
             raise RuntimeError(f"the workload printed no summary:\n{out[-3000:]}\n{err[-3000:]}")
         summary = json.loads(lines[-1])
-        summary.update(seed=seed, faults=log)
+        summary.update(faults=log)
         return summary
 
 
@@ -213,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", type=int, default=4, help="hosts, one broker each")
     parser.add_argument("--acks", choices=("all", "1"), default="all",
                         help="acks=1 runs (no idempotence) report losses, not fail on them")
+    parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                        help="copy each run's Ray logs (every host's) to DIR/seed-<seed>")
     args = parser.parse_args(argv)
     nemeses = args.nemesis or list(NEMESES)
     totals = {"runs": 0, "faults": 0, "acknowledged": 0, "lost": 0, "duplicated": 0,
@@ -221,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     harness_errors = 0
     for n in range(args.runs):
         try:
-            s = one_run(args.seed + n, nemeses, args.seconds, args.brokers, args.acks)
+            s = one_run(args.seed + n, nemeses, args.seconds, args.brokers, args.acks,
+                        args.keep_logs)
         except Exception as e:  # noqa: BLE001 - the run could not be checked: say why, go on
             harness_errors += 1
             print(f"run {n + 1}/{args.runs} seed {args.seed + n}: not checked: "
@@ -233,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
               f"phantom {s['phantom']}, out of order {s['out_of_order']}, diverged "
               f"{s['diverged']}, commits backwards {s['commits_backwards']}, serving again "
               f"{s['recovery_s']} s after healing, every broker back {s['brokers_back_s']} s "
-              f"after; brokers restarted {s['brokers_restarted']}",
-              flush=True)
+              f"after; brokers restarted {s['brokers_restarted']}; controller epoch "
+              f"{s['controllers'][0]['epoch']} -> {s['controllers'][1]['epoch']}", flush=True)
         totals["runs"] += 1
         totals["faults"] += len(s["faults"])
         for key in ("acknowledged", "lost", "duplicated", "phantom", "commits_backwards"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -50,3 +51,36 @@ def test_a_short_fault_run_loses_repeats_and_diverges_nothing():
                               "commits_backwards")} == dict.fromkeys(
         ("lost", "duplicated", "phantom", "out_of_order", "commits_backwards"), 0), s
     assert s["diverged"] == [] and s["recovery_s"] < 60, s
+
+
+def test_a_broker_cut_off_past_its_session_fences_no_controller_after_healing():
+    """Found by the harness's ``isolate`` runs: a worker host cut off from all others for
+    longer than a broker session (here 15 s, past the workload's 6 s, short of Ray's ~50 s
+    node-failure detection). Its broker, hearing nothing from the controller, killed it;
+    Ray queued the kill for the GCS, which carried it out once the link came back, on the
+    controller every other broker had reached all along. A broker now kills the controller
+    only when the GCS confirms the name is still that controller's, which a host cut off
+    from the head cannot get. The controller (on another host) keeps its epoch through the
+    isolation and after it, and the checker finds nothing lost, repeated or diverged."""
+    from tests.faults.hosts import _ip
+    from tests.faults.run import run_workload
+
+    def isolate_a_broker_beside_no_controller(hosts, work, log_dirs, log):
+        controller_node = json.loads((work / "state.json").read_text())["controller"]["node"]
+        victim = next(h for h in hosts.hosts[1:] if h.address != controller_node)
+        time.sleep(3)
+        _ip("link", "set", victim.veth, "down")
+        log.append(f"isolate {victim.address} 15s (controller on {controller_node})")
+        try:
+            time.sleep(15)
+        finally:
+            _ip("link", "set", victim.veth, "up")
+        time.sleep(10)  # a kill queued by the isolated side would land by now
+
+    s = run_workload(isolate_a_broker_beside_no_controller, seconds=30, brokers=4)
+    before, after = s["controllers"]
+    assert after == before, s
+    assert {k: s[k] for k in ("lost", "duplicated", "phantom", "out_of_order",
+                              "commits_backwards")} == dict.fromkeys(
+        ("lost", "duplicated", "phantom", "out_of_order", "commits_backwards"), 0), s
+    assert s["diverged"] == [] and s["acknowledged"] > 1000, s

@@ -59,7 +59,8 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
         "min.insync.replicas": 2}), rafka.NewTopic("jepsen-probe", 1, 3)])
     nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in __import__("ray").nodes()}
     state = {"brokers": {b: {"pid": cluster.broker_pid(b), "node": nodes.get(n)}
-                         for b, n in cluster.broker_nodes.items()}}
+                         for b, n in cluster.broker_nodes.items()},
+             "controller": controller(cluster)}
     (work / "state.tmp").write_text(json.dumps(state))
     os.replace(work / "state.tmp", work / "state.json")
 
@@ -105,8 +106,17 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
     return {"acks": acks, "sent": len(sent), "acknowledged": len(acked), "failed": failed,
             "recovery_s": round(recovery_s, 2), "brokers_back_s": round(brokers_back_s, 2),
             "brokers_restarted": restarted,
+            "controllers": [state["controller"], controller(cluster)],
             **check(cluster, sent, acked, commits),
             "consumer_errors": errors[:3]}
+
+
+def controller(cluster) -> dict:
+    """The controller now: its epoch, the broker it lives beside and that broker's node."""
+    import ray
+    epoch, broker_id = ray.get(cluster.controller(60).ping.remote())
+    return {"epoch": epoch, "broker": broker_id,
+            "node": cluster.broker_addresses.get(broker_id)}
 
 
 def consume(cluster, stop: threading.Event, commits: list, errors: list) -> None:
