@@ -42,8 +42,8 @@ def _lazy(name: str, help_: str, module: str, configure: str = "configure",
     return Subcommand(name, help_, _configure, _run, description)
 
 
-SERVER = _lazy("server", "run a rafka cluster in the foreground (server start)",
-               "rafka.tools", "configure_server", "run_server")
+SERVER = _lazy("server", "run a rafka cluster in the foreground, or stop one (server start, "
+               "server stop)", "rafka.server_cli")
 TOPICS = _lazy("topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
                "rafka.topics_cli")
 CONSUMER_GROUPS = _lazy("consumer-groups", "list, describe, reset offsets of and delete "

@@ -1,14 +1,12 @@
-"""The command-line tools Kafka users know, for a rafka cluster: ``server start``,
-``console-producer``, ``console-consumer``, ``producer-perf-test``, ``consumer-perf-test``.
-Options and output lines follow Kafka's tools."""
+"""The command-line tools Kafka users know, for a rafka cluster: ``console-producer``,
+``console-consumer``, ``producer-perf-test``, ``consumer-perf-test`` (``server`` is in
+``rafka.server_cli``). Options and output lines follow Kafka's tools."""
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from rafka.cli_args import add_cluster_options, parse_key_values
 from rafka.throttle import ThroughputThrottler
@@ -17,79 +15,6 @@ from rafka.throttle import ThroughputThrottler
 def _connect(args):
     from rafka.cli_args import connect_cluster
     return connect_cluster(args)
-
-
-# ---- server start ----------------------------------------------------------------------------
-
-def configure_server(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    start = sub.add_parser("start", help="run an embedded cluster in the foreground until "
-                                         "Ctrl-C", description="Start a rafka cluster on Ray "
-                                         "(a local Ray unless --address) and keep it running "
-                                         "until Ctrl-C, then stop it cleanly.")
-    start.add_argument("--data-dir", default="./data", help="log directories (default ./data)")
-    start.add_argument("--num-brokers", type=int, default=3, help="brokers (default 3)")
-    start.add_argument("--name", default="default", help="cluster name (default: default)")
-    start.add_argument("--address", default=None, help="an existing Ray cluster's address")
-    start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="a broker config (repeatable), e.g. log.retention.hours=24")
-    start.add_argument("--wait-for-nodes", type=int, default=1, metavar="N",
-                       help="wait (up to 10 minutes) until the Ray cluster has N alive nodes "
-                            "before placing brokers on them, round robin (default 1)")
-
-
-def _wait_for_nodes(wanted: int, address: str | None, stop: threading.Event) -> None:
-    """Brokers go to the nodes alive when the cluster starts: on a fresh Ray cluster
-    (``ray up``), wait for the workers to join first."""
-    import ray
-
-    from rafka.ray_support import ensure_ray
-    ensure_ray(address)
-    deadline = time.monotonic() + 600
-    while not stop.is_set():
-        alive = sum(1 for n in ray.nodes() if n["Alive"])
-        if alive >= wanted:
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"only {alive} of {wanted} Ray nodes came up within 10 minutes")
-        print(f"waiting for Ray nodes: {alive}/{wanted} alive", flush=True)
-        stop.wait(5)
-
-
-def run_server(args: argparse.Namespace) -> int:
-    import ray
-
-    import rafka
-
-    stop = threading.Event()
-
-    def on_signal(*_) -> None:
-        stop.set()
-    # Installed explicitly (a process started in the background inherits SIGINT ignored)
-    # and before the brokers start, so a Ctrl-C while they start stops them cleanly once
-    # they are up; again after, in case ray.init installed its own.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    if args.wait_for_nodes > 1:
-        _wait_for_nodes(args.wait_for_nodes, args.address, stop)
-    overrides = parse_key_values(args.override, "--override")
-    cluster = rafka.Cluster.start(args.num_brokers, args.data_dir, overrides, name=args.name,
-                                  address=args.address)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    address = ray.get_runtime_context().gcs_address
-    print(f"rafka cluster '{args.name}' started: {args.num_brokers} brokers, data in "
-          f"{Path(args.data_dir).resolve()}")
-    print(f"connect with: rafka topics --cluster {args.name} --address {address} --list")
-    print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
-    print("(the same shell environment carries the Ray auth token; Ctrl-C stops the cluster)",
-          flush=True)
-    while not stop.wait(1):
-        pass
-    print("stopping...", flush=True)
-    cluster.shutdown()
-    print("stopped")
-    return 0
 
 
 # ---- console producer and consumer ---------------------------------------------------------

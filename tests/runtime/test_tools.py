@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -124,6 +125,69 @@ def test_server_start_serves_kafka_clients_as_the_readme_shows(ray_session, tmp_
     out = "".join(printed) + out
     assert "started: 1 brokers" in out and out.strip().endswith("stopped")
     assert (tmp_path / "d" / "broker-0" / ".kafka_cleanshutdown").exists()
+
+
+def test_server_stop_stops_a_running_server_with_a_controlled_shutdown(ray_session, tmp_path):
+    """``rafka server stop`` (kafka-server-stop.sh): the named cluster's brokers shut down
+    cleanly (each writes its clean-shutdown marker) and the ``server start`` running it
+    sees it stopped and exits 0; naming a cluster that is not running is an error."""
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.Popen([sys.executable, "-m", "rafka", "server", "start", "--data-dir",
+                             str(tmp_path / "d"), "--num-brokers", "2", "--name", "stoppable",
+                             "--address", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = []
+        deadline = time.monotonic() + 120
+        while not any(line.startswith("Kafka clients:") for line in printed):
+            assert time.monotonic() < deadline and proc.poll() is None, \
+                "server did not come up: " + "".join(printed)
+            printed.append(proc.stdout.readline())
+        missing = subprocess.run([sys.executable, "-m", "rafka", "server", "stop", "--name",
+                                  "nope", "--address", address],
+                                 capture_output=True, text=True, timeout=120)
+        assert missing.returncode == 1
+        assert "No rafka cluster named 'nope' is running" in missing.stderr
+        stop = subprocess.run([sys.executable, "-m", "rafka", "server", "stop", "--name",
+                               "stoppable", "--address", address],
+                              capture_output=True, text=True, timeout=180)
+        assert stop.returncode == 0, stop.stderr
+        assert "stopped rafka cluster 'stoppable'" in stop.stdout
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "rafka cluster 'stoppable' was stopped (rafka server stop)" in out
+    for b in (0, 1):
+        assert (tmp_path / "d" / f"broker-{b}" / ".kafka_cleanshutdown").exists()
+    assert "stoppable" not in rafka.Cluster.running()
+
+
+def test_the_broker_count_comes_from_a_cluster_launcher_config(tmp_path):
+    """``server start --cluster-config``: one broker per node the config lists (the head
+    and each on-premise worker address, or each node type's min_workers)."""
+    from rafka.server_cli import nodes_in_launch_config
+    local = tmp_path / "local.yaml"
+    local.write_text("provider: {type: local, head_ip: 10.0.0.10, "
+                     "worker_ips: [10.0.0.11, 10.0.0.12]}\n")
+    assert nodes_in_launch_config(local) == 3
+    alone = tmp_path / "alone.yaml"
+    alone.write_text("provider: {type: local, head_ip: 10.0.0.10, worker_ips: []}\n")
+    assert nodes_in_launch_config(alone) == 1
+    cloud = tmp_path / "cloud.yaml"
+    cloud.write_text("provider: {type: aws}\nhead_node_type: head\navailable_node_types:\n"
+                     "  head: {min_workers: 0}\n  cpu: {min_workers: 2}\n"
+                     "  gpu: {min_workers: 1}\n")
+    assert nodes_in_launch_config(cloud) == 4
+    # What `ray up` writes to the head (~/ray_bootstrap_config.yaml) from our cluster.yaml.
+    import yaml
+    from ray.autoscaler._private.util import prepare_config
+    root = Path(__file__).resolve().parents[2]
+    prepared = prepare_config(yaml.safe_load((root / "cluster.yaml").read_text()))
+    (tmp_path / "prepared.yaml").write_text(yaml.safe_dump(prepared))
+    assert nodes_in_launch_config(tmp_path / "prepared.yaml") == \
+        1 + len(prepared["provider"]["worker_ips"])
 
 
 def table(text: str) -> tuple[list[str], list[list[str]]]:
