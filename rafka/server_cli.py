@@ -5,13 +5,15 @@
 ``stop`` (from any process on the Ray cluster) has stopped it. On a cluster-launcher head,
 ``--cluster-config ~/ray_bootstrap_config.yaml`` places one broker per node the config
 lists, once they have all joined. ``stop`` stops the rafka clusters with a controlled
-shutdown (every broker's clean-shutdown marker written).
+shutdown (every broker's clean-shutdown marker written); with ``--ray-nodes`` it then stops
+Ray on every other node, which ``ray down`` does not do for the on-premise provider.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -52,6 +54,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="only this cluster (default: every rafka cluster on the Ray cluster)")
     stop.add_argument("--address", default=None,
                       help="the Ray cluster's address (default: the one on this machine)")
+    stop.add_argument("--ray-nodes", action="store_true",
+                      help="then stop Ray on every other node of the Ray cluster (`ray down` "
+                           "runs `ray stop` on the head only; cluster.yaml's head does this "
+                           "first)")
 
 
 def nodes_in_launch_config(path: Path) -> int:
@@ -159,4 +165,42 @@ def _stop(args: argparse.Namespace) -> int:
         print(f"stopping rafka cluster '{name}' (controlled shutdown)...", flush=True)
         Cluster.connect(name).shutdown()
         print(f"stopped rafka cluster '{name}'", flush=True)
+    if args.ray_nodes:
+        stop_ray_on_other_nodes()
     return 0
+
+
+def stop_ray_on_other_nodes(timeout_s: float = 60.0) -> None:
+    """``ray stop`` on every alive node but this one, each from a task placed there that
+    starts it detached (it ends the task's own worker), then wait until the GCS has seen
+    them go. (On one machine running several Ray nodes, ``ray stop`` ends them all.)"""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    others = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()
+              if n["Alive"] and n["NodeID"] != here}
+    if not others:
+        return
+    print(f"stopping Ray on the other nodes: {', '.join(sorted(others.values()))}",
+          flush=True)
+
+    @ray.remote(num_cpus=0)
+    def stop_ray_here() -> None:
+        cli = Path(sys.executable).with_name("ray")
+        subprocess.Popen(["sh", "-c", f"sleep 1; exec '{cli}' stop"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    ray.get([stop_ray_here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node, soft=False)).remote() for node in others], timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = {n["NodeManagerAddress"] for n in ray.nodes()
+                if n["Alive"] and n["NodeID"] in others}
+        if not left:
+            print("Ray stopped on the other nodes", flush=True)
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"Ray still running after {timeout_s:.0f} s on: "
+                             f"{', '.join(sorted(left))}")
+        time.sleep(1)

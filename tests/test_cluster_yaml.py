@@ -27,4 +27,13 @@ def test_cluster_yaml_passes_rays_schema():
     from rafka.cli import build_parser
     argv = server.split("rafka server start", 1)[1].split(">")[0].split()
     args = build_parser().parse_args(["server", "start", *argv])
-    assert (args.data_dir, args.wait_for_nodes) == ("/var/lib/rafka", 1)
+    # One broker per listed node, from the config ray up leaves on the head; no count to
+    # edit by hand. Kafka clients reach each broker at its node's address.
+    assert args.data_dir == "/var/lib/rafka"
+    assert (args.num_brokers, args.wait_for_nodes) == (None, None)
+    assert str(args.cluster_config) == "~/ray_bootstrap_config.yaml"
+    assert "listeners=PLAINTEXT://:9092" in args.override
+    # The local provider starts every listed worker: no max_workers to keep in step.
+    assert "max_workers" not in config
+    # Setting up needs no sudo where the user may write /var/lib (root, or a container).
+    assert any("mkdir -p /var/lib/rafka 2>/dev/null ||" in c for c in prepared["setup_commands"])

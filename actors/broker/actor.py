@@ -15,6 +15,7 @@ came back.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import shutil
@@ -73,7 +74,10 @@ class BrokerActor(BrokerLifecycle):
         self.checkpoints: dict[str, dict[TopicPartition, int]] = {
             k: f.read() for k, f in self._files.items()}
         self.brokers_on_node = brokers_on_node
-        self.controller_batches = 0  # controller requests received (describe shows it)
+        # Controller batches received, and per request kind (LeaderAndIsr, StopReplica,
+        # UpdateMetadata) the batches carrying one: what Kafka would count as requests.
+        self.controller_batches = 0
+        self.controller_requests: collections.Counter[str] = collections.Counter()
         self.hosts: list[Any] = []       # the shared hosts, by placement index
         self.dedicated: dict[TopicPartition, Any] = {}  # replica.placement=dedicated
         self._watchers: dict[Any, asyncio.Task] = {}  # strong refs: the loop keeps weak ones
@@ -249,6 +253,7 @@ class BrokerActor(BrokerLifecycle):
         from an older controller epoch is refused whole with STALE_CONTROLLER_EPOCH."""
         messages = decode(batch)
         self.controller_batches += 1
+        self.controller_requests.update({type(m).__name__ for m in messages})
         async with self._lock:
             try:
                 work = self.state.on_controller_batch(
@@ -500,6 +505,7 @@ class BrokerActor(BrokerLifecycle):
                 "replica_hosts": len(self.hosts), "dedicated_hosts": len(self.dedicated),
                 "host_restarts": self.host_restarts,
                 "controller_batches": self.controller_batches,
+                "controller_requests": dict(self.controller_requests),
                 "endpoints": self.endpoints,
                 "kafka_connections": self.socket_server.connection_count,
                 "kafka_connections_closed": dict(self.socket_server.closed_for),

@@ -29,7 +29,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SUBNET = "10.77.0"
-BRIDGE_ADDRESS = f"{SUBNET}.1"
 RAY_PORT = 6379
 
 
@@ -82,6 +81,29 @@ def cleanup(prefix: str) -> None:
             _ip("link", "del", link, check=False)
 
 
+def make_network(prefix: str, subnet: str, workers: int) -> list["Host"]:
+    """A bridge ``<prefix>br0`` at ``<subnet>.1`` and a namespace per host on it (the head
+    ``<prefix>-h`` at ``.10``, workers ``<prefix>-wN`` at ``.11``...), each reaching the
+    machine's side of the bridge as its default route."""
+    bridge = f"{prefix}br0"
+    _ip("link", "add", bridge, "type", "bridge")
+    _ip("addr", "add", f"{subnet}.1/24", "dev", bridge)
+    _ip("link", "set", bridge, "up")
+    names = [f"{prefix}-h"] + [f"{prefix}-w{i}" for i in range(1, workers + 1)]
+    hosts = []
+    for i, name in enumerate(names):
+        host = Host(name, f"{subnet}.{10 + i}", f"{prefix}v{i}", head=i == 0)
+        _ip("netns", "add", name)
+        _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", name)
+        _ip("link", "set", host.veth, "master", bridge, "up")
+        for args in (("addr", "add", f"{host.address}/24", "dev", "eth0"),
+                     ("link", "set", "eth0", "up"), ("link", "set", "lo", "up"),
+                     ("route", "add", "default", "via", f"{subnet}.1")):
+            _ip("-n", name, *args)
+        hosts.append(host)
+    return hosts
+
+
 @dataclass
 class Host:
     name: str        # the namespace
@@ -113,20 +135,7 @@ class Hosts:
 
     # ---- network ---------------------------------------------------------------------------
     def _make_network(self) -> None:
-        bridge = f"{self.prefix}br0"
-        _ip("link", "add", bridge, "type", "bridge")
-        _ip("addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", bridge)
-        _ip("link", "set", bridge, "up")
-        names = [f"{self.prefix}-h"] + [f"{self.prefix}-w{i}" for i in range(1, self.workers + 1)]
-        for i, name in enumerate(names):
-            host = Host(name, f"{SUBNET}.{10 + i}", f"{self.prefix}v{i}", head=i == 0)
-            _ip("netns", "add", name)
-            _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", name)
-            _ip("link", "set", host.veth, "master", bridge, "up")
-            self.exec(host, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
-            self.exec(host, "ip", "link", "set", "eth0", "up")
-            self.exec(host, "ip", "link", "set", "lo", "up")
-            self.hosts.append(host)
+        self.hosts = make_network(self.prefix, SUBNET, self.workers)
 
     def exec(self, host: Host, *cmd: str, **kwargs) -> subprocess.CompletedProcess:
         kwargs.setdefault("capture_output", True)
