@@ -34,11 +34,17 @@ async def create_named(actor_cls, name: str, namespace: str, *args, **options) -
             await asyncio.sleep(0.05)
 
 
-# Ray's name lookups and store reads go to the GCS and wait for its answer: on a host cut
-# off from the head that is up to a minute, and from an actor's event loop it would stop
-# everything the actor serves. They run in threads of their own; a caller gives up on one
-# after its own timeout.
-_GCS_CALLS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rafka-gcs")
+# Ray's name lookups and store reads and writes go to the GCS and wait for its answer: on a
+# host cut off from the head that is up to a minute, and from an actor's event loop it would
+# stop everything the actor serves. They run on a thread of their own, one at a time (no
+# two threads of a process use Ray's GCS client at once); a caller gives up on one after
+# its own timeout.
+_GCS_CALLS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rafka-gcs")
+
+
+async def gcs_call(fn, *args) -> Any:
+    """``fn(*args)``, a call that waits on the GCS, on the process's GCS thread."""
+    return await asyncio.get_running_loop().run_in_executor(_GCS_CALLS, fn, *args)
 
 
 async def lookup(name: str, namespace: str, timeout_s: float = 10.0) -> Any | None:
@@ -49,12 +55,10 @@ async def lookup(name: str, namespace: str, timeout_s: float = 10.0) -> Any | No
             return ray.get_actor(name, namespace=namespace)
         except ValueError:
             return None
-    return await asyncio.wait_for(
-        asyncio.get_running_loop().run_in_executor(_GCS_CALLS, get), timeout_s)
+    return await asyncio.wait_for(gcs_call(get), timeout_s)
 
 
 async def gcs_get(key: str, timeout_s: float = 5.0) -> bytes | None:
     """A key of the GCS's store as the GCS holds it now (always asked: nothing cached).
     Raises TimeoutError when the GCS does not answer in time."""
-    return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-        _GCS_CALLS, _internal_kv_get, key), timeout_s)
+    return await asyncio.wait_for(gcs_call(_internal_kv_get, key), timeout_s)

@@ -30,7 +30,7 @@ from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _in
 from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
-from actors.named import lookup
+from actors.named import gcs_call, lookup
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
@@ -132,7 +132,7 @@ class ControllerActor:
         return msgpack.packb(self.state.to_snapshot(), use_bin_type=True)
 
     def _store(self, data: bytes) -> bool:
-        """Write a checkpoint to the GCS and the disk (in a worker thread once running):
+        """Write a checkpoint to the GCS and the disk (on the GCS thread once running):
         False, and nothing written, when a newer controller's checkpoint is there."""
         stored = _internal_kv_get(SNAPSHOT_KEY.format(name=self.name))
         if stored and msgpack.unpackb(stored, strict_map_key=False)["controller_epoch"] > \
@@ -156,7 +156,7 @@ class ControllerActor:
         messages of the changes it covers are sent, in the order the changes were made."""
         try:
             covered = self._changed
-            if not await asyncio.to_thread(self._store, self._snapshot_bytes()):
+            if not await gcs_call(self._store, self._snapshot_bytes()):
                 self._fenced()
             self._durable = covered
             ready = [msgs for n, msgs in self._outbox if n <= covered]
@@ -169,14 +169,14 @@ class ControllerActor:
     async def _renew_lease(self) -> None:
         """Renew this controller's lease in the GCS (``actors.controller.lease``): brokers
         fence a controller only once its lease stands still. Each write waits for the GCS
-        in a worker thread, so a controller cut off from the head renews nothing."""
+        on the process's GCS thread, so a controller cut off from the head renews nothing."""
         key = LEASE_KEY.format(name=self.name)
         interval = renew_interval_ms(self.state.config["broker.session.timeout.ms"]) / 1000
         renewal = 0
         while True:
             renewal += 1
             value = lease_value(self.state.controller_epoch, renewal)
-            await asyncio.to_thread(_internal_kv_put, key, value, True)
+            await gcs_call(_internal_kv_put, key, value, True)
             await asyncio.sleep(interval)
 
     async def _watch_loop_lag(self) -> None:
