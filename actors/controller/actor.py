@@ -27,7 +27,7 @@ import msgpack
 import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
-from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms
+from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms, superseded
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
 from actors.named import gcs_call, lookup
@@ -172,11 +172,21 @@ class ControllerActor:
         on the process's GCS thread, so a controller cut off from the head renews nothing."""
         key = LEASE_KEY.format(name=self.name)
         interval = renew_interval_ms(self.state.config["broker.session.timeout.ms"]) / 1000
+        epoch = self.state.controller_epoch
+
+        def renew(value: bytes) -> bool:
+            if superseded(_internal_kv_get(key), epoch):
+                return False
+            _internal_kv_put(key, value, True)
+            return True
         renewal = 0
         while True:
             renewal += 1
-            value = lease_value(self.state.controller_epoch, renewal)
-            await gcs_call(_internal_kv_put, key, value, True)
+            if not await gcs_call(renew, lease_value(epoch, renewal)):
+                # A successor exists; this controller exits at its next checkpoint.
+                log.error("controller epoch %d: a newer controller's lease is there; "
+                          "renewing no more", epoch)
+                return
             await asyncio.sleep(interval)
 
     async def _watch_loop_lag(self) -> None:

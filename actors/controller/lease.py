@@ -28,6 +28,12 @@ def lease_value(controller_epoch: int, renewal: int) -> bytes:
     return f"{controller_epoch}:{renewal}".encode()
 
 
+def superseded(stored: bytes | None, controller_epoch: int) -> bool:
+    """Whether the lease in the GCS is a newer controller's: the one renewing it must stop
+    (its renewals would keep a successor's lease moving even when that successor froze)."""
+    return stored is not None and int(stored.split(b":", 1)[0]) > controller_epoch
+
+
 @dataclass(frozen=True)
 class LeaseReading:
     """The lease as read from the GCS (None: no controller ever wrote one) and when, by

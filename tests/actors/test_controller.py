@@ -471,3 +471,13 @@ def test_a_controller_renews_its_lease_at_least_three_times_in_half_a_session():
     from actors.controller.lease import renew_interval_ms
     for session in (1000, 6000, 9000, 45000):
         assert 3 * renew_interval_ms(session) <= session // 2
+
+
+def test_a_controller_stops_renewing_once_a_newer_controllers_lease_is_there():
+    """A superseded controller still alive would keep a successor's lease moving, and a
+    frozen successor would never be fenced: it stops (and exits) instead."""
+    from actors.controller.lease import lease_value, superseded
+    assert superseded(lease_value(4, 1), 3)
+    assert not superseded(lease_value(3, 99), 3)
+    assert not superseded(lease_value(2, 5), 3)
+    assert not superseded(None, 3)
