@@ -123,6 +123,12 @@ class _Chunk:
     keys: list
     values: list
     headers: list | None           # None: no record has headers
+    # The batch's last offset + 1: where the position goes once the chunk is handed out.
+    # Compaction leaves batches whose last records, or all of them, are gone (Kafka's
+    # cleaner keeps the batch's last offset), so it can lie past the last record; a chunk
+    # with no records at all still moves the position past its batch, as Kafka's fetcher
+    # moves to the batch's nextOffset, else the next fetch would ask for the same batch.
+    next_offset: int
     start: int = 0                 # the next one to hand out
     # Kept as Arrow arrays (timestamps, keys, values, headers) once poll_arrow is used: no
     # Python object per record at all (offsets stay a list: positions are Python ints).
@@ -144,7 +150,7 @@ class _PartitionState:
     def next_fetch_offset(self) -> int:
         """Where the next fetch starts: after what is buffered, else at the position."""
         if self.buffered:
-            return self.buffered[-1].offsets[-1] + 1
+            return self.buffered[-1].next_offset
         return self.position
 
     def buffered_records(self) -> int:
@@ -681,13 +687,14 @@ class Consumer:
             if check_crcs:
                 batch.ensure_valid()
             header = batch.header()
+            next_offset = header.base_offset + header.last_offset_delta + 1
+            if next_offset <= fetch_offset:
+                continue
             if self._arrow and key_de is None and value_de is None:
-                self._buffer_arrow(st, batch, header, fetch_offset)
+                self._buffer_arrow(st, batch, header, fetch_offset, next_offset)
                 continue
             offsets, timestamps, keys, values, headers = batch.record_columns()
-            if not offsets or offsets[-1] < fetch_offset:
-                continue
-            if offsets[0] < fetch_offset:   # the fetch began inside the batch
+            if offsets and offsets[0] < fetch_offset:   # the fetch began inside the batch
                 i = bisect_left(offsets, fetch_offset)
                 offsets, timestamps, keys, values = (offsets[i:], timestamps[i:], keys[i:],
                                                      values[i:])
@@ -699,27 +706,29 @@ class Consumer:
             st.buffered.append(_Chunk(
                 header.partition_leader_epoch,
                 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
-                offsets, timestamps, keys, values, headers))
+                offsets, timestamps, keys, values, headers, next_offset))
         st.last_fetched = st.buffered_records() - before
 
     @staticmethod
-    def _buffer_arrow(st: _PartitionState, batch, header, fetch_offset: int) -> None:
+    def _buffer_arrow(st: _PartitionState, batch, header, fetch_offset: int,
+                      next_offset: int) -> None:
         columns = batch.arrow_columns()
         array = columns["offset"].to_numpy()
-        if not len(array) or array[-1] < fetch_offset:
-            return
-        first, last = int(array[0]), int(array[-1])
-        # A batch's offsets run without a gap unless compaction removed some: then a range
-        # stands for them (no Python int per record).
-        offsets = range(first, last + 1) if last - first + 1 == len(array) else array.tolist()
-        i = bisect_left(offsets, fetch_offset) if offsets[0] < fetch_offset else 0
+        offsets, i = range(next_offset, next_offset), 0
+        if len(array):
+            first, last = int(array[0]), int(array[-1])
+            # A batch's offsets run without a gap unless compaction removed some: then a
+            # range stands for them (no Python int per record).
+            offsets = (range(first, last + 1) if last - first + 1 == len(array)
+                       else array.tolist())
+            i = bisect_left(offsets, fetch_offset) if offsets[0] < fetch_offset else 0
         headers = columns.get("headers")
         st.buffered.append(_Chunk(
             header.partition_leader_epoch,
             1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
             offsets[i:], columns["timestamp"].slice(i), columns["key"].slice(i),
             columns["value"].slice(i), None if headers is None else headers.slice(i),
-            arrow=True))
+            next_offset, arrow=True))
 
     def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned, unpaused partitions (at most max.poll.records),
@@ -767,17 +776,23 @@ class Consumer:
         taken = 0
         for (topic, partition), st in self._parts.items():
             buffered = st.buffered
-            while buffered and taken < limit and not st.paused:
+            while buffered and not st.paused:
                 c = buffered[0]
                 start = c.start
-                end = min(len(c.offsets), start + limit - taken)
-                taken += end - start
-                yield topic, partition, c, start, end
+                if start < len(c.offsets):
+                    if taken >= limit:
+                        break
+                    end = min(len(c.offsets), start + limit - taken)
+                    taken += end - start
+                    yield topic, partition, c, start, end
+                else:   # no record left in it (compaction): only the position moves
+                    end = start
                 if end >= len(c.offsets):
                     buffered.popleft()
+                    st.position = c.next_offset
                 else:
                     c.start = end
-                st.position = c.offsets[end - 1] + 1
+                    st.position = c.offsets[end - 1] + 1
                 if c.epoch > st.last_epoch:
                     st.last_epoch = c.epoch
 
