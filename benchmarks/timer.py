@@ -166,16 +166,6 @@ class HeapqThreadedTimer:
 
 # -- machine and formatting ---------------------------------------------------------------------
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine_line(gc_in_loops: bool) -> str:
     return (f"machine: cpu=\"{cpu_model()}\" cores={os.cpu_count()} "
             f"python={platform.python_implementation()} {platform.python_version()} "
