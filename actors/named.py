@@ -42,9 +42,37 @@ async def create_named(actor_cls, name: str, namespace: str, *args, **options) -
 _GCS_CALLS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rafka-gcs")
 
 
+class _GcsThread:
+    """What the GCS thread is doing, for ``gcs_backlog``: ``submitted`` is counted on the
+    event loop, the rest on the thread (one writer each)."""
+    submitted = 0
+    done = 0
+    running: str | None = None
+    started = 0.0
+
+    @classmethod
+    def run(cls, fn, *args) -> Any:
+        cls.running, cls.started = getattr(fn, "__name__", repr(fn)), time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            cls.running = None
+            cls.done += 1
+
+
 async def gcs_call(fn, *args) -> Any:
     """``fn(*args)``, a call that waits on the GCS, on the process's GCS thread."""
-    return await asyncio.get_running_loop().run_in_executor(_GCS_CALLS, fn, *args)
+    _GcsThread.submitted += 1
+    return await asyncio.get_running_loop().run_in_executor(_GCS_CALLS, _GcsThread.run, fn,
+                                                            *args)
+
+
+def gcs_backlog() -> dict:
+    """The process's GCS calls not yet done, and the one running with how long it has run
+    (a call stuck on the GCS holds up every later one: shown in describe())."""
+    running = _GcsThread.running
+    return {"waiting": _GcsThread.submitted - _GcsThread.done, "running": running,
+            "running_s": round(time.monotonic() - _GcsThread.started, 1) if running else 0.0}
 
 
 async def lookup(name: str, namespace: str, timeout_s: float = 10.0) -> Any | None:

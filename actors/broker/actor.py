@@ -27,11 +27,11 @@ from typing import Any, NoReturn
 import ray
 
 from actors.broker.config import ClusterConfig
-from actors.broker.lifecycle import BrokerLifecycle
+from actors.broker.lifecycle import BrokerLifecycle, ControllerChannel
 from actors.broker.state import BrokerState, ControlledShutdown
 from actors.coordinator.actor import GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
-from actors.named import create_named
+from actors.named import create_named, gcs_backlog
 from actors.names import (broker_name, coordinator_name, dedicated_host_name, namespace_for,
                           replica_host_name)
 from actors.replica.host import ReplicaHostActor
@@ -86,9 +86,11 @@ class BrokerActor(BrokerLifecycle):
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
         self._controller = None
+        self.channel = ControllerChannel()
         self._lock = asyncio.Lock()
         self._stopping = False
         self.ready = asyncio.Event()
+        self.boot_step = "starting"   # where _boot is: describe() shows a broker stuck there
         self.timer = None
         self._coordinator = None
         self._heartbeat_task: asyncio.Task | None = None
@@ -132,13 +134,17 @@ class BrokerActor(BrokerLifecycle):
     # ---- start -----------------------------------------------------------------------------
     async def _boot(self) -> None:
         try:
+            self.boot_step = "the node's timer"
             self.timer = await node_timer(self.namespace)
+            self.boot_step = "listeners"
             bound = await self.socket_server.start()
             self.endpoints = [[e.name, e.host, e.port] for e in
                               self._advertised(self.listeners, bound,
                                                self._advertised_config,
                                                ray.util.get_node_ip_address())]
+            self.boot_step = "a writable log directory"
             await self._await_writable_log_dir()
+            self.boot_step = "replica hosts"
             await self._start_hosts()
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker
@@ -152,8 +158,10 @@ class BrokerActor(BrokerLifecycle):
                  (f"{key}:isr_expiry", max(1, b["replica.lag.time.max.ms"] // 2), me,
                   "isr_expiry")],
                 lambda: not self._stopping))
+            self.boot_step = "registering with the controller"
             await self._join()
             self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeats())
+            self.boot_step = "serving"
             self.ready.set()
         except Exception:
             log.exception("broker %d failed to start", self.broker_id)
@@ -501,6 +509,8 @@ class BrokerActor(BrokerLifecycle):
     async def describe(self) -> dict:
         return {"broker_id": self.broker_id, "incarnation": self.incarnation,
                 "controller_epoch": self.state.controller_epoch, "pid": os.getpid(),
+                "boot_step": self.boot_step, "controller_channel": self.channel.snapshot(),
+                "gcs_calls": gcs_backlog(),
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "replica_hosts": len(self.hosts), "dedicated_hosts": len(self.dedicated),
                 "host_restarts": self.host_restarts,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 import ray
 from ray.exceptions import ActorAlreadyExistsError
@@ -24,10 +25,38 @@ from actors.names import CONTROLLER
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class ControllerChannel:
+    """What the broker last heard from the controller, shown by ``describe()``: why a broker
+    is not back is read there (times are ``time.monotonic()``)."""
+    registered_epoch: int = -1
+    registered_at: float | None = None
+    last_answer_at: float | None = None
+    unanswered: int = 0            # calls left unanswered for a session since the last answer
+    last_error: str | None = None
+
+    def answered(self) -> None:
+        self.last_answer_at, self.unanswered = time.monotonic(), 0
+
+    def unanswered_call(self, what: str) -> None:
+        self.unanswered += 1
+        self.last_error = f"{what}: no answer within a session"
+
+    def snapshot(self) -> dict:
+        now = time.monotonic()
+
+        def ago(t: float | None) -> float | None:
+            return None if t is None else round(now - t, 1)
+        return {"registered_epoch": self.registered_epoch,
+                "registered_s_ago": ago(self.registered_at),
+                "last_answer_s_ago": ago(self.last_answer_at),
+                "unanswered": self.unanswered, "last_error": self.last_error}
+
+
 class BrokerLifecycle:
     """Mixed into ``BrokerActor``, whose fields it uses: ``broker_id``, ``incarnation``,
     ``rack``, ``endpoints``, ``cluster_name``, ``namespace``, ``data_dir``, ``cfg``,
-    ``state``, ``_controller`` and ``_stopping``."""
+    ``state``, ``channel`` (a ``ControllerChannel``), ``_controller`` and ``_stopping``."""
 
     async def _ensure_controller(self):
         """The controller's handle, racing to become it when there is none."""
@@ -37,7 +66,8 @@ class BrokerLifecycle:
             try:
                 handle = await lookup(CONTROLLER, self.namespace, self._session_s())
             except (asyncio.TimeoutError, TimeoutError):
-                continue  # no answer from the GCS: this host may be cut off; ask again
+                self.channel.last_error = "looking the controller up: no answer from the GCS"
+                continue  # this host may be cut off; ask again
             if handle is None:
                 try:
                     handle = ControllerActor.options(
@@ -51,10 +81,12 @@ class BrokerLifecycle:
             try:
                 await asyncio.wait_for(handle.ping.remote(), self._session_s())
             except asyncio.TimeoutError:  # frozen, or out of reach: fence it if it is frozen
+                self.channel.unanswered_call("ping")
                 await self._fence_if_lease_expired(handle, lease_before)
                 await asyncio.sleep(0.05)
                 continue
-            except Exception:  # dead, its name not yet freed: race again
+            except Exception as e:  # dead, its name not yet freed: race again
+                self.channel.last_error = f"ping: {e!r}"[:300]
                 await asyncio.sleep(0.05)
                 continue
             self._controller = handle
@@ -72,11 +104,17 @@ class BrokerLifecycle:
                 await asyncio.wait_for(self._register(controller), self._session_s())
                 return
             except asyncio.TimeoutError:  # unanswered: a link down, a frozen controller
+                self.channel.unanswered_call("register")
+                log.warning("broker %d: the controller did not answer its registration "
+                            "within %.1f s; asking again", self.broker_id, self._session_s())
                 continue
 
     async def _register(self, controller) -> None:
-        self.state.on_registered(await controller.register_broker.remote(
-            self.broker_id, self.incarnation, self.rack, self.endpoints))
+        epoch = await controller.register_broker.remote(self.broker_id, self.incarnation,
+                                                        self.rack, self.endpoints)
+        self.state.on_registered(epoch)
+        self.channel.registered_epoch, self.channel.registered_at = epoch, time.monotonic()
+        self.channel.answered()
 
     async def _heartbeats(self) -> None:
         interval = self.cfg.broker["broker.heartbeat.interval.ms"] / 1000
@@ -90,6 +128,7 @@ class BrokerLifecycle:
                 _, register = await asyncio.wait_for(
                     controller.heartbeat.remote(self.broker_id, self.incarnation),
                     self._session_s())
+                self.channel.answered()
                 if register:
                     # Bounded like the heartbeat: a call sent while the link was down may
                     # never be answered, and the next heartbeat asks again.
@@ -97,10 +136,12 @@ class BrokerLifecycle:
             except asyncio.CancelledError:
                 raise
             except asyncio.TimeoutError:
+                self.channel.unanswered_call("heartbeat")
                 if controller is not None and lease_before is not None:
                     await self._fence_if_lease_expired(controller, lease_before)
             except Exception as e:  # died: race for the name
                 log.info("broker %d: controller lost (%r)", self.broker_id, e)
+                self.channel.last_error = f"heartbeat: {e!r}"[:300]
                 self._controller = None
 
     def _read_lease_soon(self) -> asyncio.Task:

@@ -30,7 +30,7 @@ from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _in
 from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms, superseded
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
-from actors.named import gcs_call, lookup
+from actors.named import gcs_backlog, gcs_call, lookup
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
@@ -464,3 +464,16 @@ class ControllerActor:
 
     async def ping(self) -> tuple[int, int]:
         return self.state.controller_epoch, self.host_broker_id
+
+    async def status(self) -> dict:
+        """What the controller is doing (why a broker is not back is read here and in the
+        broker's describe()): the brokers it knows, the changes not yet checkpointed, the
+        batches waiting per broker, and its GCS calls."""
+        return {"controller_epoch": self.state.controller_epoch,
+                "host_broker": self.host_broker_id,
+                "brokers": {b: {"alive": i.alive, "incarnation": i.incarnation}
+                            for b, i in sorted(self.state.brokers.items())},
+                "changes": self._changed, "durable": self._durable,
+                "writing": self._writer is not None,
+                "waiting_batches": {b: len(q) for b, q in self._waiting.items()},
+                "gcs_calls": gcs_backlog()}

@@ -271,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['diverged']}, commits backwards {s['commits_backwards']}, serving again "
               f"{s['recovery_s']} s after healing, every broker back {s['brokers_back_s']} s "
               f"after; brokers restarted {s['brokers_restarted']}; controller epoch "
-              f"{s['controllers'][0]['epoch']} -> {s['controllers'][1]['epoch']}", flush=True)
+              f"{s['controllers'][0]['epoch']} -> {s['controllers'][1]['epoch']}"
+              + (f"; not back: {json.dumps(s['brokers_not_back'])}"
+                 if s.get("brokers_not_back") else ""), flush=True)
         totals["runs"] += 1
         totals["faults"] += len(s["faults"])
         for key in ("acknowledged", "lost", "duplicated", "phantom", "commits_backwards"):

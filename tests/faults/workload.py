@@ -96,7 +96,7 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
             failed += 1
     producer.close()
     recovery_s = serves_again(cluster, healed_at)
-    brokers_back_s = all_brokers_back(cluster, healed_at)
+    brokers_back_s, not_back = all_brokers_back(cluster, healed_at)
     # Brokers running in another process than at the start: killed, or halted (a full log
     # directory), and started again by Ray.
     restarted = sorted(b for b, info in state["brokers"].items()
@@ -105,7 +105,7 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
     reader.join(60)
     return {"acks": acks, "sent": len(sent), "acknowledged": len(acked), "failed": failed,
             "recovery_s": round(recovery_s, 2), "brokers_back_s": round(brokers_back_s, 2),
-            "brokers_restarted": restarted,
+            "brokers_restarted": restarted, "brokers_not_back": not_back,
             "controllers": [state["controller"], controller(cluster)],
             **check(cluster, sent, acked, commits),
             "consumer_errors": errors[:3]}
@@ -162,18 +162,40 @@ def serves_again(cluster, since: float) -> float:
             return float("inf")
 
 
-def all_brokers_back(cluster, since: float) -> float:
+def all_brokers_back(cluster, since: float) -> tuple[float, dict]:
     """Seconds from ``since`` until every broker is registered with the controller again
-    (a killed node's broker comes back once Ray has declared the old node dead)."""
+    (a killed node's broker comes back once Ray has declared the old node dead), and {};
+    or inf and what the brokers not back and the controller say (``why_not_back``)."""
     wanted = set(cluster.broker_nodes)
+    registered: set = set()
     while time.monotonic() - since < 240:
         try:
-            if wanted <= set(cluster.metadata()["brokers"]):
-                return time.monotonic() - since
+            registered = set(cluster.metadata()["brokers"])
+            if wanted <= registered:
+                return time.monotonic() - since, {}
         except Exception:                  # noqa: BLE001 - no controller at the moment
             pass
         time.sleep(0.2)
-    return float("inf")
+    return float("inf"), why_not_back(cluster, wanted - registered)
+
+
+def why_not_back(cluster, missing: set) -> dict:
+    """Each missing broker's ``describe()`` (where its start is, what it last heard from the
+    controller, its GCS calls) and the controller's ``status()``, or why they did not answer."""
+    import ray
+    out: dict = {}
+    for b in sorted(missing):
+        try:
+            d = ray.get(cluster.broker(b).describe.remote(), timeout=10)
+            out[f"broker {b}"] = {k: d.get(k) for k in (
+                "pid", "boot_step", "controller_epoch", "controller_channel", "gcs_calls")}
+        except Exception as e:             # noqa: BLE001 - what there is to say
+            out[f"broker {b}"] = repr(e)[:300]
+    try:
+        out["controller"] = ray.get(cluster.controller(10).status.remote(), timeout=10)
+    except Exception as e:                 # noqa: BLE001
+        out["controller"] = repr(e)[:300]
+    return out
 
 
 def check(cluster, sent: dict, acked: dict, commits: list) -> dict:

@@ -199,6 +199,17 @@ def test_a_frozen_controller_is_fenced_and_replaced(cluster):
             pass
     assert ray.get(handle.ping.remote())[0] == before.controller_epoch + 1
     cluster.admin().create_topics([rafka.NewTopic("after-freeze", 1, 3)])
+    # Each broker's describe() says what it last heard from the controller: the frozen one
+    # left calls unanswered, and the new one answers (its heartbeats).
+    epoch = before.controller_epoch + 1
+    channels = [ray.get(cluster.broker(b).describe.remote())["controller_channel"]
+                for b in range(3)]
+    assert all(c["last_error"] is not None and c["last_answer_s_ago"] < 10 for c in channels)
+    assert all(ray.get(cluster.broker(b).describe.remote())["boot_step"] == "serving"
+               for b in range(3))
+    status = ray.get(handle.status.remote())
+    assert status["controller_epoch"] == epoch and status["durable"] == status["changes"]
+    assert {b: i["alive"] for b, i in status["brokers"].items()} == {0: True, 1: True, 2: True}
 
 
 def test_controlled_shutdown_moves_leadership_and_preferred_election_moves_it_back(cluster):
