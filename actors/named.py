@@ -8,10 +8,16 @@ from typing import Any
 
 import ray
 from ray.exceptions import ActorAlreadyExistsError
-from ray.experimental.internal_kv import _internal_kv_get
+from ray.experimental.internal_kv import internal_kv_get_gcs_client
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
+# How long a read or write of the GCS's store may wait for its answer. Ray's own
+# _internal_kv_get and _internal_kv_put wait for ever: one made while the host was cut off
+# from the head never returned after healing, and every later GCS call of that process
+# waited behind it on its GCS thread (long fault run, seed 119: a broker never registered
+# again).
+KV_TIMEOUT_S = 10.0
 
 
 def here() -> NodeAffinitySchedulingStrategy:
@@ -43,8 +49,8 @@ _GCS_CALLS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rafka-gcs")
 
 
 class _GcsThread:
-    """What the GCS thread is doing, for ``gcs_backlog``: ``submitted`` is counted on the
-    event loop, the rest on the thread (one writer each)."""
+    """What the GCS thread is doing, for ``gcs_backlog``. A call whose caller gave up
+    before it ran is cancelled and never runs; it is counted done then."""
     submitted = 0
     done = 0
     running: str | None = None
@@ -57,14 +63,31 @@ class _GcsThread:
             return fn(*args)
         finally:
             cls.running = None
-            cls.done += 1
+
+    @classmethod
+    def finished(cls, _future) -> None:
+        cls.done += 1
 
 
 async def gcs_call(fn, *args) -> Any:
     """``fn(*args)``, a call that waits on the GCS, on the process's GCS thread."""
     _GcsThread.submitted += 1
-    return await asyncio.get_running_loop().run_in_executor(_GCS_CALLS, _GcsThread.run, fn,
-                                                            *args)
+    future = _GCS_CALLS.submit(_GcsThread.run, fn, *args)
+    future.add_done_callback(_GcsThread.finished)
+    return await asyncio.wrap_future(future)
+
+
+def kv_get(key: str, timeout_s: float = KV_TIMEOUT_S) -> bytes | None:
+    """A key of the GCS's store (on the calling thread), waiting at most ``timeout_s``;
+    raises when the GCS has not answered by then."""
+    return internal_kv_get_gcs_client().internal_kv_get(key.encode(), None, timeout=timeout_s)
+
+
+def kv_put(key: str, value: bytes, timeout_s: float = KV_TIMEOUT_S) -> None:
+    """Set a key of the GCS's store (on the calling thread), waiting at most ``timeout_s``;
+    raises when the GCS has not answered by then."""
+    internal_kv_get_gcs_client().internal_kv_put(key.encode(), value, True, None,
+                                                 timeout=timeout_s)
 
 
 def gcs_backlog() -> dict:
@@ -89,4 +112,4 @@ async def lookup(name: str, namespace: str, timeout_s: float = 10.0) -> Any | No
 async def gcs_get(key: str, timeout_s: float = 5.0) -> bytes | None:
     """A key of the GCS's store as the GCS holds it now (always asked: nothing cached).
     Raises TimeoutError when the GCS does not answer in time."""
-    return await asyncio.wait_for(gcs_call(_internal_kv_get, key), timeout_s)
+    return await asyncio.wait_for(gcs_call(kv_get, key, timeout_s), timeout_s)

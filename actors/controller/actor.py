@@ -25,12 +25,12 @@ from typing import Any, Iterable
 
 import msgpack
 import ray
-from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
+from ray.experimental.internal_kv import _internal_kv_del
 
 from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms, superseded
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
-from actors.named import gcs_backlog, gcs_call, lookup
+from actors.named import gcs_backlog, gcs_call, kv_get, kv_put, lookup
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
@@ -53,7 +53,7 @@ def wall_ms() -> int:
 def load_snapshot(name: str, data_dir: str) -> tuple[dict | None, bool]:
     """The newest checkpoint, and whether it is only on disk (the cluster is starting cold,
     on a Ray instance that never ran it)."""
-    raw = _internal_kv_get(SNAPSHOT_KEY.format(name=name))
+    raw = kv_get(SNAPSHOT_KEY.format(name=name))
     if raw:
         return msgpack.unpackb(raw, strict_map_key=False), False
     path = Path(data_dir) / METADATA_DIR / "snapshot.msgpack"
@@ -134,11 +134,11 @@ class ControllerActor:
     def _store(self, data: bytes) -> bool:
         """Write a checkpoint to the GCS and the disk (on the GCS thread once running):
         False, and nothing written, when a newer controller's checkpoint is there."""
-        stored = _internal_kv_get(SNAPSHOT_KEY.format(name=self.name))
+        stored = kv_get(SNAPSHOT_KEY.format(name=self.name))
         if stored and msgpack.unpackb(stored, strict_map_key=False)["controller_epoch"] > \
                 self.state.controller_epoch:
             return False
-        _internal_kv_put(SNAPSHOT_KEY.format(name=self.name), data, overwrite=True)
+        kv_put(SNAPSHOT_KEY.format(name=self.name), data)
         directory = self.data_dir / METADATA_DIR
         directory.mkdir(parents=True, exist_ok=True)
         write_atomically(directory / "snapshot.msgpack", data)
@@ -156,7 +156,21 @@ class ControllerActor:
         messages of the changes it covers are sent, in the order the changes were made."""
         try:
             covered = self._changed
-            if not await gcs_call(self._store, self._snapshot_bytes()):
+            data = self._snapshot_bytes()
+            while True:
+                try:
+                    stored = await gcs_call(self._store, data)
+                    break
+                except Exception as e:  # noqa: BLE001
+                    if isinstance(e, OSError) and not isinstance(e, TimeoutError):
+                        raise   # the disk: the changes fail, as before
+                    # No answer from the GCS in time: the changes are not durable until it
+                    # answers, so they wait (a controller cut off from the head commits
+                    # nothing, and its lease stands still).
+                    log.warning("controller epoch %d: writing the checkpoint failed (%r); "
+                                "trying again", self.state.controller_epoch, e)
+                    await asyncio.sleep(0.5)
+            if not stored:
                 self._fenced()
             self._durable = covered
             ready = [msgs for n, msgs in self._outbox if n <= covered]
@@ -175,14 +189,20 @@ class ControllerActor:
         epoch = self.state.controller_epoch
 
         def renew(value: bytes) -> bool:
-            if superseded(_internal_kv_get(key), epoch):
+            if superseded(kv_get(key), epoch):
                 return False
-            _internal_kv_put(key, value, True)
+            kv_put(key, value)
             return True
         renewal = 0
         while True:
             renewal += 1
-            if not await gcs_call(renew, lease_value(epoch, renewal)):
+            try:
+                renewed = await gcs_call(renew, lease_value(epoch, renewal))
+            except Exception as e:  # noqa: BLE001 - the GCS did not answer in time: next time
+                log.warning("controller epoch %d: renewing the lease failed (%r)", epoch, e)
+                await asyncio.sleep(interval)
+                continue
+            if not renewed:
                 # A successor exists; this controller exits at its next checkpoint.
                 log.error("controller epoch %d: a newer controller's lease is there; "
                           "renewing no more", epoch)

@@ -1,0 +1,39 @@
+"""GCS calls from actors (actors.named): each bounded, so none holds up the ones behind it."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from actors.named import gcs_backlog, gcs_call, gcs_get
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
+
+
+def _gcs_pid() -> int:
+    import ray._private.worker as worker
+    return worker._global_node.all_processes["gcs_server"][0].process.pid
+
+
+def test_a_store_read_the_gcs_leaves_unanswered_frees_the_gcs_thread_at_its_timeout(
+        ray_session):
+    """Long fault run, seed 119: a broker's lease read went to the GCS while its host was cut
+    off and never returned (Ray's own store reads wait for ever); every later GCS call of the
+    broker waited behind it on its one GCS thread, 416 s and counting, and the broker never
+    registered again. A read now fails at its timeout, and the thread goes on."""
+    gcs = _gcs_pid()
+
+    async def scenario() -> None:
+        os.kill(gcs, signal.SIGSTOP)           # a GCS that does not answer
+        try:
+            with pytest.raises(Exception):     # noqa: B017 - Ray's RpcError or TimeoutError
+                await gcs_get("rafka/tests/no-such-key", 1.0)
+            # The GCS still does not answer, yet a call behind the read runs.
+            assert await asyncio.wait_for(gcs_call(lambda: "ran"), 3.0) == "ran"
+            assert gcs_backlog() == {"waiting": 0, "running": None, "running_s": 0.0}
+        finally:
+            os.kill(gcs, signal.SIGCONT)
+        assert await gcs_get("rafka/tests/no-such-key", 5.0) is None
+    asyncio.run(scenario())
