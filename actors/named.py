@@ -111,5 +111,6 @@ async def lookup(name: str, namespace: str, timeout_s: float = 10.0) -> Any | No
 
 async def gcs_get(key: str, timeout_s: float = 5.0) -> bytes | None:
     """A key of the GCS's store as the GCS holds it now (always asked: nothing cached).
-    Raises TimeoutError when the GCS does not answer in time."""
+    Raises when the GCS does not answer within ``timeout_s``: Ray's RpcError (deadline
+    exceeded) from the read itself, or TimeoutError while it waits behind other calls."""
     return await asyncio.wait_for(gcs_call(kv_get, key, timeout_s), timeout_s)
