@@ -90,6 +90,20 @@ def kv_put(key: str, value: bytes, timeout_s: float = KV_TIMEOUT_S) -> None:
                                                  timeout=timeout_s)
 
 
+def kv_del(key: str, timeout_s: float = KV_TIMEOUT_S) -> int:
+    """Delete a key of the GCS's store (on the calling thread), waiting at most
+    ``timeout_s``; the number of keys deleted (0 or 1)."""
+    return internal_kv_get_gcs_client().internal_kv_del(key.encode(), False, None,
+                                                        timeout=timeout_s)
+
+
+def kv_keys(prefix: str, timeout_s: float = KV_TIMEOUT_S) -> list[str]:
+    """The keys of the GCS's store starting with ``prefix``, waiting at most ``timeout_s``."""
+    return [k.decode() for k in
+            internal_kv_get_gcs_client().internal_kv_keys(prefix.encode(), None,
+                                                          timeout=timeout_s)]
+
+
 def gcs_backlog() -> dict:
     """The process's GCS calls not yet done, and the one running with how long it has run
     (a call stuck on the GCS holds up every later one: shown in describe())."""

@@ -37,19 +37,36 @@ def _ray():
     return ray
 
 
+def _answered(call, *args):
+    """A read or write of the GCS's store from this process (``actors.named``'s, bounded:
+    Ray's own wait for ever on a GCS that does not answer, e.g. a driver cut off from the
+    head); Ray's deadline error becomes Kafka's TimeoutException, named."""
+    from ray.exceptions import RpcError
+    try:
+        return call(*args)
+    except RpcError as e:
+        raise KafkaTimeoutError(f"Ray's GCS did not answer {call.__name__}({args[0]!r}) "
+                                f"in time: {e}") from e
+
+
 def _kv_get(key: str) -> bytes | None:
-    from ray.experimental.internal_kv import _internal_kv_get
-    return _internal_kv_get(key)
+    from actors.named import kv_get
+    return _answered(kv_get, key)
 
 
 def _kv_put(key: str, value: bytes) -> None:
-    from ray.experimental.internal_kv import _internal_kv_put
-    _internal_kv_put(key, value, overwrite=True)
+    from actors.named import kv_put
+    _answered(kv_put, key, value)
 
 
 def _kv_del(key: str) -> None:
-    from ray.experimental.internal_kv import _internal_kv_del
-    _internal_kv_del(key)
+    from actors.named import kv_del
+    _answered(kv_del, key)
+
+
+def _kv_keys(prefix: str) -> list[str]:
+    from actors.named import kv_keys
+    return _answered(kv_keys, prefix)
 
 
 # What a broker asks of Ray's ``node:<address>`` resource (1.0 per node): a share small
@@ -165,11 +182,8 @@ class Cluster:
     @staticmethod
     def running() -> list[str]:
         """The names of the rafka clusters of the Ray cluster this process is connected to."""
-        from ray.experimental.internal_kv import _internal_kv_list
-        keys = [k.decode() if isinstance(k, bytes) else k
-                for k in _internal_kv_list(INFO_KEY.split("{")[0])]
         prefix, suffix = INFO_KEY.split("{name}")
-        return sorted(k[len(prefix):-len(suffix)] for k in keys
+        return sorted(k[len(prefix):-len(suffix)] for k in _kv_keys(INFO_KEY.split("{")[0])
                       if k.startswith(prefix) and k.endswith(suffix))
 
     @classmethod

@@ -25,12 +25,11 @@ from typing import Any, Iterable
 
 import msgpack
 import ray
-from ray.experimental.internal_kv import _internal_kv_del
 
 from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms, superseded
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
-from actors.named import gcs_backlog, gcs_call, kv_get, kv_put, lookup
+from actors.named import gcs_backlog, gcs_call, kv_del, kv_get, kv_put, lookup
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
@@ -64,7 +63,7 @@ def load_snapshot(name: str, data_dir: str) -> tuple[dict | None, bool]:
 
 def forget_snapshot(name: str) -> None:
     """After a clean shutdown the next start is cold, from the files."""
-    _internal_kv_del(SNAPSHOT_KEY.format(name=name))
+    kv_del(SNAPSHOT_KEY.format(name=name))
 
 
 # How long an admin answer waits for the brokers to be told of its change: a broker that is

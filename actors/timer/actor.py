@@ -25,7 +25,8 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 import ray
-from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+from ray.exceptions import (ActorUnavailableError, ActorUnschedulableError, RayActorError,
+                            RayTaskError)
 
 from actors.named import create_named
 from actors.names import timer_name
@@ -240,4 +241,10 @@ async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
             await timer.watch.remote()
         except RayActorError:
             restarted = True
+        except ActorUnschedulableError as e:
+            # Ray declared this node dead (cut off past its failure detection): the timer,
+            # pinned here, cannot start again, and this process ends with its raylet.
+            logger.info("the node's timer cannot start again (%r); %s not scheduled", e,
+                        [key for key, *_ in tasks])
+            return
         await asyncio.sleep(RESCHEDULE_DELAY_S)

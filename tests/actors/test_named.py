@@ -7,7 +7,9 @@ import signal
 
 import pytest
 
+import rafka
 from actors.named import gcs_backlog, gcs_call, gcs_get
+from protocols.errors import BrokerNotAvailableError, KafkaTimeoutError
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]
 
@@ -37,3 +39,19 @@ def test_a_store_read_the_gcs_leaves_unanswered_frees_the_gcs_thread_at_its_time
             os.kill(gcs, signal.SIGCONT)
         assert await gcs_get("rafka/tests/no-such-key", 5.0) is None
     asyncio.run(scenario())
+
+
+def test_a_driver_the_gcs_leaves_unanswered_gets_kafkas_timeout_error_not_a_hang(ray_session):
+    """The same for a driver: Cluster.connect read the cluster's record with Ray's own store
+    read, which waits for ever when the head does not answer. It now answers
+    TimeoutException (KafkaTimeoutError) naming the read, and works once the GCS answers."""
+    gcs = _gcs_pid()
+    os.kill(gcs, signal.SIGSTOP)
+    try:
+        with pytest.raises(KafkaTimeoutError, match="did not answer kv_get.*rafka/no-such/"):
+            rafka.Cluster.connect("no-such")
+    finally:
+        os.kill(gcs, signal.SIGCONT)
+    with pytest.raises(BrokerNotAvailableError, match="No rafka cluster named 'no-such'"):
+        rafka.Cluster.connect("no-such")
+    assert "no-such" not in rafka.Cluster.running()
