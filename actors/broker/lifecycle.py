@@ -24,6 +24,8 @@ from actors.names import CONTROLLER
 
 log = logging.getLogger(__name__)
 
+REGISTER_RETRY_S = 0.5   # after a registration failed at once (not for want of an answer)
+
 
 @dataclass
 class ControllerChannel:
@@ -97,9 +99,13 @@ class BrokerLifecycle:
         return self.cfg.controller.get("broker.session.timeout.ms", 9000) / 1000
 
     async def _join(self) -> None:
-        """Register with the controller (found, or become), asking again until one answers."""
+        """Register with the controller (found, or become), asking again until one answers.
+        A controller that dies meanwhile (killed as a zombie by another broker: long fault
+        run, seed 138) or fails the call is looked up again, as a heartbeat does; before,
+        the broker's start ended there and it never registered."""
         while True:
             controller = await self._ensure_controller()
+            lease_before = self._read_lease_soon()
             try:
                 await asyncio.wait_for(self._register(controller), self._session_s())
                 return
@@ -107,7 +113,13 @@ class BrokerLifecycle:
                 self.channel.unanswered_call("register")
                 log.warning("broker %d: the controller did not answer its registration "
                             "within %.1f s; asking again", self.broker_id, self._session_s())
-                continue
+                await self._fence_if_lease_expired(controller, lease_before)
+            except Exception as e:  # noqa: BLE001 - died, or answered an error
+                self.channel.last_error = f"register: {e!r}"[:300]
+                log.warning("broker %d: registering with the controller failed (%r); "
+                            "finding the controller again", self.broker_id, e)
+                self._controller = None
+                await asyncio.sleep(REGISTER_RETRY_S)
 
     async def _register(self, controller) -> None:
         epoch = await controller.register_broker.remote(self.broker_id, self.incarnation,

@@ -13,6 +13,7 @@ import pytest
 import ray
 
 import rafka
+from actors.controller.actor import METADATA_DIR
 from protocols.errors import (InvalidConfigError, InvalidReplicationFactorError,
                               InvalidTopicError, StaleControllerEpochError,
                               TopicAlreadyExistsError, UnknownTopicOrPartitionError)
@@ -210,6 +211,40 @@ def test_a_frozen_controller_is_fenced_and_replaced(cluster):
     status = ray.get(handle.status.remote())
     assert status["controller_epoch"] == epoch and status["durable"] == status["changes"]
     assert {b: i["alive"] for b, i in status["brokers"].items()} == {0: True, 1: True, 2: True}
+
+
+def test_a_broker_whose_registration_fails_finds_the_controller_again_and_registers(cluster):
+    """Long fault run, seed 138: a broker started again after its disk was full registered
+    just as another broker killed the controller as a zombie. The call failed
+    (ActorDiedError), the broker's start ended there, and it stayed up unregistered and
+    serving nothing. A registration that fails (the controller died, or answered an error)
+    now looks the controller up again and asks again. Here the controller answers errors
+    for a while: its checkpoint cannot be written (a file stands where its metadata
+    directory was) until the test puts the directory back."""
+    before = cluster.admin().describe_cluster()
+    victim = next(b for b in (0, 1, 2) if b != before.controller_id)
+    pid = cluster.broker_pid(victim)
+    metadata = Path(cluster.data_dir) / METADATA_DIR
+    aside = metadata.with_name(metadata.name + ".aside")
+    metadata.rename(aside)
+    metadata.write_bytes(b"")
+    try:
+        os.kill(pid, signal.SIGKILL)
+        failed = wait_until(
+            lambda: (lambda d: d if d["pid"] != pid and d["boot_step"].startswith("registering")
+                     and (d["controller_channel"]["last_error"] or "").startswith("register:")
+                     else None)(ray.get(cluster.broker(victim).describe.remote(), timeout=5)),
+            60, "the restarted broker's registration to fail")
+        assert "FileExistsError" in failed["controller_channel"]["last_error"]
+    finally:
+        metadata.unlink()
+        aside.rename(metadata)
+    wait_until(lambda: ray.get(cluster.broker(victim).describe.remote(), timeout=5)
+               ["boot_step"] == "serving", 30, "the broker to register and serve")
+    status = ray.get(cluster.controller().status.remote())
+    assert {b: i["alive"] for b, i in status["brokers"].items()} == {0: True, 1: True, 2: True}
+    cluster.admin().create_topics([rafka.NewTopic("after-registering", 1, 3)])
+    assert produce_retrying(cluster, "after-registering", 0, b"x") == 0
 
 
 def test_controlled_shutdown_moves_leadership_and_preferred_election_moves_it_back(cluster):
