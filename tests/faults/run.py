@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
               f"after; brokers restarted {s['brokers_restarted']}; controller epoch "
               f"{s['controllers'][0]['epoch']} -> {s['controllers'][1]['epoch']}"
               + (f"; not back: {json.dumps(s['brokers_not_back'])}"
-                 if s.get("brokers_not_back") else ""), flush=True)
+                 if s.get("brokers_not_back") else "")
+              + (f"; read {s['read']}; lost (partition, offset, seq) {s['lost_examples']} "
+                 f"where: {json.dumps(s['lost_where'])}" if s["lost"] else ""), flush=True)
         totals["runs"] += 1
         totals["faults"] += len(s["faults"])
         for key in ("acknowledged", "lost", "duplicated", "phantom", "commits_backwards"):

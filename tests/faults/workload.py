@@ -242,9 +242,50 @@ def check(cluster, sent: dict, acked: dict, commits: list) -> dict:
             diverged.append(p)
     backwards = sum(1 for a, b in zip(commits, commits[1:])
                     for p, o in b.items() if o < a.get(p, -1))
+    lost_at = sorted((acked[s][0], acked[s][1], s) for s in lost)   # (partition, offset, seq)
     return {"read": len(seen), "lost": len(lost), "duplicated": duplicated,
             "phantom": len(phantom), "out_of_order": out_of_order, "diverged": diverged,
-            "commits_backwards": backwards, "lost_examples": lost[:5]}
+            "commits_backwards": backwards, "lost_examples": lost_at[:5],
+            "lost_where": where_lost(cluster, lost_at, ends, read) if lost else {}}
+
+
+def where_lost(cluster, lost_at: list, ends: dict, read: dict) -> dict:
+    """For each partition that lost acknowledged records, what the checker and every replica
+    saw: whether the reading reached the end it was given, the partition's image, and each
+    replica's offsets, leader epochs and what it holds at the first lost offset (a record
+    of another sequence number there: the offset was written again after a truncation)."""
+    import ray
+
+    from protocols.records import iter_batches
+    image = cluster.metadata()["topics"]["jepsen"]
+    out: dict = {}
+    for p in sorted({p for p, _, _ in lost_at}):
+        mine = [(o, s) for q, o, s in lost_at if q == p]
+        first = mine[0][0]
+        entry: dict = {"lost": len(mine), "first_offset": first, "last_offset": mine[-1][0],
+                       "end": ends[("jepsen", p)], "read": len(read[p]),
+                       "last_read": read[p][-1][1] if read[p] else None,
+                       "image": {k: image[p].get(k) for k in ("leader", "leader_epoch", "isr",
+                                                                "replicas")}}
+        for broker in image[p]["replicas"]:
+            try:
+                replica = cluster.replica("jepsen", p, broker)
+                d = ray.get(replica.describe.remote(), timeout=10)
+                held = []
+                for batch in iter_batches(ray.get(replica.read_local.remote(first, 4096),
+                                                  timeout=10)):
+                    offsets, _, _, values, _ = batch.record_columns()
+                    held += [(o, int(v)) for o, v in zip(offsets, values)
+                             if first <= o <= first + 3]
+                entry[f"broker {broker}"] = {
+                    k: d.get(k) for k in ("role", "log_start_offset", "log_end_offset",
+                                          "high_watermark")} | {
+                    "epochs": d.get("epochs", [])[-4:], "at_first_lost": held[:4]}
+            except Exception as e:         # noqa: BLE001 - what there is to say
+                entry[f"broker {broker}"] = repr(e)[:200]
+        entry["lost_seqs"] = [s for _, s in mine[:4]]
+        out[f"partition {p}"] = entry
+    return out
 
 
 if __name__ == "__main__":
