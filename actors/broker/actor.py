@@ -90,6 +90,7 @@ class BrokerActor(BrokerLifecycle):
         self._lock = asyncio.Lock()
         self._stopping = False
         self.ready = asyncio.Event()
+        self._caught_up = asyncio.Event()   # the image names this broker (see _boot)
         self.boot_step = "starting"   # where _boot is: describe() shows a broker stuck there
         self.timer = None
         self._coordinator = None
@@ -161,6 +162,9 @@ class BrokerActor(BrokerLifecycle):
             self.boot_step = "registering with the controller"
             await self._join()
             self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeats())
+            self.boot_step = "catching up with the cluster's metadata"
+            await self._caught_up.wait()
+            self.socket_server.enable_request_processing()
             self.boot_step = "serving"
             self.ready.set()
         except Exception:
@@ -268,6 +272,8 @@ class BrokerActor(BrokerLifecycle):
                     messages, lambda: {tp.topic for tp in self.replicas})
             except StaleControllerEpochError as e:
                 return encode(e)
+            if self.state.caught_up:
+                self._caught_up.set()
             if work.changed_configs:
                 await self._alter_topic_configs(work.changed_configs)
             errors = await self._become(work.leader_and_isr) if work.leader_and_isr else []
@@ -518,6 +524,7 @@ class BrokerActor(BrokerLifecycle):
                 "controller_requests": dict(self.controller_requests),
                 "endpoints": self.endpoints,
                 "kafka_connections": self.socket_server.connection_count,
+                "kafka_requests_processed": self.socket_server.processing,
                 "kafka_connections_closed": dict(self.socket_server.closed_for),
                 "replicas": sorted(f"{tp.topic}-{tp.partition}" for tp in self.replicas)}
 

@@ -10,7 +10,7 @@ import uuid
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from actors.broker.group_apis import call_coordinator
-from actors.broker.wire_metadata import kafka_uuid_text, topic_uuid
+from actors.broker.wire_metadata import controller_id, kafka_uuid_text, topic_uuid
 from protocols.errors import (ElectionNotNeededError, InvalidRequestError, KafkaError,
                               PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
                               UnknownTopicIdError, UnknownTopicOrPartitionError)
@@ -285,8 +285,8 @@ class AdminApis:
         return build(response_class(request), {
             "throttle_time": 0, "error_code": 0, "error_message": None,
             "endpoint_type": endpoint_type, "cluster_id": image.get("cluster_id", ""),
-            "controller_id": self.broker_id, "brokers": brokers,
-            "cluster_authorized_operations": -2147483648})
+            "controller_id": controller_id(self.broker_id, {b["broker_id"] for b in brokers}),
+            "brokers": brokers, "cluster_authorized_operations": -2147483648})
 
     # ---- groups (this broker's coordinator's, as Kafka's ListGroups) ------------------------
     async def list_groups(self, request: Request):

@@ -7,6 +7,13 @@ A connection is closed, with a log line saying why, when a frame's size is over
 ``socket.request.max.bytes``, when a request names an API or version this broker does not
 serve or does not decode, when a handler fails, or when it has been idle for
 ``connections.max.idle.ms``; the broker and its other connections carry on.
+
+The listener is bound when the broker starts (its address is part of its registration), but
+no request is read until ``enable_request_processing``: the broker calls it once its
+metadata names it, as Kafka's BrokerServer enables its SocketServer only after the initial
+metadata catch-up. A broker answering before then told clients a cluster without itself (a
+Metadata answer naming as controller a broker not in its broker list left librdkafka's admin
+client waiting for a controller, for minutes).
 """
 from __future__ import annotations
 
@@ -60,6 +67,14 @@ class SocketServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
         self.closed_for: dict[str, int] = {}   # why connections were closed, counted
+        self._processing = asyncio.Event()
+
+    def enable_request_processing(self) -> None:
+        self._processing.set()
+
+    @property
+    def processing(self) -> bool:
+        return self._processing.is_set()
 
     async def start(self) -> dict[str, int]:
         """Bind every listener; returns {listener name: port bound}."""
@@ -99,6 +114,7 @@ class SocketServer:
         peer = writer.get_extra_info("peername")
         decoder = FrameDecoder(self.max_request_bytes)
         try:
+            await self._processing.wait()   # the client's bytes wait in the socket meanwhile
             while True:
                 try:
                     data = await asyncio.wait_for(reader.read(READ_BYTES), self.idle_s)

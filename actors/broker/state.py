@@ -41,6 +41,13 @@ class BrokerState:
     crashed: set[TopicPartition] = field(default_factory=set)
 
     # ---- the controller --------------------------------------------------------------------
+    @property
+    def caught_up(self) -> bool:
+        """Whether the metadata image names this broker among the live ones: Kafka's initial
+        catch-up, after which the broker answers clients (before, its answers would describe
+        a cluster without itself)."""
+        return self.broker_id in self.image.get("brokers", {})
+
     def on_registered(self, controller_epoch: int) -> None:
         """The controller that registered this broker: its epoch is the floor from now on."""
         self.controller_epoch = max(self.controller_epoch, controller_epoch)

@@ -88,9 +88,19 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
         topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(ids.get(name)),
                        "is_internal": name in INTERNAL_TOPICS, "partitions": partitions})
     return {"throttle_time": 0, "brokers": brokers, "cluster_id": image.get("cluster_id"),
-            # KRaft brokers name a live broker as the controller (clients send admin
-            # requests there; Kafka picks one at random): this one.
-            "controller_id": broker_id, "topics": topics, "error_code": 0}
+            "controller_id": controller_id(broker_id, live), "topics": topics,
+            "error_code": 0}
+
+
+def controller_id(broker_id: int, live: set[int]) -> int:
+    """The controller a Metadata answer names. KRaft brokers name a live broker (clients
+    send admin requests there; Kafka picks one at random): this one, or where the image does
+    not list this broker (fenced meanwhile), the first it lists; -1 when it lists none. A
+    controller id missing from the broker list leaves librdkafka waiting for a controller
+    until its next metadata refresh (topic.metadata.refresh.interval.ms, 5 minutes)."""
+    if broker_id in live:
+        return broker_id
+    return min(live, default=-1)
 
 
 def endpoint_of(image: Mapping[str, Any], broker_id: int, listener: str = "PLAINTEXT"

@@ -40,6 +40,16 @@ def test_the_controller_that_registered_the_broker_sets_the_floor():
     assert state.controller_epoch == 5
 
 
+def test_a_broker_has_caught_up_once_its_image_names_it_live():
+    """Kafka's initial metadata catch-up: the broker answers clients only from then on."""
+    state = BrokerState(1)
+    assert not state.caught_up
+    state.on_controller_batch([UpdateMetadata(1, 1, {"brokers": {0: {}}, "topics": {}})])
+    assert not state.caught_up                                 # registered, not yet told
+    state.on_controller_batch([UpdateMetadata(1, 1, {"brokers": {0: {}, 1: {}}})])
+    assert state.caught_up
+
+
 def test_a_batch_is_split_into_metadata_leader_and_isr_and_stops_in_that_order():
     state = BrokerState(1)
     state.on_controller_batch([UpdateMetadata(1, 1, image(a={"retention.ms": 1}))])

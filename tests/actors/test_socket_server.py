@@ -1,6 +1,8 @@
 """The Kafka listener's socket shell (``actors.broker.socket_server``) in one process, with
 real sockets and the real request handlers over a fixed metadata image: Kafka's
-connections.max.idle.ms, and responses in request order when requests are pipelined."""
+connections.max.idle.ms, responses in request order when requests are pipelined, and no
+request read before the broker enables request processing (Kafka's BrokerServer does so
+after its initial metadata catch-up)."""
 from __future__ import annotations
 
 import asyncio
@@ -25,6 +27,14 @@ def server(idle_ms: int) -> SocketServer:
                         104_857_600, idle_ms)
 
 
+async def serving(s: SocketServer) -> int:
+    """Start the listener and enable request processing, as a caught-up broker does; the
+    port bound."""
+    port = (await s.start())["PLAINTEXT"]
+    s.enable_request_processing()
+    return port
+
+
 async def read_frame(reader: asyncio.StreamReader) -> bytes:
     size = struct.unpack(">i", await reader.readexactly(4))[0]
     return await reader.readexactly(size)
@@ -33,7 +43,7 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes:
 def test_a_connection_idle_for_connections_max_idle_ms_is_closed_a_busy_one_is_not():
     async def run():
         s = server(idle_ms=300)
-        port = (await s.start())["PLAINTEXT"]
+        port = await serving(s)
         idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)
         busy_r, busy_w = await asyncio.open_connection("127.0.0.1", port)
         for i in range(8):   # a request every 100 ms for 0.8 s
@@ -51,7 +61,7 @@ def test_a_connection_idle_for_connections_max_idle_ms_is_closed_a_busy_one_is_n
 def test_pipelined_requests_are_answered_in_order():
     async def run():
         s = server(idle_ms=60_000)
-        port = (await s.start())["PLAINTEXT"]
+        port = await serving(s)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"".join(request_bytes(3 if i % 2 else 18, 12 if i % 2 else 3,
                                             {"topics": None}, i) for i in range(50)))
@@ -71,12 +81,36 @@ def test_a_listener_on_every_interface_answers_ipv4_and_ipv6_at_the_port_it_tell
         apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
         s = SocketServer(0, [Endpoint("PLAINTEXT", "", 0)], apis.handle, SUPPORTED,
                          104_857_600, 60_000)
-        port = (await s.start())["PLAINTEXT"]
+        port = await serving(s)
         families = ["127.0.0.1"] + (["::1"] if socket.has_ipv6 else [])
         for host in families:
             reader, writer = await asyncio.open_connection(host, port)
             writer.write(request_bytes(18, 3, {}, 5))
             assert struct.unpack_from(">i", await read_frame(reader))[0] == 5
             writer.close()
+        await s.stop()
+    asyncio.run(run())
+
+
+def test_a_request_sent_before_processing_is_enabled_is_answered_once_it_is():
+    """The listener is bound before the broker registers (its address is part of the
+    registration); what clients send meanwhile waits, unread, and is answered in order
+    once the broker has caught up with the cluster's metadata."""
+    async def run():
+        s = server(idle_ms=60_000)
+        port = (await s.start())["PLAINTEXT"]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request_bytes(18, 3, {}, 1) + request_bytes(3, 12, {"topics": None}, 2))
+        assert not s.processing
+        try:
+            await asyncio.wait_for(reader.read(1), 0.5)
+            raise AssertionError("answered before request processing was enabled")
+        except asyncio.TimeoutError:
+            pass
+        s.enable_request_processing()
+        ids = [struct.unpack_from(">i", await asyncio.wait_for(read_frame(reader), 5))[0]
+               for _ in range(2)]
+        assert ids == [1, 2] and s.processing
+        writer.close()
         await s.stop()
     asyncio.run(run())

@@ -205,6 +205,16 @@ def test_metadata_names_topics_by_id_from_v10():
     assert unknown["error_code"] == 100     # UNKNOWN_TOPIC_ID
 
 
+def test_the_controller_named_is_always_one_of_the_brokers_listed():
+    """KRaft brokers name themselves as the controller. A broker the image no longer lists
+    (fenced meanwhile) names the first it lists, and none (-1) when it lists no broker:
+    librdkafka's admin client, told of a controller missing from the broker list, waited for
+    it until its next metadata refresh (CI, a CreateTopics unanswered for 30 s)."""
+    assert metadata_values(IMAGE, [], "PLAINTEXT", 1)["controller_id"] == 1
+    assert metadata_values(IMAGE, [], "PLAINTEXT", 2)["controller_id"] == 0
+    assert metadata_values({**IMAGE, "brokers": {}}, [], "PLAINTEXT", 2)["controller_id"] == -1
+
+
 def test_all_topics_is_null_from_v1_and_empty_in_v0():
     from actors.broker.wire_metadata import requested_topics
     assert requested_topics(parse_request(_metadata_request(0, []), SUPPORTED)) is None

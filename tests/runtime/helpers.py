@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import ray
 
@@ -35,6 +37,23 @@ def produce_retrying(cluster, topic: str, partition: int, value: bytes,
         if time.monotonic() > deadline:
             raise AssertionError(f"could not produce to {topic}-{partition}: {error!r}")
         time.sleep(0.1)
+
+
+@contextmanager
+def controller_cannot_commit(cluster):
+    """While inside, the controller's checkpoint writes fail with a real FileExistsError (a
+    file stands where its metadata directory was), so every change it makes, a broker's
+    registration included, is answered with that error; the directory is back on leaving."""
+    from actors.controller.actor import METADATA_DIR
+    metadata = Path(cluster.data_dir) / METADATA_DIR
+    aside = metadata.with_name(metadata.name + ".aside")
+    metadata.rename(aside)
+    metadata.write_bytes(b"")
+    try:
+        yield
+    finally:
+        metadata.unlink()
+        aside.rename(metadata)
 
 
 def read_all(handle, start: int = 0, replica_id: int = -1) -> dict[int, bytes]:

@@ -13,14 +13,14 @@ import pytest
 import ray
 
 import rafka
-from actors.controller.actor import METADATA_DIR
 from protocols.errors import (InvalidConfigError, InvalidReplicationFactorError,
                               InvalidTopicError, StaleControllerEpochError,
                               TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from protocols.messages import UpdateMetadata
 from protocols.wire import decode, encode
 from tests.runtime.conftest import FAST
-from tests.runtime.helpers import produce, produce_retrying, read_all, wait_until
+from tests.runtime.helpers import (controller_cannot_commit, produce, produce_retrying,
+                                   read_all, wait_until)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -224,11 +224,7 @@ def test_a_broker_whose_registration_fails_finds_the_controller_again_and_regist
     before = cluster.admin().describe_cluster()
     victim = next(b for b in (0, 1, 2) if b != before.controller_id)
     pid = cluster.broker_pid(victim)
-    metadata = Path(cluster.data_dir) / METADATA_DIR
-    aside = metadata.with_name(metadata.name + ".aside")
-    metadata.rename(aside)
-    metadata.write_bytes(b"")
-    try:
+    with controller_cannot_commit(cluster):
         os.kill(pid, signal.SIGKILL)
         failed = wait_until(
             lambda: (lambda d: d if d["pid"] != pid and d["boot_step"].startswith("registering")
@@ -236,9 +232,6 @@ def test_a_broker_whose_registration_fails_finds_the_controller_again_and_regist
                      else None)(ray.get(cluster.broker(victim).describe.remote(), timeout=5)),
             60, "the restarted broker's registration to fail")
         assert "FileExistsError" in failed["controller_channel"]["last_error"]
-    finally:
-        metadata.unlink()
-        aside.rename(metadata)
     wait_until(lambda: ray.get(cluster.broker(victim).describe.remote(), timeout=5)
                ["boot_step"] == "serving", 30, "the broker to register and serve")
     status = ray.get(cluster.controller().status.remote())

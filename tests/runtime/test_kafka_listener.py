@@ -4,6 +4,8 @@ sees the cluster's brokers, topics, leaders, replicas and ISR, produces what raf
 reads and reads what rafka's producer wrote; bad bytes close only their own connection."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import struct
 import time
@@ -15,7 +17,7 @@ import rafka
 from actors.broker.kafka_apis import ADVERTISED, SUPPORTED
 from actors.broker.wire_metadata import kafka_uuid_text
 from tests.kafka_wire import read_response, request_bytes
-from tests.runtime.helpers import wait_until
+from tests.runtime.helpers import controller_cannot_commit, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -104,6 +106,42 @@ def test_metadata_creates_a_topic_it_is_asked_for_unless_the_client_says_not_to(
     # Kafka's defaults for an auto-created topic: num.partitions=1, RF=1.
     wait_until(lambda: "made" in cluster.metadata()["topics"], 30, "the auto-created topic")
     assert len(cluster.metadata()["topics"]["made"]) == 1
+
+
+def test_a_broker_answers_clients_only_once_its_metadata_names_it(cluster):
+    """Kafka's BrokerServer enables request processing only after the initial metadata
+    catch-up. A rafka broker answered from the start: a Metadata answer from a broker whose
+    image did not list it yet named as controller a broker missing from the broker list, and
+    librdkafka's admin client waited for that controller (CI: CreateTopics unanswered for
+    30 s). Here a broker is SIGKILLed and started again by Ray while the controller cannot
+    commit its registration (a file stands where its metadata directory was): the broker's
+    new listener takes the connection and the request, and answers once the broker has
+    registered and its image names it."""
+    before = cluster.admin().describe_cluster()
+    victim = next(b for b in (0, 1, 2) if b != before.controller_id)
+    pid = cluster.broker_pid(victim)
+    with controller_cannot_commit(cluster):
+        os.kill(pid, signal.SIGKILL)
+        restarted = wait_until(
+            lambda: (lambda d: d if d["pid"] != pid and d["endpoints"]
+                     and d["boot_step"].startswith("registering") else None)(
+                ray.get(cluster.broker(victim).describe.remote(), timeout=5)),
+            60, "the restarted broker to bind its listener and try to register")
+        assert not restarted["kafka_requests_processed"]
+        (_, host, port), = [e for e in restarted["endpoints"] if e[0] == "PLAINTEXT"]
+        sock = socket.create_connection((host, port))
+        sock.sendall(request_bytes(3, 12, {"topics": None,
+                                           "allow_auto_topic_creation": False}, 7))
+        sock.settimeout(3)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)                        # not answered while it is not registered
+    with sock:
+        sock.settimeout(60)
+        header, answer = read_response(sock, 3, 12)
+    assert header.correlation_id == 7
+    listed = {b.node_id for b in answer.brokers}
+    assert victim in listed and answer.controller_id == victim
+    assert ray.get(cluster.broker(victim).describe.remote())["kafka_requests_processed"]
 
 
 def test_bad_bytes_close_only_their_own_connection(cluster):
