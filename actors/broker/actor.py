@@ -49,6 +49,15 @@ from storage.log_manager import (CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOIN
 
 log = logging.getLogger(__name__)
 
+# A replica host not answering this long after it was created is given up (Ray's own
+# worker_register_timeout_seconds is 60 s too): the broker exits to be started again.
+HOST_START_TIMEOUT_S = 60.0
+BOOT_RETRY_BACKOFF_S = 2.0   # a broker whose start failed waits this long before exiting
+
+
+class ReplicaHostStartTimeout(Exception):
+    pass
+
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class BrokerActor(BrokerLifecycle):
     def __init__(self, cluster_name: str, broker_id: int, data_dir: str, config: dict,
@@ -167,9 +176,17 @@ class BrokerActor(BrokerLifecycle):
             self.socket_server.enable_request_processing()
             self.boot_step = "serving"
             self.ready.set()
-        except Exception:
-            log.exception("broker %d failed to start", self.broker_id)
-            raise
+        except Exception as e:
+            # As Kafka's broker exits when its startup fails ("Fatal error during
+            # KafkaServer startup. Prepare to shutdown"), and its service manager starts it
+            # again: Ray does (max_restarts). Left waiting, it stayed down for good (long
+            # fault run, seed 166: a broker stuck at "replica hosts").
+            failed_at, self.boot_step = self.boot_step, f"failed at {self.boot_step}: {e!r}"
+            log.exception("broker %d: Fatal error during broker startup at %s. Prepare to "
+                          "shutdown", self.broker_id, failed_at)
+            if not self._stopping:
+                await asyncio.sleep(BOOT_RETRY_BACKOFF_S)   # a lasting cause: no spinning
+                self._exit_process()
 
     def _num_hosts(self) -> int:
         configured = self.cfg.broker["num.replica.hosts"]
@@ -194,7 +211,13 @@ class BrokerActor(BrokerLifecycle):
         name = base_name if not restarts else f"{base_name}-r{restarts}"
         host = await create_named(ReplicaHostActor, name, self.namespace, self.namespace,
                                   self.broker_id, name, self.cfg.log, self.cfg.broker)
-        await host.num_replicas.remote()  # started
+        try:
+            await asyncio.wait_for(host.num_replicas.remote(), HOST_START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            ray.kill(host, no_restart=True)
+            raise ReplicaHostStartTimeout(
+                f"broker {self.broker_id}: replica host {name} did not start within "
+                f"{HOST_START_TIMEOUT_S:.0f} s") from None
         self._watchers[host] = asyncio.get_running_loop().create_task(self._watch_host(host))
         return host
 
@@ -224,8 +247,13 @@ class BrokerActor(BrokerLifecycle):
             self.state.host_died(lost)
             index = next((i for i, h in enumerate(self.hosts) if h == host), None)
             if index is not None:
-                self.hosts[index] = await self._start_host(
-                    replica_host_name(self.broker_id, index))
+                try:
+                    self.hosts[index] = await self._start_host(
+                        replica_host_name(self.broker_id, index))
+                except Exception as e:   # its replicas would stay down: start all again
+                    log.critical("broker %d: could not start a replica host again (%r); "
+                                 "exiting to be started again", self.broker_id, e)
+                    self._exit_process()
             for tp in [tp for tp, h in self.dedicated.items() if h == host]:
                 del self.dedicated[tp]  # started again when its replica reopens
             self.host_restarts += 1
@@ -441,6 +469,12 @@ class BrokerActor(BrokerLifecycle):
         Its partitions' leadership moves when its session expires, as for any crash."""
         log.critical("broker %d: Shutdown broker because all log dirs in %s have failed: %s",
                      self.broker_id, log_dir, message)
+        self._exit_process()
+
+    @staticmethod
+    def _exit_process() -> NoReturn:
+        """Exit at once, for Ray to start the broker again (``max_restarts``); the replica
+        hosts it owns die with it."""
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(1)

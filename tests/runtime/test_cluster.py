@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from protocols.errors import (InvalidConfigError, InvalidReplicationFactorError,
                               TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from protocols.messages import UpdateMetadata
 from protocols.wire import decode, encode
-from tests.runtime.conftest import FAST
+from tests.runtime.conftest import FAST, cluster_with
 from tests.runtime.helpers import (controller_cannot_commit, produce, produce_retrying,
                                    read_all, wait_until)
 
@@ -238,6 +239,57 @@ def test_a_broker_whose_registration_fails_finds_the_controller_again_and_regist
     assert {b: i["alive"] for b, i in status["brokers"].items()} == {0: True, 1: True, 2: True}
     cluster.admin().create_topics([rafka.NewTopic("after-registering", 1, 3)])
     assert produce_retrying(cluster, "after-registering", 0, b"x") == 0
+
+
+def test_a_broker_whose_start_fails_exits_and_is_started_again_until_it_serves(
+        ray_session, tmp_path):
+    """Long fault run, seed 166: a broker started again by Ray stopped at its boot step
+    "replica hosts" for the rest of the run, never registered, serving nothing: its start
+    had failed, and nothing started it again. As Kafka's broker exits when its startup
+    fails, a rafka broker now exits, and Ray starts it again. Here its start fails for
+    real: when Ray starts it again after a SIGKILL, the port of its Kafka listener is
+    taken (by the test), until the test lets it go."""
+    from benchmarks.peers import free_port
+    port = free_port()
+    with cluster_with(tmp_path, {"listeners": f"PLAINTEXT://127.0.0.1:{port}"},
+                      brokers=1) as c:
+        pid = c.broker_pid(0)
+        taker = socket.socket()
+        taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while True:   # the port is free once the process is gone: take it before Ray
+            try:      # has started the broker again
+                taker.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the killed broker's port stayed taken"
+        taker.listen()
+        try:
+            failed: dict[int, str] = {}   # by pid: each start that failed
+
+            def failed_twice():
+                d = ray.get(c.broker(0).describe.remote(), timeout=5)
+                if d["boot_step"].startswith("failed at listeners"):
+                    failed[d["pid"]] = d["boot_step"]
+                return len(failed) >= 2
+            wait_until(failed_twice, 60, "two starts of the broker to fail")
+        finally:
+            taker.close()
+        assert pid not in failed and all("address already in use" in step
+                                          for step in failed.values())
+        described = wait_until(
+            lambda: (lambda d: d if d["boot_step"] == "serving" else None)(
+                ray.get(c.broker(0).describe.remote(), timeout=5)),
+            60, "the broker to start once its port is free")
+        assert described["endpoints"] == [["PLAINTEXT", "127.0.0.1", port]]
+        c.admin().create_topics([rafka.NewTopic("after-failed-starts", 1, 1)])
+        from confluent_kafka import Producer
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all"})
+        producer.produce("after-failed-starts", b"served")
+        assert producer.flush(60) == 0
+        _, handle = c.leader("after-failed-starts", 0)
+        assert list(read_all(handle).values()) == [b"served"]
 
 
 def test_controlled_shutdown_moves_leadership_and_preferred_election_moves_it_back(cluster):
