@@ -55,9 +55,6 @@ HOST_START_TIMEOUT_S = 60.0
 BOOT_RETRY_BACKOFF_S = 2.0   # a broker whose start failed waits this long before exiting
 
 
-class ReplicaHostStartTimeout(Exception):
-    pass
-
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
 class BrokerActor(BrokerLifecycle):
     def __init__(self, cluster_name: str, broker_id: int, data_dir: str, config: dict,
@@ -215,7 +212,7 @@ class BrokerActor(BrokerLifecycle):
             await asyncio.wait_for(host.num_replicas.remote(), HOST_START_TIMEOUT_S)
         except asyncio.TimeoutError:
             ray.kill(host, no_restart=True)
-            raise ReplicaHostStartTimeout(
+            raise TimeoutError(
                 f"broker {self.broker_id}: replica host {name} did not start within "
                 f"{HOST_START_TIMEOUT_S:.0f} s") from None
         self._watchers[host] = asyncio.get_running_loop().create_task(self._watch_host(host))
