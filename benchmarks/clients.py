@@ -249,7 +249,7 @@ def _latency_producer(cluster_name: str, topic: str, rate: int, seconds: float,
     collections last 40-120 ms, and where one fell in the measured window it was a pause of
     the producer, not of rafka). Returns the wall time (ms) measuring starts at."""
     import rafka
-    from rafka.throttle import ThroughputThrottler
+    from rafka.cli.throttle import ThroughputThrottler
     cluster = rafka.Cluster.connect(cluster_name)
     with rafka.Producer(cluster, {"acks": "all", "linger.ms": linger_ms}) as producer:
         measured_from_ms = time.time() * 1000 + warmup * 1000
@@ -312,7 +312,7 @@ def main(argv=None) -> int:
     PROFILE = args.profile
 
     import rafka
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
 
     root = Path(tempfile.mkdtemp(prefix="rafka-clients-"))
     print(describe(root))

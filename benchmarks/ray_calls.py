@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import ray
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
 
     @ray.remote(num_cpus=0)
     class Sync:

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     import ray
 
     import rafka
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="rafka-bench-"))
     print(describe(root))

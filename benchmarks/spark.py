@@ -147,7 +147,7 @@ def main(argv=None) -> int:
 
     import rafka
     import rafka.spark
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
 
     root = Path(tempfile.mkdtemp(prefix="rafka-spark-"))
     print(describe(root))

@@ -9,10 +9,10 @@ from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
                          ConsumerGroupListing, ListOffsetsResult, MemberDescription, NewTopic,
                          PartitionInfo, TopicDescription)
 from rafka.cluster import Cluster
-from rafka.consumer import ConsumerRecord, Consumer, OffsetAndTimestamp
-from rafka.consumer_coordinator import CommitFailedError, ConsumerRebalanceListener
-from rafka.futures import RecordMetadata
-from rafka.producer import Producer
+from rafka.consumer.consumer import ConsumerRecord, Consumer, OffsetAndTimestamp
+from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
+from rafka.producer.futures import RecordMetadata
+from rafka.producer.producer import Producer
 
 __all__ = ["Admin", "Cluster", "ClusterDescription", "CommitFailedError", "Consumer",
            "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerRebalanceListener",

@@ -1,4 +1,4 @@
 """``python -m rafka ...``: the same CLI as the ``rafka`` script."""
-from rafka.cli import main
+from rafka.cli.main import main
 
 raise SystemExit(main())

@@ -196,9 +196,9 @@ class Admin:
                      ) -> dict[TopicPartition, ListOffsetsResult]:
         """``{(topic, partition): "earliest" | "latest" | timestamp_ms}`` -> offsets (latest is
         the high watermark; by time, the first offset at or after it, -1 if none). One
-        request per leader host (``rafka.list_offsets``)."""
-        from rafka.client_metadata import ClientMetadata
-        from rafka.list_offsets import list_offsets
+        request per leader host (``rafka.client.list_offsets``)."""
+        from rafka.client.metadata import ClientMetadata
+        from rafka.client.list_offsets import list_offsets
         wanted = {TopicPartition(*tp): int({"earliest": EARLIEST_TIMESTAMP,
                                             "latest": LATEST_TIMESTAMP}.get(spec, spec))
                   for tp, spec in specs.items()}
@@ -210,8 +210,8 @@ class Admin:
 
     # ---- consumer groups -------------------------------------------------------------------
     def _group_client(self, group_id: str):
-        from rafka.client_metadata import ClientMetadata
-        from rafka.coordinator_client import CoordinatorClient
+        from rafka.client.metadata import ClientMetadata
+        from rafka.client.coordinator_client import CoordinatorClient
         return CoordinatorClient(self.cluster, ClientMetadata(self.cluster), group_id)
 
     def _group_call(self, group_id: str, method: str, *args: Any) -> tuple[Any, int]:

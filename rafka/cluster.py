@@ -24,7 +24,7 @@ from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, Kafk
                               KafkaTimeoutError, LeaderNotAvailableError,
                               UnknownTopicOrPartitionError)
 from protocols.wire import decode
-from rafka.retry import is_retriable
+from rafka.client.retry import is_retriable
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Cluster:
         address (several Ray nodes on one machine), or ``place_by_address=False``, pin
         each broker to its node id instead."""
         from actors.broker.config import ClusterConfig
-        from rafka.ray_support import ensure_ray
+        from rafka.client.ray_runtime import ensure_ray
 
         if not _NAME.match(name):
             raise InvalidRequestError(f"Invalid cluster name {name!r}: use 1-64 of "
@@ -162,7 +162,7 @@ class Cluster:
         """Attach to a running cluster from any driver, Ray task or actor: the one named
         ``name`` (default ``default``), or the one whose Kafka listeners include one of
         ``bootstrap_servers`` (``host:port,...``, as Kafka's tools take it)."""
-        from rafka.ray_support import ensure_ray
+        from rafka.client.ray_runtime import ensure_ray
 
         ensure_ray(address or "auto")
         if bootstrap_servers is not None:

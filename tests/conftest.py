@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafka.ray_support import RAY_SYSTEM_CONFIG, prepare_local_token_auth
+from rafka.client.ray_runtime import RAY_SYSTEM_CONFIG, prepare_local_token_auth
 
 
 # -- Ray: one local instance for the whole session ---------------------------------------------

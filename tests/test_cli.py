@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from protocols.records import Record, encode_batch
-from rafka.cli import SUBCOMMANDS, build_parser, main
+from rafka.cli.main import SUBCOMMANDS, build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 SEGMENT = "00000000000000000000"

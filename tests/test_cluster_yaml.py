@@ -17,14 +17,14 @@ def test_cluster_yaml_passes_rays_schema():
     assert prepared["cluster_name"] == "rafka"
     assert any("pip install" in c for c in prepared["setup_commands"])
     # The head starts Ray with rafka's system config (produce and fetch payloads inline).
-    from rafka.ray_support import RAY_SYSTEM_CONFIG_JSON
+    from rafka.client.ray_runtime import RAY_SYSTEM_CONFIG_JSON
     head = " ".join(prepared["head_start_ray_commands"])
     assert f"--system-config='{RAY_SYSTEM_CONFIG_JSON}'" in head
     # ... and then starts the rafka cluster, in the background, on that Ray instance.
     server = prepared["head_start_ray_commands"][-1]
     assert "rafka server start" in server and "--address 127.0.0.1:6379" in server
     assert server.rstrip().endswith("&")
-    from rafka.cli import build_parser
+    from rafka.cli.main import build_parser
     argv = server.split("rafka server start", 1)[1].split(">")[0].split()
     args = build_parser().parse_args(["server", "start", *argv])
     # One broker per listed node, from the config ray up leaves on the head; no count to

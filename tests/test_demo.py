@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafka.demo import PARTITIONS, run_demo
+from rafka.cli.demo import PARTITIONS, run_demo
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -9,7 +9,7 @@ from protocols.errors import (CoordinatorLoadInProgressError, FencedInstanceIdEr
                               IllegalGenerationError, InconsistentGroupProtocolError,
                               NotCoordinatorError, RebalanceInProgressError,
                               UnknownMemberIdError)
-from rafka.membership import Membership, MemberState, Next
+from rafka.consumer.membership import Membership, MemberState, Next
 
 
 def stable(member_id: str = "m-1", generation: int = 3) -> Membership:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from protocols.records import RECORD_BATCH_OVERHEAD
 from protocols.topics import TopicPartition
-from rafka.accumulator import RecordAccumulator
-from rafka.futures import FutureRecordMetadata, ProduceRequestResult
+from rafka.producer.accumulator import RecordAccumulator
+from rafka.producer.futures import FutureRecordMetadata, ProduceRequestResult
 
 TP = TopicPartition("t", 0)
 

@@ -1,4 +1,4 @@
-"""The clients' one retry rule (rafka/retry.py): retriable errors are tried again every
+"""The clients' one retry rule (rafka/client/retry.py): retriable errors are tried again every
 backoff until the deadline, then raised; others are raised at once."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ray.exceptions import GetTimeoutError
 
 from protocols.errors import (InvalidRecordError, KafkaTimeoutError, NetworkError,
                               NotLeaderOrFollowerError)
-from rafka.retry import is_retriable, retry_until
+from rafka.client.retry import is_retriable, retry_until
 
 
 def test_kafkas_classification():

@@ -10,8 +10,8 @@ from protocols.errors import (InvalidTopicError, NotEnoughReplicasError,
                               NotLeaderOrFollowerError, OutOfOrderSequenceNumberError,
                               RecordTooLargeError)
 from protocols.topics import TopicPartition
-from rafka.accumulator import RecordAccumulator
-from rafka.sender import Outcome, SenderState
+from rafka.producer.accumulator import RecordAccumulator
+from rafka.producer.sender import Outcome, SenderState
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 LEADERS = {A0: ("host-1", "h1"), A1: ("host-1", "h1"), B0: ("host-2", "h2")}

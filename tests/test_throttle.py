@@ -1,7 +1,7 @@
 """The perf tools' --throughput: Kafka's ThroughputThrottler semantics."""
 import pytest
 
-from rafka.throttle import MIN_SLEEP_S, ThroughputThrottler
+from rafka.cli.throttle import MIN_SLEEP_S, ThroughputThrottler
 
 
 class SecondsClock:

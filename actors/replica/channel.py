@@ -9,7 +9,7 @@ costs ~2-3 ms of CPU at each end (measured: a 500 ms long poll every half second
 on a busy one it is the round trip acks=all waits for.
 
 Producers and consumers send their produce and fetch requests the same way
-(``rafka.network_client``), as Kafka's clients talk to a broker's listener: an actor
+(``rafka.client.network_client``), as Kafka's clients talk to a broker's listener: an actor
 call's reply crosses Ray's core worker and its threads at each end, which on a busy
 two-core machine is milliseconds of an acks=all record's end-to-end latency.
 

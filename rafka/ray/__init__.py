@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from protocols.topics import TopicPartition
-from rafka.arrow_sink import bulk_config, send_rows, split_rows
-from rafka.range_reader import earliest_and_latest, partition_counts, read_tables
-from rafka.spark.offsets import OffsetRange, plan_ranges
+from rafka.connectors.arrow_sink import bulk_config, send_rows, split_rows
+from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
+from rafka.connectors.range_reader import earliest_and_latest, partition_counts, read_tables
 
 
 def _offsets(spec: str | int | Mapping, topic: str, partitions: list[TopicPartition],
@@ -99,7 +99,7 @@ def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest"
 def write_topic(dataset, cluster, topic: str | None = None,
                 producer_config: Mapping[str, Any] | None = None) -> int:
     """Produce every row of ``dataset`` (``value`` required; ``key``, ``topic``,
-    ``partition``, ``headers`` optional: Spark's Kafka sink's columns, ``rafka.arrow_sink``)
+    ``partition``, ``headers`` optional: Spark's Kafka sink's columns, ``rafka.connectors.arrow_sink``)
     a block at a time through ``Producer.send_batch``; ``topic``, when given, is every
     row's topic (it overrides a topic column, as Spark's sink's option does). Returns the
     number of records acknowledged."""

@@ -26,7 +26,7 @@ def prepare_environment() -> None:
     before the SparkSession starts. The Ray auth token (Ray 2.60 turns token auth on), this
     interpreter for Spark's Python workers, and its bin directory on PATH (Ray on Spark runs
     the ``ray`` script found there)."""
-    from rafka.ray_support import prepare_local_token_auth
+    from rafka.client.ray_runtime import prepare_local_token_auth
 
     prepare_local_token_auth()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -68,7 +68,7 @@ def start_colocated(spark, num_brokers: int = 2, data_dir: str = "/tmp/rafka-col
     from ray.util.spark import setup_ray_cluster
 
     import rafka
-    from rafka.ray_support import RAY_SYSTEM_CONFIG
+    from rafka.client.ray_runtime import RAY_SYSTEM_CONFIG
     from rafka.spark import register
 
     prepare_environment()

@@ -12,7 +12,7 @@ def connect(options):
     """This process's handle on the cluster the options name (one Ray connection per Spark
     Python worker, reused by its tasks)."""
     import rafka
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
     name = options.get("cluster", "default")
     address = options.get("rayAddress") or os.environ.get("RAY_ADDRESS") or "auto"
     key = (name, address)

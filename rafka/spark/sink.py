@@ -1,7 +1,7 @@
 """The ``rafka`` format's sink: Spark's Kafka sink, fed by Spark's Arrow writers.
 
 Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter`` and, for
-streaming, ``DataSourceStreamArrowWriter``); ``rafka.arrow_sink`` sends each batch to
+streaming, ``DataSourceStreamArrowWriter``); ``rafka.connectors.arrow_sink`` sends each batch to
 ``Producer.send_batch`` in groups (its columns are Spark's Kafka sink's). The ``topic``
 option, when given, overrides the ``topic`` column (Spark's rule). The options prefixed
 ``kafka.`` are producer configs; ``acks`` defaults to ``all``. Every record is acknowledged
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
-from rafka.arrow_sink import TOPIC_REQUIRED, bulk_config, send_rows, split_rows
+from rafka.connectors.arrow_sink import TOPIC_REQUIRED, bulk_config, send_rows, split_rows
 from rafka.spark.connection import connect
 from rafka.spark.offsets import SparkSourceError, kafka_options
 
@@ -37,7 +37,7 @@ def producer_config(options) -> dict:
 def check_producer_options(options) -> None:
     """Unknown or invalid ``kafka.*`` producer configs fail the query on the driver, not in
     its tasks."""
-    from rafka.producer import PRODUCER_CONFIG
+    from rafka.producer.producer import PRODUCER_CONFIG
     PRODUCER_CONFIG.parse(producer_config(options))
 
 

@@ -25,12 +25,13 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
 from protocols.topics import TopicPartition
-from rafka.range_reader import earliest_and_latest, partition_counts, read_tables
+from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
+from rafka.connectors.range_reader import earliest_and_latest, partition_counts, read_tables
 from rafka.spark.connection import connect
 from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
-from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss,
-                                 consumer_options, from_json, parse_offsets,
-                                 parse_subscription, plan_ranges, rate_limit, resolve, to_json)
+from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
+                                 from_json, parse_offsets, parse_subscription, rate_limit,
+                                 resolve, to_json)
 from rafka.spark.sink import (RafkaBatchWriter, RafkaStreamWriter, check_producer_options,
                               check_schema)
 
@@ -77,7 +78,7 @@ def _starting(options, cluster, partitions, earliest, latest, default: str) -> d
 def _check_consumer_options(options) -> None:
     """Refused or unknown ``kafka.*`` consumer options fail the query on the driver, not in
     its tasks."""
-    from rafka.consumer import CONSUMER_CONFIG
+    from rafka.consumer.consumer import CONSUMER_CONFIG
     CONSUMER_CONFIG.parse(consumer_options(options))
 
 

@@ -17,7 +17,7 @@ from protocols.topics import OFFSETS_TOPIC
 from actors.coordinator.group import offsets_partition_for
 from protocols.errors import GroupIdNotFoundError, NonEmptyGroupError
 from protocols.topics import TopicPartition
-from rafka.consumer_coordinator import CommitFailedError, ConsumerRebalanceListener
+from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]

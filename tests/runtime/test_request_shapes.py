@@ -119,7 +119,7 @@ def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_clu
 def test_clients_send_produce_and_fetch_over_the_hosts_listeners_and_reconnect(
         one_host_cluster):
     """Producers and consumers reach leader hosts over their listeners
-    (rafka.network_client), as Kafka's clients reach a broker's: a broken connection fails
+    (rafka.client.network_client), as Kafka's clients reach a broker's: a broken connection fails
     what is in flight on it, the client sends again on a new one, and nothing is lost or
     read twice."""
     cluster = one_host_cluster

@@ -167,7 +167,7 @@ def test_server_stop_stops_a_running_server_with_a_controlled_shutdown(ray_sessi
 def test_the_broker_count_comes_from_a_cluster_launcher_config(tmp_path):
     """``server start --cluster-config``: one broker per node the config lists (the head
     and each on-premise worker address, or each node type's min_workers)."""
-    from rafka.server_cli import nodes_in_launch_config
+    from rafka.cli.server import nodes_in_launch_config
     local = tmp_path / "local.yaml"
     local.write_text("provider: {type: local, head_ip: 10.0.0.10, "
                      "worker_ips: [10.0.0.11, 10.0.0.12]}\n")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from protocols.topics import TopicPartition as TP
-from rafka.spark.offsets import (OffsetRange, SparkSourceError, check_data_loss,
-                                 consumer_options, from_json, kafka_options,
-                                 parse_offsets, parse_subscription, plan_ranges, rate_limit,
-                                 resolve, to_json)
+from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
+from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
+                                 from_json, kafka_options, parse_offsets, parse_subscription,
+                                 rate_limit, resolve, to_json)
 
 COUNTS = {"clicks": 3, "clicks-eu": 2, "orders": 1, "__consumer_offsets": 3}
 

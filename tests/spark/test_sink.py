@@ -8,7 +8,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructField, StructType)
 
 from rafka.spark.offsets import SparkSourceError
-from rafka.arrow_sink import SinkError, split_rows
+from rafka.connectors.arrow_sink import SinkError, split_rows
 from rafka.spark.sink import check_schema
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()),

@@ -5,7 +5,7 @@
     for record in consumer:                      # or consumer.poll(timeout_ms=1000)
         print(record.offset, record.value)
 
-With ``subscribe`` the partitions come from the group (``rafka.consumer_coordinator``):
+With ``subscribe`` the partitions come from the group (``rafka.consumer.coordinator``):
 poll drives the rebalances, starts each new partition at the group's committed offset (else
 ``auto.offset.reset``), and with ``enable.auto.commit`` commits the positions every
 ``auto.commit.interval.ms``, before a rebalance takes partitions away and on close.
@@ -15,7 +15,7 @@ that host leads (Kafka's FetchRequest per node: a long poll with ``fetch.min.byt
 ``fetch.max.wait.ms`` over the whole request, ``fetch.max.bytes`` over the response,
 ``max.partition.fetch.bytes`` per partition), in a fetch session (KIP-227: after the first
 request, only the partitions whose position changed are named), sent over the host's
-listener (``rafka.network_client``), so the next records are on
+listener (``rafka.client.network_client``), so the next records are on
 their way while the application handles the current ones; ``poll`` hands out at most
 ``max.poll.records``.
 It follows leader changes through metadata, and after a leader change it checks its
@@ -47,11 +47,11 @@ from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchManyR
 from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from rafka.network_client import ClientRequest, NetworkClient
-from rafka.client_metadata import ClientMetadata
-from rafka.consumer_coordinator import ConsumerCoordinator, ConsumerRebalanceListener
-from rafka.list_offsets import list_offsets
-from rafka.serde import deserializer
+from rafka.client.network_client import ClientRequest, NetworkClient
+from rafka.client.metadata import ClientMetadata
+from rafka.consumer.coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from rafka.client.list_offsets import list_offsets
+from rafka.client.serde import deserializer
 
 log = logging.getLogger(__name__)
 
@@ -479,7 +479,7 @@ class Consumer:
     # ---- offsets ---------------------------------------------------------------------------
     def _list_offsets(self, wanted: Mapping[TopicPartition, int]
                       ) -> dict[TopicPartition, tuple[int, int]]:
-        """ListOffsets, one request per leader host (``rafka.list_offsets``), retried until
+        """ListOffsets, one request per leader host (``rafka.client.list_offsets``), retried until
         request.timeout.ms."""
         return list_offsets(self.metadata, wanted, self.config["request.timeout.ms"] / 1000,
                             backoff_s=self.config["retry.backoff.ms"] / 1000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rafka.cli_args import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, positive_int
+from rafka.cli.args import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, positive_int
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

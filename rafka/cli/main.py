@@ -3,10 +3,11 @@
 One subcommand per tool, with Kafka's option names where Kafka has the tool. A subcommand is
 a ``Subcommand`` in ``SUBCOMMANDS``: its name, one line of help, a function that adds its
 arguments to its parser and a function that runs it and returns the exit status. Every tool
-is registered with ``_lazy``: its module is imported only when it runs (or its --help is
-asked for), so a quick tool such as ``dump-log`` does not pay for importing Ray or Spark.
-Adding a tool is writing those two functions in its module and appending one entry.
-Exit codes and the argument helpers tools share are in ``rafka.cli_args``.
+is a module of ``rafka.cli`` with two functions, ``configure(parser)`` and ``run(args)``,
+registered with ``_lazy``: its module is imported only when it runs (or its --help is asked
+for), so a quick tool such as ``dump-log`` does not pay for importing Ray or Spark. Adding a
+tool is writing that module and appending one entry. Exit codes and the argument helpers
+tools share are in ``rafka.cli.args``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from rafka.cli_args import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
+from rafka.cli.args import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 @dataclass(frozen=True)
@@ -30,46 +31,40 @@ class Subcommand:
     description: str | None = None
 
 
-def _lazy(name: str, help_: str, module: str, configure: str = "configure",
-          run: str = "run", description: str | None = None) -> Subcommand:
-    """A tool whose module is imported only when it runs (or its --help is asked for):
-    ``module.<configure>(parser)`` adds its arguments, ``module.<run>(args)`` runs it."""
+def _lazy(name: str, help_: str, module: str, description: str | None = None) -> Subcommand:
+    """A tool whose module (``rafka.cli.<module>``) is imported only when it runs (or its
+    --help is asked for): its ``configure(parser)`` adds its arguments, its ``run(args)``
+    runs it."""
     def _configure(parser: argparse.ArgumentParser) -> None:
-        getattr(importlib.import_module(module), configure)(parser)
+        importlib.import_module(f"rafka.cli.{module}").configure(parser)
 
     def _run(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module(module), run)(args)
+        return importlib.import_module(f"rafka.cli.{module}").run(args)
     return Subcommand(name, help_, _configure, _run, description)
 
 
-SERVER = _lazy("server", "run a rafka cluster in the foreground, or stop one (server start, "
-               "server stop)", "rafka.server_cli")
-TOPICS = _lazy("topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
-               "rafka.topics_cli")
-CONSUMER_GROUPS = _lazy("consumer-groups", "list, describe, reset offsets of and delete "
-                        "consumer groups (kafka-consumer-groups.sh)", "rafka.consumer_groups_cli")
-CONSOLE_PRODUCER = _lazy("console-producer", "send lines from stdin (kafka-console-producer.sh)",
-                         "rafka.tools", "configure_console_producer", "run_console_producer")
-CONSOLE_CONSUMER = _lazy("console-consumer", "print records (kafka-console-consumer.sh)",
-                         "rafka.tools", "configure_console_consumer", "run_console_consumer")
-PRODUCER_PERF = _lazy("producer-perf-test", "producer throughput and latency "
-                      "(kafka-producer-perf-test.sh)", "rafka.tools", "configure_producer_perf",
-                      "run_producer_perf")
-CONSUMER_PERF = _lazy("consumer-perf-test", "consumer throughput "
-                      "(kafka-consumer-perf-test.sh)", "rafka.tools", "configure_consumer_perf",
-                      "run_consumer_perf")
-DUMP_LOG = _lazy("dump-log", "print the batches, records and index entries of segment files",
-                 "rafka.dump_log_cli",
-                 description="Parse segment files and print their contents, like Kafka's "
-                             "kafka-dump-log.sh: batches and records of .log files, entries "
-                             "of .index and .timeindex files, with index entries checked "
-                             "against the log.")
-DEMO = _lazy("demo", "run the main job on embedded defaults (data under --data-dir)",
-             "rafka.demo", "configure_cli", "run_cli")
-
-SUBCOMMANDS: list[Subcommand] = [SERVER, TOPICS, CONSUMER_GROUPS, CONSOLE_PRODUCER,
-                                 CONSOLE_CONSUMER, PRODUCER_PERF, CONSUMER_PERF, DUMP_LOG,
-                                 DEMO]
+SUBCOMMANDS: list[Subcommand] = [
+    _lazy("server", "run a rafka cluster in the foreground, or stop one (server start, "
+          "server stop)", "server"),
+    _lazy("topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
+          "topics"),
+    _lazy("consumer-groups", "list, describe, reset offsets of and delete consumer groups "
+          "(kafka-consumer-groups.sh)", "consumer_groups"),
+    _lazy("console-producer", "send lines from stdin (kafka-console-producer.sh)",
+          "console_producer"),
+    _lazy("console-consumer", "print records (kafka-console-consumer.sh)", "console_consumer"),
+    _lazy("producer-perf-test", "producer throughput and latency "
+          "(kafka-producer-perf-test.sh)", "producer_perf_test"),
+    _lazy("consumer-perf-test", "consumer throughput (kafka-consumer-perf-test.sh)",
+          "consumer_perf_test"),
+    _lazy("dump-log", "print the batches, records and index entries of segment files",
+          "dump_log",
+          description="Parse segment files and print their contents, like Kafka's "
+                      "kafka-dump-log.sh: batches and records of .log files, entries "
+                      "of .index and .timeindex files, with index entries checked "
+                      "against the log."),
+    _lazy("demo", "run the main job on embedded defaults (data under --data-dir)", "demo"),
+]
 
 
 # ---- entry point --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import time
 from typing import Iterator
 
 from protocols.topics import TopicPartition
-from rafka.spark.offsets import OffsetRange
+from rafka.connectors.offset_ranges import OffsetRange
 
 # A range's consumer reads one partition to a known end: unless configured, it fetches up to
 # 8 MiB of it at a time (Kafka's max.partition.fetch.bytes is 1 MiB), a fetch's round trip

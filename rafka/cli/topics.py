@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rafka.cli_args import add_cluster_options, connect_cluster, parse_key_values
+from rafka.cli.args import add_cluster_options, connect_cluster, parse_key_values
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

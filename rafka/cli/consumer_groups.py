@@ -13,7 +13,7 @@ import argparse
 import sys
 from datetime import datetime
 
-from rafka.cli_args import add_cluster_options, connect_cluster
+from rafka.cli.args import add_cluster_options, connect_cluster
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """A consumer's membership in its group, pure (Kafka's AbstractCoordinator: its MemberState,
 generation and the rejoin and lost flags around them). No Ray, no threads: the consumer's
-coordinator (``rafka.consumer_coordinator``) owns one, guarded by its lock, and feeds it
+coordinator (``rafka.consumer.coordinator``) owns one, guarded by its lock, and feeds it
 what happens: requests sent, answers, errors, heartbeats, leaving.
 
 States (Kafka's MemberState):
@@ -23,7 +23,7 @@ from enum import Enum
 
 from protocols.errors import (FencedInstanceIdError, IllegalGenerationError, KafkaError,
                               RebalanceInProgressError, UnknownMemberIdError)
-from rafka.coordinator_client import COORDINATOR_MOVED, RETRY_SAME
+from rafka.client.coordinator_client import COORDINATOR_MOVED, RETRY_SAME
 
 
 class MemberState(Enum):

@@ -2,10 +2,10 @@
 TransactionManager): which batches go in the next requests, their sequence numbers, the
 in-flight limit per leader host, the producer id, and what an answer's error means for a
 batch. No Ray, no threads, no clock of its own: the producer's sender thread
-(``rafka.producer``) owns it, sends what it drains and reports what comes back.
+(``rafka.producer.producer``) owns it, sends what it drains and reports what comes back.
 
 Retry or fail follows Kafka's classification, the one every client uses
-(``rafka.retry.is_retriable``: a ``KafkaError`` says whether it is retriable; a lost or
+(``rafka.client.retry.is_retriable``: a ``KafkaError`` says whether it is retriable; a lost or
 silent actor is a retriable network error), plus the producer's own case of an
 out-of-order sequence (an earlier batch of the partition failed and is being retried).
 """
@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 from protocols.errors import OutOfOrderSequenceNumberError, RecordTooLargeError
 from protocols.topics import TopicPartition
-from rafka.accumulator import ProducerBatch, RecordAccumulator
-from rafka.retry import is_retriable
+from rafka.producer.accumulator import ProducerBatch, RecordAccumulator
+from rafka.client.retry import is_retriable
 
 
 class Outcome(Enum):

@@ -23,7 +23,7 @@ def bulk_config(config: dict) -> dict:
     """A producer config for rows that come thousands at a time: unless set,
     ``batch.size`` is ``max.request.size`` (1 MiB by default), since Kafka's 16 KiB would
     cut each Arrow batch into a hundred record batches, each a request of its own."""
-    from rafka.producer import PRODUCER_CONFIG
+    from rafka.producer.producer import PRODUCER_CONFIG
 
     config = dict(config)
     config.setdefault("batch.size", PRODUCER_CONFIG.parse(config)["max.request.size"])

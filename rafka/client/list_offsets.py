@@ -14,7 +14,7 @@ from typing import Mapping
 from protocols.errors import KafkaError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from rafka.retry import MIN_ATTEMPT_S, is_retriable
+from rafka.client.retry import MIN_ATTEMPT_S, is_retriable
 
 
 def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: float,

@@ -5,7 +5,7 @@ Rebalancing is driven by ``Consumer.poll`` without blocking: a JoinGroup or Sync
 request is an object ref in flight, and poll waits on it together with its fetches, so one
 thread can drive several consumers (as Kafka's poll does, a rebalance that does not finish
 within one poll goes on in the next). The member's state is a pure ``Membership``
-(``rafka.membership``: Kafka's MemberState, generation, rejoin and lost flags), touched only
+(``rafka.consumer.membership``: Kafka's MemberState, generation, rejoin and lost flags), touched only
 under this coordinator's lock: poll's thread moves it through the rebalance, the heartbeat
 thread only marks a rejoin or lost partitions; the assignment changes and the listener calls
 happen in ``poll``, on the application's thread.
@@ -28,8 +28,8 @@ from protocols.errors import (CoordinatorNotAvailableError, IllegalGenerationErr
                               RebalanceInProgressError, UnknownMemberIdError)
 from protocols.topics import TopicPartition
 from protocols.wire import decode
-from rafka.coordinator_client import COORDINATOR_MOVED, RETRY_SAME, CoordinatorClient
-from rafka.membership import Membership, Next
+from rafka.client.coordinator_client import COORDINATOR_MOVED, RETRY_SAME, CoordinatorClient
+from rafka.consumer.membership import Membership, Next
 
 log = logging.getLogger(__name__)
 

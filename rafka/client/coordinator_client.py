@@ -14,7 +14,7 @@ from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvai
                               KafkaError, KafkaTimeoutError, NotCoordinatorError,
                               RequestTimedOutError)
 from protocols.wire import decode
-from rafka.retry import retry_until
+from rafka.client.retry import retry_until
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from rafka.cli_args import parse_key_values
+from rafka.cli.args import parse_key_values
 
 # How often a running server checks that its cluster has not been stopped by ``stop``.
 STOPPED_ELSEWHERE_CHECK_S = 2.0
@@ -88,7 +88,7 @@ def _wait_for_nodes(wanted: int, address: str | None, stop: threading.Event) -> 
     (``ray up``), wait for the workers to join first."""
     import ray
 
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
     ensure_ray(address)
     deadline = time.monotonic() + 600
     while not stop.is_set():
@@ -145,7 +145,7 @@ def _start(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     from rafka.cluster import Cluster
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
 
     try:
         ensure_ray(args.address or os.environ.get("RAY_ADDRESS") or "auto")

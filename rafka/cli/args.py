@@ -37,7 +37,7 @@ def connect_cluster(args: argparse.Namespace):
     --address. A tool's stdout is its output (records, tables), so the Ray workers' log
     lines are not forwarded to it."""
     import rafka
-    from rafka.ray_support import ensure_ray
+    from rafka.client.ray_runtime import ensure_ray
     ensure_ray(args.address or "auto", log_to_driver=False)
     return rafka.Cluster.connect(args.cluster, address=args.address,
                                  bootstrap_servers=getattr(args, "bootstrap_server", None))

@@ -9,7 +9,7 @@ keys), the RecordAccumulator (``batch.size``, ``linger.ms``, ``buffer.memory`` w
 ``max.block.ms``), and a sender thread that drains ready batches into one request per leader
 replica host (Kafka's ProduceRequest: the first batch of every ready partition the host
 leads, up to ``max.request.size``, answered per partition; sent over the host's listener,
-``rafka.network_client``) with at most
+``rafka.client.network_client``) with at most
 ``max.in.flight.requests.per.connection`` requests in flight per host, retrying retriable
 errors (refreshing metadata when the leader moved) with ``retry.backoff.ms`` until
 ``delivery.timeout.ms``. With ``enable.idempotence`` (Kafka's
@@ -17,7 +17,7 @@ default) the cluster hands out a producer id; each partition's batches carry con
 sequence numbers, so a retry is never written twice and order holds with 5 in flight.
 
 The sender's decisions (what to drain, sequence numbers, in-flight limits, retry or fail,
-when a producer id is needed) are ``rafka.sender.SenderState``'s; the sender thread here
+when a producer id is needed) are ``rafka.producer.sender.SenderState``'s; the sender thread here
 sends, waits and reports. InitProducerId is asked for by the sender thread without
 blocking it or the constructor: until the id comes, only new idempotent batches wait.
 """
@@ -46,13 +46,13 @@ from protocols.partitioner import (StickyPartitionCache, partition_for_key,
                                    partitions_for_keys)
 from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
-from rafka.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
+from rafka.producer.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
                                estimate_size)
-from rafka.client_metadata import ClientMetadata
-from rafka.network_client import ClientRequest, NetworkClient
-from rafka.futures import BatchSendFuture, FutureRecordMetadata, failed_future
-from rafka.sender import Outcome, SenderState
-from rafka.serde import serializer
+from rafka.client.metadata import ClientMetadata
+from rafka.client.network_client import ClientRequest, NetworkClient
+from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
+from rafka.producer.sender import Outcome, SenderState
+from rafka.client.serde import serializer
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import signal
 import time
 from pathlib import Path
 
-from rafka.cli_args import EXIT_OK, positive_int
+from rafka.cli.args import EXIT_OK, positive_int
 
 
 TOPIC = "demo-events"
@@ -117,7 +117,7 @@ def run_demo(data_dir: Path, records_per_partition: int = 2_000, batch_records: 
     return recovered
 
 
-def configure_cli(parser) -> None:
+def configure(parser) -> None:
     """``rafka demo``'s options."""
     parser.add_argument("--data-dir", default="./data",
                         help="where the brokers' log directories go (default ./data)")
@@ -125,6 +125,6 @@ def configure_cli(parser) -> None:
                         help="records to append to each partition (default 10000)")
 
 
-def run_cli(args) -> int:
+def run(args) -> int:
     run_demo(Path(args.data_dir), records_per_partition=args.records)
     return EXIT_OK

@@ -15,7 +15,7 @@ from typing import Callable
 
 from protocols.records import RECORD_BATCH_OVERHEAD, MemoryRecordsBuilder
 from protocols.topics import TopicPartition
-from rafka.futures import ProduceRequestResult
+from rafka.producer.futures import ProduceRequestResult
 
 RECORD_OVERHEAD = 21  # the most a v2 record's framing takes: length, attributes, deltas, counts
 
