@@ -9,7 +9,8 @@ from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
                          ConsumerGroupListing, ListOffsetsResult, MemberDescription, NewTopic,
                          PartitionInfo, TopicDescription)
 from rafka.cluster import Cluster
-from rafka.consumer.consumer import ConsumerRecord, Consumer, OffsetAndTimestamp
+from rafka.consumer.consumer import Consumer, OffsetAndTimestamp
+from rafka.consumer.consumer_record import ConsumerRecord
 from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
 from rafka.producer.futures import RecordMetadata
 from rafka.producer.producer import Producer

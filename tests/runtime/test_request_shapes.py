@@ -140,14 +140,14 @@ def test_clients_send_produce_and_fetch_over_the_hosts_listeners_and_reconnect(
         leaders = {cluster.leader("door", p)[1].host_id for p in range(3)}
         assert set(producer._network.connected_hosts()) == leaders
         read(30)
-        assert consumer._network.connected_hosts() == leaders
+        assert consumer._fetcher.network.connected_hosts() == leaders
         assert consumer.poll(100) == []   # a long poll is in flight on each connection now
-        consumer._network.disconnect()    # the consumer's thread is the one polling: safe
-        assert not consumer._network.connected_hosts()
+        consumer._fetcher.network.disconnect()    # the consumer's thread is the one polling: safe
+        assert not consumer._fetcher.network.connected_hosts()
         for i in range(30):
             producer.send("door", f"b{i}".encode(), partition=i % 3)
         read(60)
-        assert consumer._network.connected_hosts() == leaders
+        assert consumer._fetcher.network.connected_hosts() == leaders
     assert produce_requests(cluster) - before > 30   # one per send of a, and some for b
     consumer.close()
     for p in range(3):
