@@ -17,44 +17,34 @@ default) the cluster hands out a producer id; each partition's batches carry con
 sequence numbers, so a retry is never written twice and order holds with 5 in flight.
 
 The sender's decisions (what to drain, sequence numbers, in-flight limits, retry or fail,
-when a producer id is needed) are ``rafka.producer.sender.SenderState``'s; the sender thread here
-sends, waits and reports. InitProducerId is asked for by the sender thread without
-blocking it or the constructor: until the id comes, only new idempotent batches wait.
+when a producer id is needed) are ``rafka.producer.sender.SenderState``'s; the sender thread
+(``rafka.producer.sender_thread``) sends, waits and reports. ``send_batch``'s partitioning and
+batching of Arrow columns is ``rafka.producer.arrow_plan``'s.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from actors.names import CONTROLLER
-from actors.replica.channel import API_PRODUCE
-from protocols.config import ConfigDef, at_least, between, one_of
-from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
-                              RecordTooLargeError)
-from protocols.messages import (ProduceManyRequest, ProduceResult,
-                                decode_produce_many_response, encode_produce_many_request)
 from protocols.arrow_records import as_binary, as_headers, header_sizes, timestamp_column
-from protocols.partitioner import (StickyPartitionCache, partition_for_key,
-                                   partitions_for_keys)
+from protocols.config import ConfigDef, at_least, between, one_of
+from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
+                              RecordTooLargeError)
+from protocols.partitioner import StickyPartitionCache, partition_for_key
 from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
-from rafka.producer.accumulator import (RECORD_OVERHEAD, ProducerBatch, RecordAccumulator,
-                               estimate_size)
 from rafka.client.metadata import ClientMetadata
-from rafka.client.network_client import ClientRequest, NetworkClient
-from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
-from rafka.producer.sender import Outcome, SenderState
 from rafka.client.serde import serializer
+from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
+from rafka.producer.arrow_plan import plan_batches, rows
+from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
+from rafka.producer.sender_thread import SenderThread, now_ms
 
-log = logging.getLogger(__name__)
 
 PRODUCER_CONFIG = (
     ConfigDef()
@@ -83,19 +73,6 @@ PRODUCER_CONFIG = (
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 
 
-def _rows(array, indices: np.ndarray):
-    """``array``'s rows at ``indices`` (None stays None): a zero-copy slice when they run
-    without a gap, as a batch of key-less or one-partition records does (Arrow's take
-    copies every value: ~100 ns a record of 100 bytes)."""
-    if array is None:
-        return None
-    first = int(indices[0])
-    if int(indices[-1]) - first + 1 == len(indices) and (
-            len(indices) < 3 or bool((np.diff(indices) == 1).all())):
-        return array.slice(first, len(indices))
-    return array.take(indices)
-
-
 class Producer:
     def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
         c = self.config = PRODUCER_CONFIG.parse(config, **kwargs)
@@ -122,61 +99,20 @@ class Producer:
         self._value_ser_default = c["value.serializer"] is None
         self._max_request_size = c["max.request.size"]
         self._max_block_ms = c["max.block.ms"]
-        self._retry_backoff_s = c["retry.backoff.ms"] / 1000
         self._ignore_keys = c["partitioner.ignore.keys"]
         self._tps: dict[tuple[str, int], TopicPartition] = {}
         # A batch never outgrows one request; one the broker still finds too large
         # (MESSAGE_TOO_LARGE under a topic's smaller max.message.bytes) is split and sent
-        # again (``_split``), as Kafka's sender does.
+        # again (``SenderThread._split``), as Kafka's sender does.
         self.accumulator = RecordAccumulator(min(c["batch.size"], c["max.request.size"]),
                                              c["linger.ms"], c["buffer.memory"],
-                                             c["delivery.timeout.ms"], _now_ms)
+                                             c["delivery.timeout.ms"], now_ms)
         self.sticky = StickyPartitionCache()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._closed = False
-        # The sender's decisions; only the sender thread touches it.
-        self.sender = SenderState(c["max.in.flight.requests.per.connection"],
-                                  c["max.request.size"], self.idempotent, c["retries"],
-                                  c["delivery.timeout.ms"])
-        self._in_flight: list[_InFlight] = []
-        # The connections to leader hosts: the sender thread's alone (Kafka's NetworkClient).
-        self._network = NetworkClient()
-        self._sending = 0   # drained from the accumulator, not yet in flight
-        # InitProducerId, asked by the sender thread without blocking it: the request in
-        # flight, and when to ask again after a failed one.
-        self._producer_id_future: concurrent.futures.Future | None = None
-        self._producer_id_retry_at = 0.0
-        self._sender = threading.Thread(target=self._run, name="rafka-producer-sender",
-                                        daemon=True)
-        self._sender.start()
-
-    def _maybe_init_producer_id(self) -> None:
-        """Ask the controller for a producer id when the sender needs one (Kafka's
-        InitProducerId), without waiting for it: only new idempotent batches wait for the
-        answer. A controller that is not there or dies under the request is asked again
-        after retry.backoff.ms."""
-        import ray
-        if not self.sender.needs_producer_id or self._producer_id_future is not None \
-                or time.monotonic() < self._producer_id_retry_at:
-            return
-        try:
-            controller = ray.get_actor(CONTROLLER, namespace=self.cluster.namespace)
-            self._producer_id_future = controller.init_producer_id.remote().future()
-            self._producer_id_future.add_done_callback(lambda _: self._network.wakeup())
-        except Exception as e:   # no controller at the moment (an election)
-            log.debug("InitProducerId: %r", e)
-            self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
-
-    def _producer_id_answered(self) -> None:
-        future, self._producer_id_future = self._producer_id_future, None
-        try:
-            self.sender.set_producer_id(*future.result())
-        except Exception as e:   # the controller died under the request
-            log.info("InitProducerId failed: %r; asking again", e)
-            self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
-        with self._cond:
-            self._cond.notify_all()
+        self._sender = SenderThread(cluster.namespace, c, self.acks, self.idempotent,
+                                    self.metadata, self.accumulator, self._cond)
 
     # ---- the application's side ------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
@@ -287,13 +223,16 @@ class Producer:
         partitions = self.metadata.cached_partitions(topic) or \
             self.metadata.partitions_for(topic, self._max_block_ms)
         parts = []
-        for p, indices in self._plan(topic, partitions, partition, key_array, sizes):
+        for p, indices in plan_batches(topic, partitions, partition, key_array, sizes,
+                                       batch_size=self.accumulator.batch_size,
+                                       max_request_size=self._max_request_size,
+                                       ignore_keys=self._ignore_keys, sticky=self.sticky):
             tp = self._tps.get((topic, p))
             if tp is None:
                 tp = self._tps[(topic, p)] = TopicPartition(topic, p)
             builder = MemoryRecordsBuilder.from_columns(
-                _rows(value_array, indices), _rows(key_array, indices), stamps[indices],
-                _rows(header_array, indices))
+                rows(value_array, indices), rows(key_array, indices), stamps[indices],
+                rows(header_array, indices))
             with self._lock:
                 if not self.accumulator.has_room_for(builder.size_in_bytes):
                     self._wait_for_room(builder.size_in_bytes)
@@ -301,41 +240,6 @@ class Producer:
                 self._cond.notify_all()
             parts.append((batch.result, p, indices, None))
         return BatchSendFuture(topic, count, stamps, parts)
-
-    def _plan(self, topic: str, partitions: list[int], partition: int | None,
-              key_array, sizes: np.ndarray):
-        """``[(partition, record indices), ...]``: the whole batches ``send_batch`` makes,
-        each of about batch.size, within max.request.size, records in their given order."""
-        count = len(sizes)
-        per_batch = max(1, min(self.accumulator.batch_size // max(1, int(sizes.mean())),
-                               self._max_request_size // max(1, int(sizes.max()))))
-        if partition is not None:
-            if partition not in partitions:
-                raise KafkaError(f"Invalid partition given with record: {partition} is not "
-                                 f"in the range [0...{len(partitions)}].")
-            groups = [(partition, np.arange(count))]
-            return [(p, chunk) for p, indices in groups
-                    for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
-        # Each record's partition: its key's (murmur2), else the sticky one, which takes a
-        # whole batch of the key-less records and then moves on (KIP-480). Records are then
-        # grouped per partition in the order given, so a partition's records keep it.
-        target = np.full(count, -1, np.int64)
-        if key_array is not None and not self._ignore_keys:
-            keyed = pc.is_valid(key_array).to_numpy(zero_copy_only=False)
-            target[keyed] = partitions_for_keys(key_array.filter(pa.array(keyed)),
-                                                len(partitions))
-        sticky = np.flatnonzero(target < 0)
-        for start in range(0, len(sticky), per_batch):
-            p = self.sticky.partition(topic, partitions, len(partitions))
-            target[sticky[start:start + per_batch]] = p
-            self.sticky.next_partition(topic, partitions, len(partitions), p)
-        order = np.argsort(target, kind="stable")
-        bounds = np.flatnonzero(np.diff(target[order])) + 1
-        out = []
-        for indices in np.split(order, bounds):
-            out += [(int(target[indices[0]]), chunk)
-                    for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
-        return out
 
     def _wait_for_room(self, size: int) -> None:
         """buffer.memory is full: block (holding the condition) up to max.block.ms."""
@@ -355,7 +259,7 @@ class Producer:
             self.accumulator.flushing += 1
             self._cond.notify_all()
             try:
-                while self.accumulator.queued() or self._sending or self._in_flight:
+                while self.accumulator.queued() or self._sender.busy():
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise KafkaTimeoutError(f"Flush did not finish within {timeout} s")
@@ -376,14 +280,14 @@ class Producer:
         except KafkaTimeoutError:
             pass
         with self._cond:
-            self._closed = True
+            self._closed = self._sender.closed = True
             self.accumulator.closing = True
             self._cond.notify_all()
-        self._sender.join(timeout=5)
+        self._sender.thread.join(timeout=5)
         with self._cond:
             for queue in self.accumulator.batches.values():
                 while queue:
-                    self._fail(queue.popleft(), KafkaError("Producer closed forcefully"))
+                    self._sender.fail(queue.popleft(), KafkaError("Producer closed forcefully"))
 
     def __enter__(self) -> "Producer":
         return self
@@ -391,182 +295,11 @@ class Producer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ---- the sender thread -----------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            self._maybe_init_producer_id()
-            with self._cond:
-                if self._closed and not self._in_flight:
-                    self._network.close()
-                    return
-                now = _now_ms()
-                for batch in self.accumulator.expired(now):
-                    self._fail(batch, KafkaTimeoutError(
-                        f"Expiring {batch.record_count} record(s) for {batch.tp}: "
-                        f"{now - batch.created_ms} ms has passed since batch creation "
-                        "(delivery.timeout.ms)"))
-                ready, next_ms = self.accumulator.ready(now)
-                to_send = self._drain(ready) if not self._closed else []
-                self._sending += len(to_send)
-            for request in to_send:
-                self._send_request(request)
-                with self._lock:
-                    self._sending -= 1
-            pid_future = self._producer_id_future
-            if self._in_flight or pid_future is not None:
-                wait_s = 0.002 if next_ms is None else max(0.0, min(0.05, (next_ms - now) / 1000))
-                answered = self._network.poll(0 if pid_future is not None and pid_future.done()
-                                              else wait_s)
-                if pid_future is not None and pid_future.done():
-                    self._producer_id_answered()
-                if answered:
-                    self._complete(set(answered))
-                self._expire_requests()
-            else:
-                if self.acks == 0:
-                    self._network.poll(0)   # drop the answers no one waits for
-                with self._cond:
-                    if not self._closed and (self.sender.needs_producer_id
-                                             or not self.accumulator.ready(_now_ms())[0]):
-                        # Waiting for a linger deadline, a send, or (without a producer
-                        # id) the next InitProducerId attempt.
-                        wait_s = 0.1 if next_ms is None else max(0.0, (next_ms - now) / 1000)
-                        if self.sender.needs_producer_id:
-                            wait_s = min(wait_s, max(0.001, self._producer_id_retry_at
-                                                     - time.monotonic()))
-                        self._cond.wait(wait_s)
-
-    def _drain(self, ready: list[TopicPartition]) -> list:
-        """``SenderState.drain`` over the accumulator; a partition without a known leader
-        has its metadata refreshed."""
-        def leader_of(tp: TopicPartition):
-            leader = self.metadata.leader(tp)
-            return None if leader is None else (leader.handle.host_id, leader.handle.host)
-        requests, unknown = self.sender.drain(ready, leader_of, self.accumulator)
-        for tp in unknown:
-            self.metadata.forget(tp)
-        return requests
-
-    def _send_request(self, request) -> None:
-        c = self.config
-        partitions = []
-        for batch in request.batches:
-            data = batch.builder.build(compression=c["compression.type"],
-                                       producer_id=batch.producer_id,
-                                       producer_epoch=batch.producer_epoch,
-                                       base_sequence=batch.base_sequence)
-            batch.attempts += 1
-            partitions.append((batch.tp.topic, batch.tp.partition, data))
-        produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
-        try:
-            future = self._network.send(request.host_id, request.host, API_PRODUCE,
-                                        encode_produce_many_request(produce),
-                                        expect_answer=self.acks != 0)
-        except Exception as e:  # no connection to the host: retry through fresh metadata
-            self.sender.request_done(request.host_id)
-            for batch in request.batches:
-                self._retry_or_fail(batch, NetworkError(repr(e)))
-            return
-        if self.acks == 0:
-            # Fire and forget, as Kafka's acks=0: no answer is awaited, offsets are unknown.
-            self.sender.request_done(request.host_id)
-            for batch in request.batches:
-                self._succeed(batch, None)
-            return
-        self._in_flight.append(_InFlight(future, request.batches, request.host_id,
-                                         time.monotonic()))
-
-    def _complete(self, done: set[ClientRequest]) -> None:
-        finished = [e for e in self._in_flight if e.request in done]
-        for entry in finished:
-            try:
-                results = [r for _, _, r in decode_produce_many_response(
-                    entry.request.result())]
-            except Exception as e:  # the leader's host died mid-request
-                results = [ProduceResult(error=NetworkError(f"{type(e).__name__}: {e}"))
-                           ] * len(entry.batches)
-            self.sender.request_done(entry.host_id)
-            for batch, result in zip(entry.batches, results):
-                if result.error is None:
-                    self._succeed(batch, result)
-                else:
-                    self._retry_or_fail(batch, result.error)
-            # Only now: flush() returns once nothing is in flight, callbacks included.
-            self._in_flight.remove(entry)
-        with self._cond:
-            self._cond.notify_all()
-
-    def _expire_requests(self) -> None:
-        """A request unanswered for request.timeout.ms is retried (its late answer, if any,
-        is a duplicate the idempotent leader recognises)."""
-        timeout = self.config["request.timeout.ms"] / 1000
-        now = time.monotonic()
-        stale = [e for e in self._in_flight if now - e.sent > timeout]
-        for entry in stale:
-            self._network.abandon(entry.request)
-            self.sender.request_done(entry.host_id)
-            for batch in entry.batches:
-                self._retry_or_fail(batch, KafkaTimeoutError(
-                    f"Expiring {batch.record_count} record(s) for {batch.tp}: no answer "
-                    "within request.timeout.ms"))
-            self._in_flight.remove(entry)
-
-    def _split(self, batch: ProducerBatch) -> None:
-        """The topic's max.message.bytes is below this batch: send its records in halves
-        (again if need be); only a single record too large fails."""
-        log.info("%s: splitting a batch of %d records the broker found too large",
-                 batch.tp, batch.record_count)
-        with self._cond:
-            parts = self.accumulator.split_and_reenqueue(batch, _now_ms())
-            batch.result.split_into([(start, part.result) for start, part in parts])
-            self._cond.notify_all()
-
-    def _succeed(self, batch: ProducerBatch, result) -> None:
-        with self._cond:
-            self.accumulator.release(batch)
-            self._cond.notify_all()
-        if result is None:      # acks=0: no answer, no offsets
-            batch.result.complete(-1, -1, None)
-        else:
-            batch.result.complete(result.base_offset, result.log_append_time, None)
-
-    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        """``SenderState.on_error`` decides; this does it."""
-        now = _now_ms()
-        outcome = self.sender.on_error(batch, error, now, self._closed)
-        if outcome is Outcome.SPLIT:
-            self._split(batch)
-        elif outcome is Outcome.RETRY:
-            self.metadata.forget(batch.tp)
-            with self._cond:
-                self.accumulator.reenqueue(batch, now + self.config["retry.backoff.ms"])
-                self._cond.notify_all()
-        else:
-            self._fail(batch, error)
-
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        self.accumulator.release(batch)
-        batch.result.complete(-1, -1, error)
-
-
-@dataclass(eq=False)
-class _InFlight:
-    """One produce request awaiting its answer: its batches, in the request's order."""
-    request: ClientRequest
-    batches: list[ProducerBatch]
-    host_id: str
-    sent: float  # time.monotonic()
-
-
 def _python_values(data: Any):
     """What a configured serializer is given: Python values, also out of an Arrow array."""
     if isinstance(data, (pa.Array, pa.ChunkedArray)):
         return data.to_pylist()
     return data
-
-
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 _new_future = tuple.__new__   # a FutureRecordMetadata without a Python-level __new__

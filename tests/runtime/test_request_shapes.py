@@ -138,7 +138,7 @@ def test_clients_send_produce_and_fetch_over_the_hosts_listeners_and_reconnect(
         for i in range(30):
             producer.send("door", f"a{i}".encode(), partition=i % 3).result(timeout=30)
         leaders = {cluster.leader("door", p)[1].host_id for p in range(3)}
-        assert set(producer._network.connected_hosts()) == leaders
+        assert set(producer._sender.network.connected_hosts()) == leaders
         read(30)
         assert consumer._fetcher.network.connected_hosts() == leaders
         assert consumer.poll(100) == []   # a long poll is in flight on each connection now
