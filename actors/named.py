@@ -15,8 +15,7 @@ NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old acto
 # How long a read or write of the GCS's store may wait for its answer. Ray's own
 # _internal_kv_get and _internal_kv_put wait for ever: one made while the host was cut off
 # from the head never returned after healing, and every later GCS call of that process
-# waited behind it on its GCS thread (long fault run, seed 119: a broker never registered
-# again).
+# waited behind it on its GCS thread.
 KV_TIMEOUT_S = 10.0
 
 

@@ -1,1 +1,2 @@
-"""The controller: pure decisions (assignment, elections, state) and, later, its actor."""
+"""The controller: pure decisions (``state.py``, ``state_machines.py``, ``election.py``,
+``assignment.py``) and ``ControllerActor`` (``actor.py``), the shell around them."""

@@ -1,1 +1,2 @@
-"""Partition replicas: the pure replication logic and (later) its Ray actor shell."""
+"""Partition replicas: the pure replication logic (``partition.py``, ``fetcher.py``, ...) and the
+replica hosts that hold them (``hosted.py``, ``host.py``)."""

@@ -5,7 +5,7 @@ It starts a local Ray instance and a 3-broker rafka cluster whose data lives und
 reads them back with a consumer and by timestamp, kills the process of one partition's
 leader broker (SIGKILL) and shows a new leader serving every acknowledged record, then shuts
 the cluster down cleanly and starts it again on the same directory to show that topics and
-records come back. (Consumer groups and Spark arrive with the next stages.)
+records come back.
 """
 from __future__ import annotations
 

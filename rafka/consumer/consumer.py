@@ -28,7 +28,7 @@ from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError)
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OffsetAndMetadata
-from protocols.topics import TopicPartition
+from protocols.topics import TopicPartition, validate_topic_name
 from rafka.client.list_offsets import list_offsets
 from rafka.client.metadata import ClientMetadata
 from rafka.consumer.arrow_table import arrow_table
@@ -123,9 +123,9 @@ class Consumer:
         if pattern is not None:
             group.subscribe(pattern=re.compile(pattern) if isinstance(pattern, str) else pattern)
         else:
-            names = list(topics)
-            for t in names:
-                TopicPartition(t, 0)  # validates the name
+            # Kafka's consumer learns of a bad name from the metadata answer
+            # (INVALID_TOPIC_EXCEPTION); checked here, it is said before the group is joined.
+            names = [validate_topic_name(t) for t in topics]
             group.subscribe(names)
         self._subscribed = True
 

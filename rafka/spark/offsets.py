@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from protocols.topics import TopicPartition
+from protocols.topics import TopicPartition, validate_topic_name
 
 
 class SparkSourceError(ValueError):
@@ -93,7 +93,7 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
             raise SparkSourceError(f"No topics to subscribe to as specified value for option "
                                    f"'subscribe' is '{value}'")
         for t in topics:
-            TopicPartition(t, 0)          # validates the name
+            validate_topic_name(t)
         return Subscription(topics=topics)
     if kind == "subscribePattern":
         try:
@@ -111,6 +111,8 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
     if not partitions:
         raise SparkSourceError(f"No topicpartitions to assign as specified value for option "
                                f"'assign' is '{value}'")
+    for tp in partitions:
+        validate_topic_name(tp.topic)
     return Subscription(partitions=partitions)
 
 

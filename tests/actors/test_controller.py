@@ -1,4 +1,4 @@
-"""Controller logic: replica assignment, elections, ISR changes, failover (SPEC §4)."""
+"""Controller logic: replica assignment, elections, ISR changes, failover (seed 000 §8, docs/architecture.md "Control")."""
 from __future__ import annotations
 
 import random
@@ -59,7 +59,8 @@ def test_rack_aware_assignment_spreads_each_partition_over_racks():
 
 # ---- election strategies --------------------------------------------------------------
 def test_offline_election_seed_example():
-    """SPEC §4: AR [0,1,2], ISR [2,1] -> 1 (AR order, not ISR order)."""
+    """Seed 000 §8.2 (Kafka's offlinePartitionLeaderElection): AR [0,1,2], ISR [2,1] -> 1
+    (AR order, not ISR order)."""
     assert offline_partition_leader([0, 1, 2], [2, 1], live={0, 1, 2}).leader == 1
 
 

@@ -1,4 +1,5 @@
-"""Partition replica logic: acks, HW, ISR, follower fetch, leader-epoch truncation (SPEC §3).
+"""Partition replica logic: acks, HW, ISR, follower fetch, leader-epoch truncation (seed 000
+§7; KIP-101, KIP-279).
 
 Replicas talk by direct calls here (the actor shell or the simulator moves real messages);
 their logs are real files; a "crash" abandons the replica object and reopens its directory

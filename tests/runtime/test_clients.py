@@ -1,4 +1,5 @@
-"""Producer and consumer against a real cluster (SPEC §5-6)."""
+"""Producer and consumer against a real cluster (seed 001 §10.6-§10.7, docs/architecture.md
+"Produce" and "Fetch (consumers)")."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
 """A real cluster on Ray: brokers, replicas and the controller as actors; faults are real
-processes killed with SIGKILL (SPEC §3-4)."""
+processes killed with SIGKILL (seed 000 §8, docs/architecture.md "Control")."""
 from __future__ import annotations
 
 import os

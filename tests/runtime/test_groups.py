@@ -1,5 +1,6 @@
 """Consumer groups end to end on a real 3-broker cluster: the coordinator actor, offsets in
-``__consumer_offsets``, rebalances driven by real consumers (SPEC §6)."""
+``__consumer_offsets``, rebalances driven by real consumers (seed 000 §10, docs/architecture.md
+"Consumer groups")."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ import ray
 import rafka
 from protocols.topics import OFFSETS_TOPIC
 from actors.coordinator.group import offsets_partition_for
-from protocols.errors import GroupIdNotFoundError, NonEmptyGroupError
+from protocols.errors import GroupIdNotFoundError, InvalidTopicError, NonEmptyGroupError
 from protocols.topics import TopicPartition
 from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
 from tests.runtime.helpers import wait_until
@@ -207,6 +208,18 @@ def test_committed_offsets_survive_killing_the_coordinators_broker(cluster):
     fresh.assign([("ev", 0), ("ev", 1)])
     assert fresh.position(("ev", 0)) + fresh.position(("ev", 1)) == 30
     fresh.close()
+
+
+def test_subscribe_refuses_an_illegal_topic_name_with_kafkas_invalid_topic_exception(cluster):
+    """Kafka's Topic.validate rules: only ASCII alphanumerics, '.', '_' and '-'. Refused
+    before the group is joined; the consumer stays unsubscribed."""
+    c = consumer(cluster, "group-illegal")
+    for names in (["ev", "bad name!/.."], [""], ["x" * 250]):
+        with pytest.raises(InvalidTopicError) as refused:
+            c.subscribe(names)
+        assert refused.value.code == 17 and refused.value.name == "INVALID_TOPIC_EXCEPTION"
+    assert c.subscription() == set()
+    c.close()
 
 
 def test_two_groups_read_the_same_topic_independently(cluster):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocols.errors import InvalidTopicError
 from protocols.topics import TopicPartition as TP
 from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
 from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
@@ -27,6 +28,14 @@ def test_exactly_one_of_subscribe_pattern_assign():
         parse_subscription({"subscribe": "a", "assign": '{"a": [0]}'})
     with pytest.raises(SparkSourceError, match="Expected e.g."):
         parse_subscription({"assign": "clicks-0"})
+
+
+def test_an_illegal_topic_name_is_kafkas_invalid_topic_exception():
+    for options in ({"subscribe": "clicks, bad name!/.."}, {"assign": '{"bad name!/..": [0]}'},
+                    {"subscribe": ".."}):
+        with pytest.raises(InvalidTopicError) as refused:
+            parse_subscription(options)
+        assert refused.value.code == 17
 
 
 def test_starting_and_ending_offsets_with_minus_two_and_minus_one():

@@ -1,4 +1,5 @@
-"""The partition log: appends, reads, rolls, truncation and retention (SPEC §1)."""
+"""The partition log: appends, reads, rolls, truncation and retention (seed 000
+§1-§4)."""
 from __future__ import annotations
 
 import os
