@@ -24,7 +24,7 @@ from protocols.errors import (BrokerNotAvailableError, InvalidRequestError, Kafk
                               KafkaTimeoutError, LeaderNotAvailableError,
                               UnknownTopicOrPartitionError)
 from protocols.wire import decode
-from rafka.client.retry import is_retriable
+from rafka.client.retry import is_retriable, retry_until
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,32 @@ _NAME = re.compile(r"^[a-zA-Z0-9._-]{1,64}$")
 def _ray():
     import ray
     return ray
+
+
+POLL_S = 0.05   # how often a wait below looks again
+
+
+class _NotYet(Exception):
+    """What a wait below is waiting for has not happened yet: looked at again until the
+    deadline, then ``error`` is raised."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _is_not_yet(error: BaseException) -> bool:
+    return isinstance(error, _NotYet)
+
+
+def _wait(timeout_s: float, attempt):
+    """``attempt(seconds_left)`` until it returns rather than raising ``_NotYet``, for
+    ``timeout_s``: then the ``_NotYet``'s error is raised."""
+    try:
+        return retry_until(time.monotonic() + timeout_s, attempt, backoff_s=POLL_S,
+                           retriable=_is_not_yet)
+    except _NotYet as e:
+        raise e.error from None
 
 
 def _answered(call, *args):
@@ -233,19 +259,16 @@ class Cluster:
         address = self.broker_addresses.get(broker_id)
         placement = ({"resources": {f"node:{address}": NODE_RESOURCE_SHARE}} if address else
                      {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)})
-        deadline = time.monotonic() + 30
-        while True:
+        def create(_left: float) -> None:
             try:
                 BrokerActor.options(
                     name=broker_name(broker_id), namespace=self.namespace, lifetime="detached",
                     **placement,
                 ).remote(self.name, broker_id, self.data_dir, self.config,
                          brokers_on_node=on_node)
-                return
-            except ValueError:  # the stopped broker's name is not free yet
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+            except ValueError as e:  # the stopped broker's name is not free yet
+                raise _NotYet(e) from None
+        _wait(30, create)
 
     def broker(self, broker_id: int):
         try:
@@ -256,17 +279,16 @@ class Cluster:
     def controller(self, timeout_s: float = 30.0):
         """The controller's handle (waiting while brokers elect one)."""
         ray = _ray()
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def ping(_left: float):
             try:
                 handle = ray.get_actor(CONTROLLER, namespace=self.namespace)
                 ray.get(handle.ping.remote(), timeout=5)
                 return handle
             except Exception:
-                if time.monotonic() > deadline:
-                    raise KafkaTimeoutError(f"No controller in cluster '{self.name}' after "
-                                            f"{timeout_s} s") from None
-                time.sleep(0.05)
+                raise _NotYet(KafkaTimeoutError(f"No controller in cluster '{self.name}' "
+                                                f"after {timeout_s} s")) from None
+        return _wait(timeout_s, ping)
 
     def replica(self, topic: str, partition: int, broker_id: int):
         """A handle on broker ``broker_id``'s replica of topic-partition (calls go to the
@@ -283,17 +305,16 @@ class Cluster:
         request goes again to the next controller, as Kafka's clients go on to another
         broker after a failed metadata request."""
         ray = _ray()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            handle = self.controller(max(0.1, deadline - time.monotonic()))
+
+        def read(left: float) -> dict:
+            handle = self.controller(left)
             try:
                 return decode(ray.get(handle.metadata.remote()))
             except ray.exceptions.RayActorError:
-                if time.monotonic() > deadline:
-                    raise KafkaTimeoutError(f"No controller of cluster '{self.name}' "
-                                            f"answered a metadata request within "
-                                            f"{timeout_s} s") from None
-                time.sleep(0.05)
+                raise _NotYet(KafkaTimeoutError(f"No controller of cluster '{self.name}' "
+                                                f"answered a metadata request within "
+                                                f"{timeout_s} s")) from None
+        return _wait(timeout_s, read)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -306,8 +327,8 @@ class Cluster:
     def leader(self, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, Any]:
         """(broker id, replica handle) of the partition's leader, once it leads."""
         ray = _ray()
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def find(_left: float) -> tuple[int, Any]:
             try:
                 p = self.metadata()["topics"][topic][partition]
             except KeyError:
@@ -317,10 +338,9 @@ class Cluster:
                 # The controller died under the request (fenced by the brokers, restarted):
                 # its successor answers the next one, as Kafka's clients go on to the next
                 # controller.
-                if not is_retriable(e) or time.monotonic() > deadline:
+                if not is_retriable(e):
                     raise
-                time.sleep(0.05)
-                continue
+                raise _NotYet(e) from None
             if p["leader"] >= 0:
                 try:
                     handle = self.replica(topic, partition, p["leader"])
@@ -329,10 +349,9 @@ class Cluster:
                         return p["leader"], handle
                 except Exception:
                     pass
-            if time.monotonic() > deadline:
-                raise LeaderNotAvailableError(f"No leader for {topic}-{partition} after "
-                                              f"{timeout_s} s")
-            time.sleep(0.05)
+            raise _NotYet(LeaderNotAvailableError(f"No leader for {topic}-{partition} after "
+                                                  f"{timeout_s} s"))
+        return _wait(timeout_s, find)
 
     def admin(self):
         from rafka.admin import Admin
@@ -354,26 +373,23 @@ class Cluster:
         ray = _ray()
         wanted = set(broker_ids)
         deadline = time.monotonic() + timeout_s
-        for b in sorted(wanted):
-            while True:
-                try:
-                    ray.get(self.broker(b).wait_ready.remote(),
-                            timeout=max(0.1, deadline - time.monotonic()))
-                    break
-                except BrokerNotAvailableError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-                except ray.exceptions.GetTimeoutError:
-                    raise KafkaTimeoutError(f"Broker {b} did not start within {timeout_s} s")
-        while True:
+
+        def ready(b: int, left: float) -> None:
+            try:
+                ray.get(self.broker(b).wait_ready.remote(), timeout=left)
+            except BrokerNotAvailableError as e:
+                raise _NotYet(e) from None
+            except ray.exceptions.GetTimeoutError:
+                raise KafkaTimeoutError(f"Broker {b} did not start within {timeout_s} s")
+
+        def registered(_left: float) -> None:
             live = set(self.metadata()["brokers"])
-            if wanted <= live:
-                return
-            if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"Brokers {sorted(wanted - live)} did not register "
-                                        f"within {timeout_s} s")
-            time.sleep(0.05)
+            if not wanted <= live:
+                raise _NotYet(KafkaTimeoutError(f"Brokers {sorted(wanted - live)} did not "
+                                                f"register within {timeout_s} s"))
+        for b in sorted(wanted):
+            _wait(deadline - time.monotonic(), lambda left, b=b: ready(b, left))
+        _wait(deadline - time.monotonic(), registered)
 
     def broker_pid(self, broker_id: int) -> int:
         return _ray().get(self.broker(broker_id).pid.remote())
@@ -385,13 +401,17 @@ class Cluster:
         handle = self.broker(broker_id)
         ray.get(handle.shutdown.remote(controlled))
         ray.kill(handle, no_restart=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def name_freed(_left: float) -> None:
             try:
                 ray.get_actor(broker_name(broker_id), namespace=self.namespace)
-                time.sleep(0.05)
             except ValueError:
                 return
+            raise _NotYet(KafkaTimeoutError(f"Broker {broker_id}'s name is still taken"))
+        try:
+            _wait(30, name_freed)
+        except KafkaTimeoutError:
+            pass   # its successor's start waits for the name in turn (``_create_broker``)
 
     def start_broker(self, broker_id: int, timeout_s: float = 60.0) -> None:
         if broker_id not in self.broker_nodes:

@@ -27,16 +27,18 @@ def is_retriable(error: BaseException) -> bool:
 
 
 def retry_until(deadline: float, attempt: Callable[[float], T], *, backoff_s: float,
-                on_retry: Callable[[BaseException], None] | None = None) -> T:
+                on_retry: Callable[[BaseException], None] | None = None,
+                retriable: Callable[[BaseException], bool] = is_retriable) -> T:
     """``attempt(seconds_left)`` until it returns. An error it raises that is retriable is
     tried again after ``backoff_s`` (``on_retry(error)`` first: forget a leader, say) while
     ``deadline`` (``time.monotonic()``) is ahead; past it, or for an error that is not
-    retriable, the error is raised."""
+    retriable, the error is raised. ``retriable`` is Kafka's classification unless a caller
+    waiting for something else (a name to be free, a broker to register) says otherwise."""
     while True:
         try:
             return attempt(max(MIN_ATTEMPT_S, deadline - time.monotonic()))
         except Exception as e:
-            if not is_retriable(e) or time.monotonic() >= deadline:
+            if not retriable(e) or time.monotonic() >= deadline:
                 raise
             if on_retry is not None:
                 on_retry(e)
