@@ -4,6 +4,12 @@ from __future__ import annotations
 import pytest
 
 from rafka.client.ray_runtime import RAY_SYSTEM_CONFIG, prepare_local_token_auth
+from tests.root import summary_lines
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in summary_lines():
+        terminalreporter.write_line(line, red=True)
 
 
 # -- Ray: one local instance for the whole session ---------------------------------------------

@@ -7,13 +7,15 @@ import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.root import require_root
+
 FILLER = "disk-filler"
 
 
 @contextmanager
 def tmpfs(path: Path, size: str):
     """A tmpfs of at most ``size`` at ``path`` for the block; unmounted (lazily) after."""
-    assert os.geteuid() == 0, "mounting a tmpfs needs root (CI runs as root)"
+    require_root("mount a tmpfs as a small disk (full log directories)")
     path.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
                    check=True, capture_output=True)

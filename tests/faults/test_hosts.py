@@ -11,12 +11,13 @@ import time
 import pytest
 
 from tests.faults.hosts import Hosts, alive, namespace_pids, namespaces
+from tests.root import require_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_a_cluster_across_four_hosts_serves_records_and_is_torn_down():
-    assert os.geteuid() == 0, "network namespaces need root (CI runs as root)"
+    require_root("make network namespaces, a host each")
     hosts = Hosts(workers=3)
     with hosts:
         assert [h.address for h in hosts.hosts] == \
@@ -43,6 +44,7 @@ def test_a_short_fault_run_loses_repeats_and_diverges_nothing():
     ``isolate``, which holds a host apart for over a minute) on four hosts; every
     acknowledged record read back once in order, replicas identical up to the HW, commits
     never backwards, serving again soon after healing."""
+    require_root("make network namespaces, a host each")
     from tests.faults.run import NEMESES, one_run
     s = one_run(seed=3, nemeses=[n for n in NEMESES if n != "isolate"], seconds=12,
                 brokers=4)
@@ -62,6 +64,7 @@ def test_a_broker_cut_off_past_its_session_fences_no_controller_after_healing():
     only when the GCS confirms the name is still that controller's, which a host cut off
     from the head cannot get. The controller (on another host) keeps its epoch through the
     isolation and after it, and the checker finds nothing lost, repeated or diverged."""
+    require_root("make network namespaces, a host each")
     from tests.faults.hosts import _ip
     from tests.faults.run import run_workload
 

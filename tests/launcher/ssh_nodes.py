@@ -95,6 +95,17 @@ def _run(*cmd: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, **kwargs)
 
 
+def private_tmp_script(tmp: Path, repo: Path, side: Path) -> str:
+    """A shell script that mounts ``tmp`` on /tmp and runs its arguments in ``repo``. A
+    checkout under /tmp would be hidden by the new /tmp (with the environment whose
+    ``ray`` the command runs): it is bound to ``side`` first, then back to its own path
+    inside the new /tmp."""
+    if not repo.is_relative_to("/tmp"):
+        return f"mount --bind {tmp} /tmp && cd {repo} && exec \"$@\""
+    return (f"mkdir -p {side} && mount --bind {repo} {side} && mount --bind {tmp} /tmp && "
+            f"mkdir -p {repo} && mount --bind {side} {repo} && cd {repo} && exec \"$@\"")
+
+
 @dataclass
 class SshNodes:
     workers: int = 2
@@ -184,15 +195,16 @@ class SshNodes:
         return _run("ssh", "-i", str(self.key), *SSH_OPTIONS, f"root@{host.address}",
                     f"bash --login -c -i {shlex.quote(command)}", timeout=timeout, **kwargs)
 
-    def launcher(self, *command: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        """A ``ray`` CLI command as from the machine a user launches from: in this checkout,
-        with this environment's ``ray``, and a /tmp of its own (the on-premise provider
-        keeps its node states in /tmp/ray)."""
+    def launcher(self, *command: str, timeout: float = 900, repo: Path = REPO
+                 ) -> subprocess.CompletedProcess:
+        """A ``ray`` CLI command as from the machine a user launches from: in the checkout
+        ``repo``, with this environment's ``ray``, and a /tmp of its own (the on-premise
+        provider keeps its node states in /tmp/cluster-<name>.state)."""
         tmp = self.root / "launcher-tmp"
         tmp.mkdir(exist_ok=True)
         path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
-        script = f"mount --bind {tmp} /tmp && cd {REPO} && exec \"$@\""
-        return _run("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+        return _run("unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    private_tmp_script(tmp, repo, self.root / "launcher-repo"), "sh",
                     *command, timeout=timeout, env=dict(os.environ, PATH=path))
 
     def processes(self, host: Host) -> list[str]:

@@ -6,7 +6,6 @@ log directory holds its clean-shutdown marker."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import yaml
 
 from tests.faults.hosts import REPO
 from tests.launcher.ssh_nodes import SshNodes
+from tests.root import require_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -64,7 +64,7 @@ def wait_for(check, timeout_s: float, what: str):
 
 
 def test_ray_up_serves_records_and_ray_down_stops_every_node_cleanly():
-    assert os.geteuid() == 0, "network namespaces need root (CI runs as root)"
+    require_root("make network namespaces with an SSH server each")
     from confluent_kafka import Consumer, Producer
     with SshNodes(workers=2) as nodes:
         config = launch_config(nodes)
