@@ -12,14 +12,20 @@ group.
    keeps).
 4. A consumer group (two members) reads the counts; the totals must match what was sent.
 5. The topics are described and a short summary printed.
+
+Its screen carries its own lines only: Spark's and Ray's (their log lines, Spark's stage bars,
+what their worker processes print) go to ``--data-dir``'s ``quickstart.log`` unless
+``--verbose`` is given.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import rafka
@@ -112,6 +118,7 @@ def run_quickstart(data_dir: Path, users: int = 50, clicks: int = 5_000, spark=N
                    name: str = "default", config: dict | None = None, out=print) -> dict:
     started = time.monotonic()
     data_dir = Path(data_dir)
+    out(f"starting a 3-broker rafka cluster on a local Ray, data under {data_dir / 'rafka'} ...")
     cluster = rafka.Cluster.start(3, data_dir / "rafka", config, name=name)
     own_spark = spark is None
     try:
@@ -124,8 +131,10 @@ def run_quickstart(data_dir: Path, users: int = 50, clicks: int = 5_000, spark=N
             f"data in {data_dir / 'rafka'}")
         before = sum(r.offset for r in admin.list_offsets(
             {(CLICKS, p): "latest" for p in range(6)}).values())
+        out(f"producing {clicks} clicks ...")
         sent = produce_clicks(cluster, users, clicks)
         out(f"produced {clicks} clicks from {len(sent)} users to '{CLICKS}' (acks=all)")
+        out("counting clicks per user and minute with Spark Structured Streaming ...")
         if own_spark:
             from rafka.spark import local_session
             spark = local_session("rafka-quickstart")
@@ -135,6 +144,7 @@ def run_quickstart(data_dir: Path, users: int = 50, clicks: int = 5_000, spark=N
         read, batches = count_with_spark(spark, cluster, data_dir / f"checkpoints/{run}")
         out(f"Spark Structured Streaming read {read} clicks in {batches} micro-batches and "
             f"wrote counts per user and minute to '{COUNTS}' (compacted)")
+        out("reading the counts with a consumer group ...")
         result = read_counts(cluster, f"dashboard-{run}")
         counts = result["counts"]
         total = sum(v["clicks"] for v in counts.values())
@@ -153,13 +163,44 @@ def run_quickstart(data_dir: Path, users: int = 50, clicks: int = 5_000, spark=N
         cluster.shutdown()
 
 
+def send_chatter_to(log_path: Path) -> int:
+    """Spark's and Ray's output goes to ``log_path``: the JVM, Ray's processes and Spark's
+    Python workers write it to file descriptor 2, which they inherit from this process, so
+    that descriptor becomes the log file before any of them starts. Returns a descriptor of
+    the terminal's stderr, for a failure's traceback."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    return terminal
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default="./data")
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--clicks", type=int, default=5_000)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Spark's and Ray's own output here too (by default it goes "
+                             "to DATA_DIR/quickstart.log)")
     args = parser.parse_args(argv)
-    summary = run_quickstart(Path(args.data_dir), args.users, args.clicks)
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    out = lambda line: print(line, flush=True)  # noqa: E731
+    terminal = None
+    if not args.verbose:
+        log_path = data_dir / "quickstart.log"
+        out(f"(Spark's and Ray's own output: {log_path}; --verbose shows it here)")
+        terminal = send_chatter_to(log_path)
+    try:
+        summary = run_quickstart(data_dir, args.users, args.clicks, out=out)
+    except Exception:
+        if terminal is not None:
+            os.write(terminal, traceback.format_exc().encode())
+            os.write(terminal, f"(Spark's and Ray's output: {log_path})\n".encode())
+            return 1
+        raise
     return 0 if summary["ok"] else 1
 
 
