@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from protocols.errors import FetchSessionIdNotFoundError
 from protocols.messages import FetchManyResponse, FetchRequest
+from protocols.topics import TopicPartition
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 
-TP = tuple[str, int]
 
 
 def next_epoch(epoch: int) -> int:
@@ -28,14 +28,14 @@ class FetchSessionHandler:
         self.session_id = INVALID_SESSION_ID
         self.next_epoch = INITIAL_EPOCH
         # What the leader's session holds (as of the last request built).
-        self.session_partitions: dict[TP, FetchRequest] = {}
+        self.session_partitions: dict[TopicPartition, FetchRequest] = {}
 
     @property
     def full(self) -> bool:
         """The next request is a full one."""
         return self.next_epoch == INITIAL_EPOCH
 
-    def build(self, wanted: dict[TP, FetchRequest], changed=None
+    def build(self, wanted: dict[TopicPartition, FetchRequest], changed=None
               ) -> tuple[tuple, tuple, int, int]:
         """(partitions to name, partitions to forget, session id, session epoch) for a
         request fetching ``wanted``. With ``changed``, the caller vouches that no other

@@ -26,10 +26,9 @@ from protocols.errors import (FencedLeaderEpochError, InvalidPartitionsError,
                               NoReassignmentInProgressError, TopicAlreadyExistsError,
                               TopicDeletionDisabledError, UnknownTopicOrPartitionError)
 from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
-from protocols.topics import validate_topic_name
+from protocols.topics import TopicPartition, validate_topic_name
 from storage.config import TOPIC_CONFIG
 
-TP = tuple[str, int]
 NO_LEADER = -1
 
 CONTROLLER_CONFIG = (
@@ -90,19 +89,19 @@ class ControllerState:
         self.rng = rng or random.Random()
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, dict[str, Any]] = {}
-        self.partitions: dict[TP, PartitionState] = {}
+        self.partitions: dict[TopicPartition, PartitionState] = {}
         self.shutting_down: set[int] = set()
         self.next_producer_id = 0
         # Kafka's cluster.id and topic ids (KIP-516): random, kept for the cluster's life (in
         # the snapshot); a topic re-created under the same name gets a new id.
         self.cluster_id = new_kafka_uuid(self.rng)
         self.topic_ids: dict[str, str] = {}
-        self.partition_states: StateMachine[TP, PartitionStatus] = StateMachine(
+        self.partition_states: StateMachine[TopicPartition, PartitionStatus] = StateMachine(
             "Partition", PARTITION_PREVIOUS, PartitionStatus.NON_EXISTENT)
         self.replica_states: StateMachine[tuple[str, int, int], ReplicaStatus] = StateMachine(
             "Replica", REPLICA_PREVIOUS, ReplicaStatus.NON_EXISTENT)
 
-    def _sync_states(self, tp: TP) -> None:
+    def _sync_states(self, tp: TopicPartition) -> None:
         """Move the partition and its replicas to the states their facts imply."""
         st = self.partitions[tp]
         live = set(self.live_brokers())
@@ -115,7 +114,7 @@ class ControllerState:
             self.replica_states.move(key, ReplicaStatus.ONLINE if r in live
                                      else ReplicaStatus.OFFLINE)
 
-    def _delete_replica_states(self, tp: TP, replicas: Iterable[int]) -> None:
+    def _delete_replica_states(self, tp: TopicPartition, replicas: Iterable[int]) -> None:
         live = set(self.live_brokers())
         for r in replicas:
             key = (tp[0], tp[1], r)
@@ -217,7 +216,7 @@ class ControllerState:
                 changed.append(tp)
         return self._leader_and_isr_all(changed) + self._update_metadata()
 
-    def replicas_failed(self, broker_id: int, tps: Iterable[TP]) -> list:
+    def replicas_failed(self, broker_id: int, tps: Iterable[TopicPartition]) -> list:
         """Some replicas of a live broker went down and are back on their files (their
         replica host died and its broker started it again): Kafka's offline log directory.
         Where the broker led, leadership moves to another ISR member in a new epoch (or, when
@@ -226,8 +225,8 @@ class ControllerState:
         it has caught up again. The broker learns each named partition's state again, so it
         reopens its replicas."""
         live = set(self.live_brokers()) - {broker_id}
-        named: list[TP] = []
-        changed: list[TP] = []
+        named: list[TopicPartition] = []
+        changed: list[TopicPartition] = []
         for tp in tps:
             tp = (tp[0], tp[1])
             st = self.partitions.get(tp)
@@ -331,7 +330,7 @@ class ControllerState:
                 raise InvalidReplicaAssignmentError(f"Unknown broker(s) {unknown} in the "
                                                     f"assignment of partition {p}")
 
-    def _new_partition(self, tp: TP, replicas: list[int]) -> None:
+    def _new_partition(self, tp: TopicPartition, replicas: list[int]) -> None:
         live = set(self.live_brokers())
         isr = [r for r in replicas if r in live]
         leader = isr[0] if isr else NO_LEADER
@@ -384,7 +383,7 @@ class ControllerState:
         st.isr = isr
         st.partition_epoch += 1
 
-    def _elect(self, tp: TP, offline: bool = False) -> bool:
+    def _elect(self, tp: TopicPartition, offline: bool = False) -> bool:
         """OfflinePartition election for ``tp``; True if its state changed."""
         st = self.partitions[tp]
         live = set(self.live_brokers())
@@ -404,7 +403,7 @@ class ControllerState:
         self._set_leader(st, e.leader, new_isr)
         return True
 
-    def elect_preferred_leaders(self, partitions: Iterable[TP] | None = None) -> list:
+    def elect_preferred_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> list:
         live = set(self.live_brokers())
         changed = []
         for tp in (partitions if partitions is not None else list(self.partitions)):
@@ -470,7 +469,7 @@ class ControllerState:
         msgs = self._maybe_complete_reassignment((topic, partition))
         return msgs + self._update_metadata()
 
-    def reassign_partitions(self, targets: Mapping[TP, list[int]]) -> list:
+    def reassign_partitions(self, targets: Mapping[TopicPartition, list[int]]) -> list:
         """Start moving partitions to new replica lists: AR becomes new + old until the new
         replicas are in the ISR (reported through AlterPartition), then the old ones go."""
         live = set(self.live_brokers())
@@ -492,7 +491,7 @@ class ControllerState:
             msgs += self._maybe_complete_reassignment(tp)
         return msgs + self._update_metadata()
 
-    def cancel_reassignment(self, tp: TP) -> list:
+    def cancel_reassignment(self, tp: TopicPartition) -> list:
         st = self.partitions.get(tuple(tp))
         if st is None:
             raise UnknownTopicOrPartitionError(f"Unknown partition {tp}")
@@ -504,7 +503,7 @@ class ControllerState:
         st.partition_epoch += 1
         return self._leader_and_isr_all([tuple(tp)]) + self._update_metadata()
 
-    def ongoing_reassignments(self, tps: Iterable[TP] | None = None
+    def ongoing_reassignments(self, tps: Iterable[TopicPartition] | None = None
                               ) -> list[tuple[str, int, list[int], list[int], list[int]]]:
         """The reassignments in flight (of ``tps``, or all): ``(topic, partition, replicas,
         adding, removing)``, replicas being the target and the replicas still leaving."""
@@ -514,7 +513,7 @@ class ControllerState:
                 if (st := self.partitions.get((t, p))) is not None
                 and (st.adding_replicas or st.removing_replicas)]
 
-    def _maybe_complete_reassignment(self, tp: TP) -> list:
+    def _maybe_complete_reassignment(self, tp: TopicPartition) -> list:
         st = self.partitions[tp]
         if not (st.adding_replicas or st.removing_replicas):
             return []
@@ -536,7 +535,7 @@ class ControllerState:
                        for r in removed if r in self.live_brokers()]
 
     # ==== outputs =========================================================================
-    def _leader_and_isr(self, tp: TP, only: int | None = None,
+    def _leader_and_isr(self, tp: TopicPartition, only: int | None = None,
                         is_new: bool = False) -> list[LeaderAndIsr]:
         st = self.partitions[tp]
         live = set(self.live_brokers())
@@ -544,7 +543,7 @@ class ControllerState:
                              st.partition_epoch, tuple(st.isr), tuple(st.replicas), is_new)
                 for r in st.replicas if r in live and (only is None or r == only)]
 
-    def _leader_and_isr_all(self, tps: Iterable[TP], is_new: bool = False) -> list:
+    def _leader_and_isr_all(self, tps: Iterable[TopicPartition], is_new: bool = False) -> list:
         tps = list(tps)
         for tp in tps:
             self._sync_states(tp)

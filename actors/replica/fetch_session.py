@@ -35,11 +35,11 @@ from protocols.errors import (FetchSessionIdNotFoundError, InvalidFetchSessionEp
 from protocols.fetch_session_handler import (FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID,
                                              next_epoch)
 from protocols.messages import FetchManyRequest, FetchManyResponse, FetchRequest, FetchResult
+from protocols.topics import TopicPartition
 # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: a session unused this long may be evicted
 # for a new one.
 EVICTION_MS = 120_000
 
-TP = tuple[str, int]
 
 
 @dataclass
@@ -75,7 +75,7 @@ class CachedPartition:
 class FetchSession:
     id: int
     privileged: bool  # a follower's (Kafka: isFromFollower); outranks consumers' in eviction
-    partitions: dict[TP, CachedPartition]
+    partitions: dict[TopicPartition, CachedPartition]
     creation_ms: int
     last_used_ms: int
     epoch: int = 1    # the epoch the next incremental request must carry
@@ -106,7 +106,7 @@ class FetchSession:
         if request.partitions or request.forgotten:
             self._view = None
 
-    def move_to_end(self, key: TP) -> None:
+    def move_to_end(self, key: TopicPartition) -> None:
         self.partitions[key] = self.partitions.pop(key)
         self._view = None
 
@@ -117,7 +117,7 @@ class FetchSession:
                                if (t, p) not in parked)
         return self._view
 
-    def park(self, key: TP, core: Any, replica_id: int, purgatory: Any) -> None:
+    def park(self, key: TopicPartition, core: Any, replica_id: int, purgatory: Any) -> None:
         """Skip ``key`` at the next fetches until an event on it (see the module's text)."""
         self.parked[key] = (core, replica_id)
         self.purgatory = purgatory
@@ -126,7 +126,7 @@ class FetchSession:
             core.park_follower(replica_id, self)
         self._view = None
 
-    def unpark(self, key: TP) -> bool:
+    def unpark(self, key: TopicPartition) -> bool:
         entry = self.parked.pop(key, None)
         if entry is None:
             return False
@@ -137,7 +137,7 @@ class FetchSession:
         self._view = None
         return True
 
-    def on_key_event(self, key: TP) -> None:
+    def on_key_event(self, key: TopicPartition) -> None:
         """The fetch purgatory's listener: something happened to a parked partition. A fetch
         of this session waiting now reads it too (it is checked right after this call)."""
         if not self.unpark(key):
@@ -189,8 +189,8 @@ class FetchSessionCache:
             if session_id not in self.sessions:
                 return session_id
 
-    def maybe_create_session(self, privileged: bool, partitions: dict[TP, CachedPartition]
-                             ) -> int:
+    def maybe_create_session(self, privileged: bool,
+                             partitions: dict[TopicPartition, CachedPartition]) -> int:
         """A new session's id, or INVALID_SESSION_ID when there is no slot for it."""
         now = self.clock()
         if self.max_entries <= 0:

@@ -13,16 +13,16 @@ from typing import Callable, Generic, Hashable, TypeVar
 
 from actors.replica.fetcher import ReplicaFetcher
 from actors.replica.partition import PartitionReplica, Role
+from protocols.topics import TopicPartition
 
 K = TypeVar("K", bound=Hashable)
-TP = tuple[str, int]
 
 
 class FetcherPlacement(Generic[K]):
     def __init__(self, new_fetcher: Callable[[], ReplicaFetcher]):
         self._new_fetcher = new_fetcher
         self.fetchers: dict[K, ReplicaFetcher] = {}
-        self.placed: dict[TP, K] = {}
+        self.placed: dict[TopicPartition, K] = {}
 
     def is_placed(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.placed
