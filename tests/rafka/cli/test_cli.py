@@ -12,7 +12,7 @@ import pytest
 from protocols.records import Record, encode_batch
 from rafka.cli.main import SUBCOMMANDS, build_parser, main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SEGMENT = "00000000000000000000"
 T0 = 1531477349287
 # Seed 000 §3.3's index as its kafka-dump-log.sh output lists it (see tests/storage/test_dump.py).
