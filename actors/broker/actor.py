@@ -106,13 +106,14 @@ class BrokerActor(BrokerLifecycle):
         # producer and consumer, to find replica hosts) imports this module, and Kafka's
         # schemas (kio) in a client's heap made its full garbage collections long enough
         # to show in end-to-end latency (a 107 ms pause in a consumer, p99.9 14 -> 74 ms).
-        from actors.broker.admin_apis import AdminApis
-        from actors.broker.group_apis import GroupApis
-        from actors.broker.kafka_apis import SUPPORTED, KafkaApis
-        from actors.broker.wire_metadata import endpoint_of
+        from actors.broker.listener.admin_apis import AdminApis
+        from actors.broker.listener.api_versions import SUPPORTED
+        from actors.broker.listener.group_apis import GroupApis
+        from actors.broker.listener.kafka_apis import KafkaApis
+        from actors.broker.listener.metadata_apis import endpoint_of
+        from actors.broker.listener.socket_server import SocketServer
         from actors.replica.fetch_session import FetchSessionCache
         from actors.replica.hosted import wall_ms
-        from actors.broker.socket_server import SocketServer
         from protocols.kafka.listeners import advertised, parse_listeners
         self._advertised = advertised
         b = self.cfg.broker
