@@ -42,8 +42,8 @@ BROKER_CONFIG = (
     .define("group.min.session.timeout.ms", "int", 6000, at_least(0))
     .define("group.max.session.timeout.ms", "int", 1_800_000, at_least(0))
     .define("group.max.size", "int", 2_147_483_647, at_least(1))
-    # The Kafka listener (actors.broker.socket_server). Port 0: a free port, told to clients
-    # through the metadata (Cluster.bootstrap_servers).
+    # The Kafka listener (actors.broker.listener.socket_server). Port 0: a free port, told
+    # to clients through the metadata (Cluster.bootstrap_servers).
     .define("listeners", "string", "PLAINTEXT://127.0.0.1:0")
     .define("advertised.listeners", "string", None, nullable=True)
     .define("socket.request.max.bytes", "int", 104_857_600, at_least(1))

@@ -13,10 +13,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import ray
 from ray.exceptions import ActorAlreadyExistsError
 
+from actors.broker.config import ClusterConfig
+from actors.broker.state import BrokerState
 from actors.controller.actor import ControllerActor
 from actors.controller.lease import LEASE_KEY, LeaseReading, lease_expired
 from actors.named import gcs_get, here, lookup
@@ -56,17 +59,36 @@ class ControllerChannel:
 
 
 class BrokerLifecycle:
-    """Mixed into ``BrokerActor``, whose fields it uses: ``broker_id``, ``incarnation``,
-    ``rack``, ``endpoints``, ``cluster_name``, ``namespace``, ``data_dir``, ``cfg``,
-    ``state``, ``channel`` (a ``ControllerChannel``), ``_controller`` and ``_stopping``."""
+    """One broker's registration and heartbeats, and its handle on the controller. The
+    broker actor builds it with what it registers (id, incarnation, rack, its advertised
+    endpoints once bound), what a broker racing for the controller starts one with
+    (cluster, namespace, data directory, config), and ``state``, told each registration's
+    epoch."""
 
-    async def _ensure_controller(self):
+    def __init__(self, broker_id: int, incarnation: str, rack: str | None,
+                 endpoints: Callable[[], list], cluster_name: str, namespace: str,
+                 data_dir: str, cfg: ClusterConfig, state: BrokerState,
+                 stopping: Callable[[], bool]):
+        self.broker_id = broker_id
+        self.incarnation = incarnation
+        self.rack = rack
+        self.endpoints = endpoints
+        self.cluster_name = cluster_name
+        self.namespace = namespace
+        self.data_dir = data_dir
+        self.cfg = cfg
+        self.state = state
+        self.stopping = stopping
+        self.channel = ControllerChannel()
+        self.controller = None   # the controller's handle, once found
+
+    async def ensure_controller(self):
         """The controller's handle, racing to become it when there is none."""
-        while not self._stopping:
-            if self._controller is not None:
-                return self._controller
+        while not self.stopping():
+            if self.controller is not None:
+                return self.controller
             try:
-                handle = await lookup(CONTROLLER, self.namespace, self._session_s())
+                handle = await lookup(CONTROLLER, self.namespace, self.session_s())
             except (asyncio.TimeoutError, TimeoutError):
                 self.channel.last_error = "looking the controller up: no answer from the GCS"
                 continue  # this host may be cut off; ask again
@@ -81,7 +103,7 @@ class BrokerLifecycle:
                     continue  # another broker won the race: take its handle next time round
             lease_before = self._read_lease_soon()
             try:
-                await asyncio.wait_for(handle.ping.remote(), self._session_s())
+                await asyncio.wait_for(handle.ping.remote(), self.session_s())
             except asyncio.TimeoutError:  # frozen, or out of reach: fence it if it is frozen
                 self.channel.unanswered_call("ping")
                 await self._fence_if_lease_expired(handle, lease_before)
@@ -91,60 +113,59 @@ class BrokerLifecycle:
                 self.channel.last_error = f"ping: {e!r}"[:300]
                 await asyncio.sleep(0.05)
                 continue
-            self._controller = handle
+            self.controller = handle
             return handle
         raise asyncio.CancelledError()
 
-    def _session_s(self) -> float:
+    def session_s(self) -> float:
         return self.cfg.controller.get("broker.session.timeout.ms", 9000) / 1000
 
-    async def _join(self) -> None:
+    async def join(self) -> None:
         """Register with the controller (found, or become), asking again until one answers.
-        A controller that dies meanwhile (killed as a zombie by another broker: long fault
-        run, seed 138) or fails the call is looked up again, as a heartbeat does; before,
-        the broker's start ended there and it never registered."""
+        A controller that dies meanwhile (fenced by another broker) or fails the call is
+        looked up again, as a heartbeat does: the broker's start must not end there."""
         while True:
-            controller = await self._ensure_controller()
+            controller = await self.ensure_controller()
             lease_before = self._read_lease_soon()
             try:
-                await asyncio.wait_for(self._register(controller), self._session_s())
+                await asyncio.wait_for(self._register(controller), self.session_s())
                 return
             except asyncio.TimeoutError:  # unanswered: a link down, a frozen controller
                 self.channel.unanswered_call("register")
                 log.warning("broker %d: the controller did not answer its registration "
-                            "within %.1f s; asking again", self.broker_id, self._session_s())
+                            "within %.1f s; asking again", self.broker_id, self.session_s())
                 await self._fence_if_lease_expired(controller, lease_before)
             except Exception as e:  # noqa: BLE001 - died, or answered an error
                 self.channel.last_error = f"register: {e!r}"[:300]
                 log.warning("broker %d: registering with the controller failed (%r); "
                             "finding the controller again", self.broker_id, e)
-                self._controller = None
+                self.controller = None
                 await asyncio.sleep(REGISTER_RETRY_S)
 
     async def _register(self, controller) -> None:
         epoch = await controller.register_broker.remote(self.broker_id, self.incarnation,
-                                                        self.rack, self.endpoints)
+                                                        self.rack, self.endpoints())
         self.state.on_registered(epoch)
         self.channel.registered_epoch, self.channel.registered_at = epoch, time.monotonic()
         self.channel.answered()
 
-    async def _heartbeats(self) -> None:
+    async def heartbeats(self) -> None:
         interval = self.cfg.broker["broker.heartbeat.interval.ms"] / 1000
-        while not self._stopping:
+        while not self.stopping():
             await asyncio.sleep(interval)
             controller = None
             lease_before = None
             try:
-                controller = await self._ensure_controller()
+                controller = await self.ensure_controller()
                 lease_before = self._read_lease_soon()
                 _, register = await asyncio.wait_for(
                     controller.heartbeat.remote(self.broker_id, self.incarnation),
-                    self._session_s())
+                    self.session_s())
                 self.channel.answered()
                 if register:
                     # Bounded like the heartbeat: a call sent while the link was down may
                     # never be answered, and the next heartbeat asks again.
-                    await asyncio.wait_for(self._register(controller), self._session_s())
+                    await asyncio.wait_for(self._register(controller), self.session_s())
             except asyncio.CancelledError:
                 raise
             except asyncio.TimeoutError:
@@ -154,7 +175,24 @@ class BrokerLifecycle:
             except Exception as e:  # died: race for the name
                 log.info("broker %d: controller lost (%r)", self.broker_id, e)
                 self.channel.last_error = f"heartbeat: {e!r}"[:300]
-                self._controller = None
+                self.controller = None
+
+    async def report_replicas_failed(self, lost: list) -> None:
+        """Tell the controller that these replicas went down with their host (it moves
+        their leadership and ISR places off them), asking again until it answers."""
+        backoff_s = self.cfg.broker["replica.fetch.backoff.ms"] / 1000
+        while not self.stopping():
+            try:
+                controller = await self.ensure_controller()
+                await asyncio.wait_for(controller.replicas_failed.remote(
+                    self.broker_id, [list(tp) for tp in lost]), self.session_s())
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("broker %d: could not report failed replicas yet: %r",
+                         self.broker_id, e)
+                await asyncio.sleep(backoff_s)
 
     def _read_lease_soon(self) -> asyncio.Task:
         """The controller's lease read from the GCS (``actors.controller.lease``), as a
@@ -162,7 +200,7 @@ class BrokerLifecycle:
         async def read() -> LeaseReading | None:
             try:
                 value = await gcs_get(LEASE_KEY.format(name=self.cluster_name),
-                                      self._session_s() / 2)
+                                      self.session_s() / 2)
             except Exception:  # noqa: BLE001 - no answer from the GCS: unknown
                 return None
             return LeaseReading(value, int(time.monotonic() * 1000))
@@ -173,7 +211,7 @@ class BrokerLifecycle:
         a successor) only if its lease stood still meanwhile. A lease that moved on, or one
         this broker cannot read because it is the one cut off, leaves it be."""
         before, after = await lease_before, await self._read_lease_soon()
-        session_ms = int(self._session_s() * 1000)
+        session_ms = int(self.session_s() * 1000)
         if before is None or after is None:
             log.warning("broker %d: controller unresponsive for a session timeout, and no "
                         "answer from the GCS: this host may be cut off; not fencing it",
@@ -186,5 +224,5 @@ class BrokerLifecycle:
         log.warning("broker %d: controller unresponsive for a session timeout and its lease "
                     "stood still; fencing it", self.broker_id)
         ray.kill(controller, no_restart=True)
-        self._controller = None
+        self.controller = None
         return True

@@ -10,7 +10,7 @@ futures completed by the host's one timing wheel, opening a log (recovery) and t
 scheduled log work (retention, flush, compaction) run in worker threads.
 
 A host that dies takes only its replicas down: the broker starts it again and they recover
-from their files as after a crash (``BrokerActor._host_died``).
+from their files as after a crash (``ReplicaManager._host_died``).
 
 Per-replica methods take the topic-partition first (``actors.replica.locate`` binds it for
 callers); batch methods (``checkpoint_states``, ``background``, ``isr_expiry``,

@@ -36,9 +36,10 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 from kio.serial.errors import DecodeError
 
+from protocols.errors import KafkaError
+from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.reader import read_entity
 
-API_VERSIONS_KEY = 18
 # Kafka's socket.request.max.bytes default: 100 MiB.
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600
 
@@ -112,7 +113,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
                              "header")
     api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
     span = supported.get(api_key)
-    if api_key == API_VERSIONS_KEY and (span is None or not span[0] <= api_version <= span[1]):
+    if api_key == ApiKey.API_VERSIONS and (span is None or not span[0] <= api_version <= span[1]):
         header_cls = RequestHeaderV2 if api_version >= 3 else RequestHeaderV1
         header = _read(header_cls, frame, 0, api_key, api_version)[0]
         return Request(api_key, api_version, correlation_id, header.client_id, None,
@@ -257,16 +258,23 @@ def _zero(kind):
     return 0
 
 
+def error_fields(error: KafkaError | None) -> dict:
+    """A response's ``error_code`` and ``error_message`` for ``error`` (None: no error). A
+    KafkaError's text is its message, or its protocol name when it was given none."""
+    return {"error_code": 0 if error is None else error.code,
+            "error_message": None if error is None else str(error)}
+
+
 # ---- ApiVersions ---------------------------------------------------------------------------
 
 def api_versions_body(request: Request, supported: Mapping[int, tuple[int, int]]):
     """The ApiVersions answer: the APIs and versions this broker serves. A request of a
     version the broker does not know is answered in v0 with UNSUPPORTED_VERSION (35), the
     list still in it (Kafka's KafkaApis.handleApiVersionsRequest)."""
-    keys = [{"api_key": k, "min_version": lo, "max_version": hi}
+    keys = [{"api_key": int(k), "min_version": lo, "max_version": hi}
             for k, (lo, hi) in sorted(supported.items())]
     if request.body is None:
-        cls = load_response_schema(API_VERSIONS_KEY, 0)
+        cls = load_response_schema(ApiKey.API_VERSIONS, 0)
         return build(cls, {"error_code": ErrorCode.unsupported_version, "api_keys": keys})
     return build(response_class(request), {"error_code": 0, "api_keys": keys,
                                            "throttle_time": 0})

@@ -1,12 +1,14 @@
-"""The Kafka listener's config answers, as plain functions (``actors.broker.admin_apis``):
-DescribeConfigs' values and sources, IncrementalAlterConfigs' operations."""
+"""The Kafka listener's config answers, as plain functions
+(``actors.broker.listener.admin_apis``): DescribeConfigs' values and sources,
+IncrementalAlterConfigs' operations."""
 from __future__ import annotations
 
 import pytest
 
-from actors.broker.admin_apis import (APPEND, DEFAULT_CONFIG, DELETE, DYNAMIC_TOPIC_CONFIG,
-                                      SET, STATIC_BROKER_CONFIG, SUBTRACT, config_text,
-                                      incremental_changes, topic_config_entries)
+from actors.broker.listener.admin_apis import (APPEND, DEFAULT_CONFIG, DELETE,
+                                               DYNAMIC_TOPIC_CONFIG, SET,
+                                               STATIC_BROKER_CONFIG, SUBTRACT, config_text,
+                                               incremental_changes, topic_config_entries)
 from protocols.errors import InvalidRequestError
 
 

@@ -1,16 +1,20 @@
-"""The Kafka listener's socket shell (``actors.broker.socket_server``) in one process, with
-real sockets and the real request handlers over a fixed metadata image: Kafka's
-connections.max.idle.ms, responses in request order when requests are pipelined, and no
-request read before the broker enables request processing (Kafka's BrokerServer does so
-after its initial metadata catch-up)."""
+"""The Kafka listener's socket shell (``actors.broker.listener.socket_server``) in one
+process, with real sockets and the real request handlers over a fixed metadata image:
+Kafka's connections.max.idle.ms, responses in request order when requests are pipelined,
+and no request read before the broker enables request processing (Kafka's BrokerServer does
+so after its initial metadata catch-up)."""
 from __future__ import annotations
 
 import asyncio
 import struct
 
 import pytest
-from actors.broker.kafka_apis import SUPPORTED, KafkaApis
-from actors.broker.socket_server import SocketServer
+from actors.broker.listener.admin_apis import AdminApis
+from actors.broker.listener.api_versions import SUPPORTED
+from actors.broker.listener.group_apis import GroupApis
+from actors.broker.listener.kafka_apis import KafkaApis
+from actors.broker.listener.socket_server import SocketServer
+from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.listeners import Endpoint
 from tests.kafka_wire import request_bytes
 
@@ -112,3 +116,16 @@ def test_a_request_sent_before_processing_is_enabled_is_answered_once_it_is():
         writer.close()
         await s.stop()
     asyncio.run(run())
+
+
+def test_every_api_served_has_one_handler_and_every_handler_an_api_served():
+    """KafkaApis' dispatch table and the versions table ApiVersions answers from name the
+    same APIs, once the listener has the group coordinator and the controller to ask."""
+    async def nothing():
+        return None
+    groups = GroupApis(0, nothing, lambda group: nothing(), lambda broker: None)
+    admin = AdminApis(0, lambda: IMAGE, nothing, nothing)
+    apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False, groups=groups,
+                     admin=admin)
+    assert set(apis.handlers) == set(SUPPORTED)
+    assert all(isinstance(key, ApiKey) for key in SUPPORTED)

@@ -51,7 +51,7 @@ class KafkaRequests(Target):
     name = "kafka_request"
 
     def __init__(self, workdir: Path):
-        from actors.broker.kafka_apis import SUPPORTED
+        from actors.broker.listener.api_versions import SUPPORTED
         from tests.kafka_wire import request_bytes
         self.supported = SUPPORTED
         self.valid = [request_bytes(key, version, {"topics": [{"name": "t"}]},

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from actors.broker.kafka_apis import SUPPORTED
-from actors.broker.wire_metadata import kafka_uuid_text, metadata_values
+from actors.broker.listener.api_versions import SUPPORTED
+from actors.broker.listener.metadata_apis import kafka_uuid_text, metadata_values
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, InvalidReceive,
                                    InvalidRequest, api_versions_body, build, encode_response,
                                    parse_request, response_class)
@@ -88,6 +88,13 @@ def test_an_api_versions_request_newer_than_the_broker_gets_v0_with_unsupported_
     assert header.correlation_id == 7
     assert {(k.api_key, k.min_version, k.max_version) for k in answer.api_keys} == \
         {(k, lo, hi) for k, (lo, hi) in SUPPORTED.items()}
+
+
+def test_api_keys_are_kafkas():
+    """The ApiKey enum names every API Kafka's schemas (kio) have, by Kafka's names."""
+    from kio.index import api_key_map
+    from protocols.kafka.api_keys import ApiKey
+    assert {key.value: key.name.lower() for key in ApiKey} == dict(api_key_map)
 
 
 def test_api_versions_lists_exactly_what_the_broker_serves():
@@ -216,7 +223,7 @@ def test_the_controller_named_is_always_one_of_the_brokers_listed():
 
 
 def test_all_topics_is_null_from_v1_and_empty_in_v0():
-    from actors.broker.wire_metadata import requested_topics
+    from actors.broker.listener.metadata_apis import requested_topics
     assert requested_topics(parse_request(_metadata_request(0, []), SUPPORTED)) is None
     assert requested_topics(parse_request(_metadata_request(1, []), SUPPORTED)) == []
     assert requested_topics(parse_request(_metadata_request(12, None), SUPPORTED)) is None

@@ -14,8 +14,8 @@ import pytest
 import ray
 
 import rafka
-from actors.broker.kafka_apis import ADVERTISED, SUPPORTED
-from actors.broker.wire_metadata import kafka_uuid_text
+from actors.broker.listener.api_versions import ADVERTISED, SUPPORTED
+from actors.broker.listener.metadata_apis import kafka_uuid_text
 from tests.kafka_wire import read_response, request_bytes
 from tests.runtime.helpers import controller_cannot_commit, wait_until
 

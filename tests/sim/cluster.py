@@ -550,7 +550,7 @@ class Simulation:
         """Broker ``b``'s replica host dies alone: its replicas, fetchers, fetch sessions and
         timers are gone, its files stay. The broker starts it again (the replicas reopen from
         their files, holding no role) and reports them to the controller until it answers
-        (``BrokerActor._host_died``), whose LeaderAndIsr gives them their roles back."""
+        (``ReplicaManager._host_died``), whose LeaderAndIsr gives them their roles back."""
         broker = self.up.get(b)
         if broker is None:
             return

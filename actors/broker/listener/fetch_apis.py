@@ -21,9 +21,9 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
-from actors.broker.partition_route import (PartitionRoute, by_topic, gather_hosts,
-                                           leaders_named)
-from actors.broker.wire_metadata import node_endpoints
+from actors.broker.listener.metadata_apis import node_endpoints
+from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
+                                                    leaders_named)
 from actors.replica.fetch_session import FetchSessionCache, new_context
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
@@ -32,9 +32,6 @@ from protocols.messages import (FetchManyRequest, FetchRequest, FetchResult,
                                 decode_fetch_many_response, encode_fetch_many_request)
 
 log = logging.getLogger(__name__)
-
-FETCH_KEY = 1
-
 
 def _topic_of(topic_data) -> Any:
     """A request's topic as the client names it: its name, or (v13+) its id."""

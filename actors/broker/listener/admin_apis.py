@@ -1,7 +1,8 @@
 """The administrative APIs of the Kafka listener (part of Kafka's KafkaApis): InitProducerId,
-CreateTopics, DeleteTopics, CreatePartitions, DescribeCluster, ListGroups, DescribeGroups and
-DeleteGroups, answered by the controller and the group coordinators that rafka's own Admin
-calls, so ``kafka-topics.sh`` and an AdminClient change the same cluster.
+CreateTopics, DeleteTopics, CreatePartitions, DescribeCluster, ListGroups, DescribeGroups,
+DeleteGroups, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, ElectLeaders and
+DescribeLogDirs, answered by the controller and the group coordinators that rafka's own
+Admin calls, so ``kafka-topics.sh`` and an AdminClient change the same cluster.
 """
 from __future__ import annotations
 
@@ -9,46 +10,16 @@ import logging
 import uuid
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
-from actors.broker.group_apis import call_coordinator
-from actors.broker.wire_metadata import controller_id, kafka_uuid_text, topic_uuid
+from actors.broker.listener.group_apis import call_coordinator
+from actors.broker.listener.metadata_apis import controller_id, kafka_uuid_text, topic_uuid
 from protocols.errors import (ElectionNotNeededError, InvalidRequestError, KafkaError,
                               PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
                               UnknownTopicIdError, UnknownTopicOrPartitionError)
-from protocols.kafka.codec import Request, build, response_class
+from protocols.kafka.codec import Request, build, error_fields, response_class
 from protocols.topics import validate_topic_name
 from protocols.wire import decode
 
 log = logging.getLogger(__name__)
-
-INIT_PRODUCER_ID_KEY = 22
-CREATE_TOPICS_KEY = 19
-DELETE_TOPICS_KEY = 20
-CREATE_PARTITIONS_KEY = 37
-DESCRIBE_CLUSTER_KEY = 60
-LIST_GROUPS_KEY = 16
-DESCRIBE_GROUPS_KEY = 15
-DELETE_GROUPS_KEY = 42
-DESCRIBE_CONFIGS_KEY = 32
-ALTER_CONFIGS_KEY = 33
-INCREMENTAL_ALTER_CONFIGS_KEY = 44
-ELECT_LEADERS_KEY = 43
-DESCRIBE_LOG_DIRS_KEY = 35
-
-ADMIN_APIS: dict[int, tuple[int, int]] = {
-    INIT_PRODUCER_ID_KEY: (0, 5),
-    CREATE_TOPICS_KEY: (2, 7),
-    DELETE_TOPICS_KEY: (1, 6),
-    CREATE_PARTITIONS_KEY: (0, 3),
-    DESCRIBE_CLUSTER_KEY: (0, 1),
-    LIST_GROUPS_KEY: (0, 5),
-    DESCRIBE_GROUPS_KEY: (0, 5),
-    DELETE_GROUPS_KEY: (0, 2),
-    DESCRIBE_CONFIGS_KEY: (1, 4),
-    ALTER_CONFIGS_KEY: (0, 2),
-    INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
-    ELECT_LEADERS_KEY: (0, 2),
-    DESCRIBE_LOG_DIRS_KEY: (1, 4),
-}
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -114,11 +85,6 @@ BROKERS_ENDPOINT_TYPE = 1
 MISMATCHED_ENDPOINT_TYPE = 114
 
 
-def _error_fields(error: KafkaError | None) -> dict:
-    return {"error_code": 0 if error is None else error.code,
-            "error_message": None if error is None else (str(error) or error.name)}
-
-
 class AdminApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  controller: Callable[[], Awaitable[Any]],
@@ -131,22 +97,6 @@ class AdminApis:
         self.listener = listener
         self.broker_log = dict(broker_log or {})   # the cluster's log.* settings
         self.log_dir = log_dir                     # this broker's one log directory
-
-    async def handle(self, request: Request):
-        return await {INIT_PRODUCER_ID_KEY: self.init_producer_id,
-                      CREATE_TOPICS_KEY: self.create_topics,
-                      DELETE_TOPICS_KEY: self.delete_topics,
-                      CREATE_PARTITIONS_KEY: self.create_partitions,
-                      DESCRIBE_CLUSTER_KEY: self.describe_cluster,
-                      LIST_GROUPS_KEY: self.list_groups,
-                      DESCRIBE_GROUPS_KEY: self.describe_groups,
-                      DELETE_GROUPS_KEY: self.delete_groups,
-                      DESCRIBE_CONFIGS_KEY: self.describe_configs,
-                      ALTER_CONFIGS_KEY: self.alter_configs,
-                      INCREMENTAL_ALTER_CONFIGS_KEY: self.incremental_alter_configs,
-                      ELECT_LEADERS_KEY: self.elect_leaders,
-                      DESCRIBE_LOG_DIRS_KEY: self.describe_log_dirs,
-                      }[request.api_key](request)
 
     async def controller_call(self, method: str, *args) -> Any:
         """The controller's decoded answer, or the KafkaError it raised or answered."""
@@ -200,7 +150,7 @@ class AdminApis:
                 error = answer if isinstance(answer, KafkaError) else None
                 if error is None:
                     created.append(t.name)
-            results.append({"name": t.name, **_error_fields(error),
+            results.append({"name": t.name, **error_fields(error),
                             "num_partitions": -1 if error else (
                                 len(assignment) if assignment else (partitions or -1)),
                             "replication_factor": -1 if error else (
@@ -242,12 +192,12 @@ class AdminApis:
                 name = by_id.get(kafka_uuid_text(topic_id))
                 if name is None:
                     results.append({"name": None, "topic_id": topic_id,
-                                    **_error_fields(UnknownTopicIdError(
+                                    **error_fields(UnknownTopicIdError(
                                         f"Unknown topic id {topic_id}"))})
                     continue
             answer = await self.controller_call("delete_topic", name)
             results.append({"name": name, "topic_id": topic_id,
-                            **_error_fields(answer if isinstance(answer, KafkaError)
+                            **error_fields(answer if isinstance(answer, KafkaError)
                                             else None)})
         return build(response_class(request), {"throttle_time": 0, "responses": results})
 
@@ -264,7 +214,7 @@ class AdminApis:
                 answer = await self.controller_call("create_partitions", t.name,
                                                      int(t.count), assignment)
                 error = answer if isinstance(answer, KafkaError) else None
-            results.append({"name": t.name, **_error_fields(error)})
+            results.append({"name": t.name, **error_fields(error)})
         return build(response_class(request), {"throttle_time": 0, "results": results})
 
     # ---- cluster ---------------------------------------------------------------------------
@@ -351,7 +301,7 @@ class AdminApis:
             if r.resource_type == TOPIC_RESOURCE:
                 overrides = image.get("configs", {}).get(r.resource_name)
                 if overrides is None:
-                    out.update(_error_fields(UnknownTopicOrPartitionError(
+                    out.update(error_fields(UnknownTopicOrPartitionError(
                         f"Topic '{r.resource_name}' does not exist")))
                 else:
                     out["configs"] = topic_config_entries(overrides, self.broker_log, keys)
@@ -363,7 +313,7 @@ class AdminApis:
                     for k, v in sorted(self.broker_log.items())
                     if keys is None or k in keys]
             else:
-                out.update(_error_fields(InvalidRequestError(
+                out.update(error_fields(InvalidRequestError(
                     f"Resource type {r.resource_type} is not served (topics: 2, brokers: 4)")))
             results.append(out)
         return build(response_class(request), {"throttle_time": 0, "results": results})
@@ -398,7 +348,7 @@ class AdminApis:
                 except KafkaError as e:
                     error = e
             results.append({"resource_type": r.resource_type,
-                            "resource_name": r.resource_name, **_error_fields(error)})
+                            "resource_name": r.resource_name, **error_fields(error)})
         return build(response_class(request), {"throttle_time": 0, "responses": results})
 
     async def incremental_alter_configs(self, request: Request):
@@ -481,7 +431,7 @@ class AdminApis:
                         f"Failed to elect the preferred leader of {topic}-{partition}")
         by_topic: dict[str, list] = {}
         for (topic, partition), error in results.items():
-            fields = _error_fields(error)
+            fields = error_fields(error)
             by_topic.setdefault(topic, []).append({"partition_id": partition,
                                                    "error_code": fields["error_code"],
                                                    "error_message": fields["error_message"]})

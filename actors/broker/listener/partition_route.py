@@ -1,13 +1,13 @@
 """Where the partitions a Kafka request names go on this broker, and the fan-out to the
 replica hosts holding their leaders: shared by the listener's request handlers
-(``kafka_apis``, ``wire_fetch``)."""
+(``kafka_apis``, ``fetch_apis``)."""
 from __future__ import annotations
 
 import asyncio
 import uuid
 from typing import Any, Callable, Mapping
 
-from actors.broker.wire_metadata import kafka_uuid_text
+from actors.broker.listener.metadata_apis import kafka_uuid_text
 from protocols.errors import (KafkaError, NotLeaderOrFollowerError, UnknownTopicIdError,
                               UnknownTopicOrPartitionError)
 

@@ -12,22 +12,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Mapping
 
 from protocols.errors import InvalidReplicationFactorError, KafkaError
-from protocols.kafka.codec import Request, build, response_class
-
-ALTER_PARTITION_REASSIGNMENTS_KEY = 45
-LIST_PARTITION_REASSIGNMENTS_KEY = 46
-
-REASSIGNMENT_APIS: dict[int, tuple[int, int]] = {
-    # v1 (KIP-860) lets the client refuse a change of replication factor.
-    ALTER_PARTITION_REASSIGNMENTS_KEY: (0, 1),
-    LIST_PARTITION_REASSIGNMENTS_KEY: (0, 0),
-}
-
-
-def _error_fields(error: KafkaError | None) -> dict:
-    return {"error_code": 0 if error is None else error.code,
-            "error_message": None if error is None else str(error)}
-
+from protocols.kafka.codec import Request, build, error_fields, response_class
 
 def target_replicas(image: Mapping[str, Any], ongoing: Mapping[tuple[str, int], tuple],
                     topic: str, partition: int) -> list[int] | None:
@@ -46,11 +31,6 @@ class ReassignmentApis:
         self.image = image
         self.controller_call = controller_call   # AdminApis.controller_call
 
-    async def handle(self, request: Request):
-        if request.api_key == ALTER_PARTITION_REASSIGNMENTS_KEY:
-            return await self.alter(request)
-        return await self.list(request)
-
     async def _ongoing(self, partitions: list | None) -> dict | KafkaError:
         answer = await self.controller_call("list_reassignments", partitions)
         if isinstance(answer, KafkaError):
@@ -66,7 +46,7 @@ class ReassignmentApis:
         if request.api_version >= 1:
             response["allow_replication_factor_change"] = allow_rf_change
         if isinstance(ongoing, KafkaError):
-            return build(response_class(request), {**response, **_error_fields(ongoing)})
+            return build(response_class(request), {**response, **error_fields(ongoing)})
         image = self.image()
         for topic in body.topics:
             answers = []
@@ -86,10 +66,10 @@ class ReassignmentApis:
                     else:
                         error = await self.controller_call(
                             "reassign_partitions", {(topic.name, p): list(part.replicas)})
-                answers.append({"partition_index": p, **_error_fields(
+                answers.append({"partition_index": p, **error_fields(
                     error if isinstance(error, KafkaError) else None)})
             response["responses"].append({"name": topic.name, "partitions": answers})
-        return build(response_class(request), {**response, **_error_fields(None)})
+        return build(response_class(request), {**response, **error_fields(None)})
 
     async def list(self, request: Request):
         topics = request.body.topics
@@ -98,12 +78,12 @@ class ReassignmentApis:
         ongoing = await self._ongoing(wanted)
         if isinstance(ongoing, KafkaError):
             return build(response_class(request), {"throttle_time": 0, "topics": [],
-                                                   **_error_fields(ongoing)})
+                                                   **error_fields(ongoing)})
         by_topic: dict[str, list] = {}
         for (t, p), (replicas, adding, removing) in ongoing.items():
             by_topic.setdefault(t, []).append({
                 "partition_index": p, "replicas": replicas, "adding_replicas": adding,
                 "removing_replicas": removing})
         return build(response_class(request), {
-            "throttle_time": 0, **_error_fields(None),
+            "throttle_time": 0, **error_fields(None),
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})

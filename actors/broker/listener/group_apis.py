@@ -19,29 +19,6 @@ from protocols.wire import decode
 
 log = logging.getLogger(__name__)
 
-FIND_COORDINATOR_KEY = 10
-JOIN_GROUP_KEY = 11
-HEARTBEAT_KEY = 12
-LEAVE_GROUP_KEY = 13
-SYNC_GROUP_KEY = 14
-OFFSET_COMMIT_KEY = 8
-OFFSET_FETCH_KEY = 9
-OFFSET_DELETE_KEY = 47
-
-GROUP_APIS: dict[int, tuple[int, int]] = {
-    # v4+ asks for many keys at once; key type 1 (transactions) is refused.
-    FIND_COORDINATOR_KEY: (0, 6),
-    JOIN_GROUP_KEY: (0, 9),
-    SYNC_GROUP_KEY: (0, 5),
-    HEARTBEAT_KEY: (0, 4),
-    LEAVE_GROUP_KEY: (0, 5),
-    OFFSET_COMMIT_KEY: (2, 9),
-    # v8+ asks for many groups at once.
-    OFFSET_FETCH_KEY: (1, 9),
-    # KIP-496: an admin removes a group's offsets of topics it no longer reads.
-    OFFSET_DELETE_KEY: (0, 0),
-}
-
 GROUP_KEY_TYPE = 0
 
 
@@ -75,15 +52,6 @@ class GroupApis:
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
         self.find = find                 # BrokerActor.find_coordinator: broker id or error
         self.endpoint = endpoint         # a broker's (host, port) on this listener
-
-    async def handle(self, request: Request):
-        handler = {FIND_COORDINATOR_KEY: self.find_coordinator,
-                   JOIN_GROUP_KEY: self.join_group, SYNC_GROUP_KEY: self.sync_group,
-                   HEARTBEAT_KEY: self.heartbeat, LEAVE_GROUP_KEY: self.leave_group,
-                   OFFSET_COMMIT_KEY: self.offset_commit,
-                   OFFSET_FETCH_KEY: self.offset_fetch,
-                   OFFSET_DELETE_KEY: self.offset_delete}[request.api_key]
-        return await handler(request)
 
     async def _call(self, method: str, *args) -> Any:
         return await call_coordinator(self.coordinator, method, *args)

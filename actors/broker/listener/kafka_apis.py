@@ -1,12 +1,12 @@
 """KafkaApis: each Kafka request a wire client sends, mapped to what the broker knows and the
 same actor calls rafka's own clients make.
 
-``SUPPORTED`` is what ``ApiVersions`` tells clients: only the APIs built here, each at the
-versions of Kafka's schemas whose fields are all honoured. An API not in it (not built yet:
-transactions, ACLs, quotas, SASL among others) is answered as Kafka answers an unsupported
-request: the connection is closed (``protocols.kafka.codec``).
+Requests are dispatched by API key through one table built with the listener (Kafka's
+``case ApiKeys.X => handleX``): the partition APIs are answered here, Fetch by
+``fetch_apis``, the group, administrative and reassignment APIs by their own modules. The
+versions served are ``api_versions.SUPPORTED``; every key in it has a handler here.
 
-The decisions are plain functions of the broker's metadata image (``metadata_values``); the
+The decisions are plain functions of the broker's metadata image (``metadata_apis``); the
 class around them awaits the controller where a request changes something.
 """
 from __future__ import annotations
@@ -15,17 +15,19 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
-from actors.broker.admin_apis import ADMIN_APIS, AdminApis
-from actors.broker.group_apis import GROUP_APIS, GroupApis
-from actors.broker.partition_route import (PartitionRoute, by_topic, gather_hosts,
-                                           leaders_named)
-from actors.broker.reassignment_apis import REASSIGNMENT_APIS, ReassignmentApis
-from actors.broker.wire_fetch import FETCH_KEY, FetchApis
-from actors.broker.wire_metadata import metadata_values, node_endpoints, requested_topics
+from actors.broker.listener.admin_apis import AdminApis
+from actors.broker.listener.api_versions import ADVERTISED
+from actors.broker.listener.fetch_apis import FetchApis
+from actors.broker.listener.group_apis import GroupApis
+from actors.broker.listener.metadata_apis import (metadata_values, node_endpoints,
+                                                  requested_topics)
+from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
+                                                    leaders_named)
+from actors.broker.listener.reassignment_apis import ReassignmentApis
 from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
-from protocols.kafka.codec import (API_VERSIONS_KEY, Request, api_versions_body, build,
-                                   response_class)
+from protocols.kafka.api_keys import ApiKey
+from protocols.kafka.codec import Request, api_versions_body, build, response_class
 from protocols.messages import (OffsetsForLeaderEpochRequest, ProduceManyRequest,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.topics import validate_topic_name
@@ -33,38 +35,7 @@ from protocols.wire import decode, encode
 
 log = logging.getLogger(__name__)
 
-PRODUCE_KEY = 0
-LIST_OFFSETS_KEY = 2
-METADATA_KEY = 3
-OFFSET_FOR_LEADER_EPOCH_KEY = 23
-DELETE_RECORDS_KEY = 21
-DESCRIBE_PRODUCERS_KEY = 61
-
-# {api key: (min version, max version)} served. Grows as APIs are built.
-SUPPORTED: dict[int, tuple[int, int]] = {
-    API_VERSIONS_KEY: (0, 4),
-    METADATA_KEY: (0, 13),
-    # v3 is the oldest Kafka 4 serves; v13 names topics by id.
-    PRODUCE_KEY: (3, 13),
-    # v4 is the oldest Kafka 4 serves; v7 brings fetch sessions (KIP-227); v13 names topics
-    # by id.
-    FETCH_KEY: (4, 17),
-    # v7 adds MAX_TIMESTAMP (-3) and v8 EARLIEST_LOCAL (-4), not built yet.
-    LIST_OFFSETS_KEY: (1, 6),
-    # A consumer's check after a leader change (KIP-320): where its epoch ends on the leader.
-    OFFSET_FOR_LEADER_EPOCH_KEY: (2, 4),
-    DELETE_RECORDS_KEY: (0, 2),
-    # The idempotent producers each partition's leader keeps state for (KIP-664).
-    DESCRIBE_PRODUCERS_KEY: (0, 0),
-    **GROUP_APIS,
-    **ADMIN_APIS,
-    **REASSIGNMENT_APIS,
-}
-# What ApiVersions tells: SUPPORTED, but Produce from v0, as Kafka 4 does (KAFKA-18659,
-# ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION): librdkafka before 2.10 compresses with
-# gzip, snappy or lz4 only where the broker claims Produce v0-v2, and sends uncompressed
-# batches otherwise. A v0-v2 request itself is still refused (connection closed).
-ADVERTISED: dict[int, tuple[int, int]] = {**SUPPORTED, PRODUCE_KEY: (0, SUPPORTED[PRODUCE_KEY][1])}
+Handler = Callable[[Request], Awaitable[Any]]
 
 
 class KafkaApis:
@@ -81,36 +52,58 @@ class KafkaApis:
         self.listener = listener
         # The replica host holding this broker's replica of a partition (None: none here).
         self.host_of = host_of
-        self.groups = groups
-        self.admin = admin
-        self.fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions)
-        self.reassignments = None if admin is None else \
-            ReassignmentApis(image, admin.controller_call)
+        fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions)
+        self.handlers: dict[ApiKey, Handler] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: fetches.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.DELETE_RECORDS: self.delete_records,
+            ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
+        }
+        # A listener built without the group coordinator or the controller (a test's) has
+        # no handler for their APIs.
+        if groups is not None:
+            self.handlers.update({
+                ApiKey.FIND_COORDINATOR: groups.find_coordinator,
+                ApiKey.JOIN_GROUP: groups.join_group,
+                ApiKey.SYNC_GROUP: groups.sync_group,
+                ApiKey.HEARTBEAT: groups.heartbeat,
+                ApiKey.LEAVE_GROUP: groups.leave_group,
+                ApiKey.OFFSET_COMMIT: groups.offset_commit,
+                ApiKey.OFFSET_FETCH: groups.offset_fetch,
+                ApiKey.OFFSET_DELETE: groups.offset_delete,
+            })
+        if admin is not None:
+            reassignments = ReassignmentApis(image, admin.controller_call)
+            self.handlers.update({
+                ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
+                ApiKey.CREATE_TOPICS: admin.create_topics,
+                ApiKey.DELETE_TOPICS: admin.delete_topics,
+                ApiKey.CREATE_PARTITIONS: admin.create_partitions,
+                ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+                ApiKey.LIST_GROUPS: admin.list_groups,
+                ApiKey.DESCRIBE_GROUPS: admin.describe_groups,
+                ApiKey.DELETE_GROUPS: admin.delete_groups,
+                ApiKey.DESCRIBE_CONFIGS: admin.describe_configs,
+                ApiKey.ALTER_CONFIGS: admin.alter_configs,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
+                ApiKey.ELECT_LEADERS: admin.elect_leaders,
+                ApiKey.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.alter,
+                ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list,
+            })
 
     async def handle(self, request: Request) -> Any:
-        if request.api_key == API_VERSIONS_KEY:
-            return api_versions_body(request, ADVERTISED)
-        if request.api_key == METADATA_KEY:
-            return await self.metadata(request)
-        if request.api_key == PRODUCE_KEY:
-            return await self.produce(request)
-        if request.api_key == LIST_OFFSETS_KEY:
-            return await self.list_offsets(request)
-        if request.api_key == FETCH_KEY:
-            return await self.fetches.fetch(request)
-        if request.api_key == OFFSET_FOR_LEADER_EPOCH_KEY:
-            return await self.offset_for_leader_epoch(request)
-        if request.api_key == DELETE_RECORDS_KEY:
-            return await self.delete_records(request)
-        if request.api_key == DESCRIBE_PRODUCERS_KEY:
-            return await self.describe_producers(request)
-        if request.api_key in GROUP_APIS and self.groups is not None:
-            return await self.groups.handle(request)
-        if request.api_key in ADMIN_APIS and self.admin is not None:
-            return await self.admin.handle(request)
-        if request.api_key in REASSIGNMENT_APIS and self.reassignments is not None:
-            return await self.reassignments.handle(request)
-        raise AssertionError(f"no handler for API key {request.api_key}")  # SUPPORTED lies
+        handler = self.handlers.get(request.api_key)
+        if handler is None:   # SUPPORTED names an API this listener was built without
+            raise AssertionError(f"no handler for API key {request.api_key}")
+        return await handler(request)
+
+    async def api_versions(self, request: Request):
+        return api_versions_body(request, ADVERTISED)
 
     async def metadata(self, request: Request):
         image = self.image()
