@@ -64,7 +64,7 @@ def _wait(timeout_s: float, attempt):
 
 
 def _answered(call, *args):
-    """A read or write of the GCS's store from this process (``actors.named``'s, bounded:
+    """A read or write of the GCS's store from this process (``actors.gcs``'s, bounded:
     Ray's own wait for ever on a GCS that does not answer, e.g. a driver cut off from the
     head); Ray's deadline error becomes Kafka's TimeoutException, named."""
     from ray.exceptions import RpcError
@@ -76,22 +76,22 @@ def _answered(call, *args):
 
 
 def _kv_get(key: str) -> bytes | None:
-    from actors.named import kv_get
+    from actors.gcs import kv_get
     return _answered(kv_get, key)
 
 
 def _kv_put(key: str, value: bytes) -> None:
-    from actors.named import kv_put
+    from actors.gcs import kv_put
     _answered(kv_put, key, value)
 
 
 def _kv_del(key: str) -> None:
-    from actors.named import kv_del
+    from actors.gcs import kv_del
     _answered(kv_del, key)
 
 
 def _kv_keys(prefix: str) -> list[str]:
-    from actors.named import kv_keys
+    from actors.gcs import kv_keys
     return _answered(kv_keys, prefix)
 
 

@@ -31,7 +31,7 @@ from actors.broker.replica_manager import ReplicaManager
 from actors.broker.state import BrokerState, ControlledShutdown
 from actors.coordinator.actor import GroupCoordinatorActor
 from actors.coordinator.group import offsets_partition_for
-from actors.named import create_named, gcs_backlog
+from actors.gcs import create_named, gcs_backlog
 from actors.names import broker_name, coordinator_name, namespace_for
 from actors.timer.actor import keep_scheduled, node_timer
 from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
@@ -93,7 +93,7 @@ class BrokerActor:
         from actors.broker.listener.metadata_apis import endpoint_of
         from actors.broker.listener.socket_server import SocketServer
         from actors.replica.fetch_session import FetchSessionCache
-        from actors.replica.hosted import wall_ms
+        from actors.replica.hosted_replica import wall_ms
         from protocols.kafka.listeners import advertised, parse_listeners
         self._advertised = advertised
         b = self.cfg.broker
@@ -307,7 +307,7 @@ class BrokerActor:
 
     async def log_maintenance(self) -> None:
         """log.retention.check.interval.ms: retention, delayed deletions, flush, cleaning."""
-        await self.replica_manager.on_every_host(lambda host: host.background.remote())
+        await self.replica_manager.on_every_host(lambda host: host.log_maintenance.remote())
 
     async def isr_expiry(self) -> None:
         await self.replica_manager.on_every_host(lambda host: host.isr_expiry.remote())

@@ -4,7 +4,7 @@ controller that has stopped, but never one this broker merely cannot reach
 (``actors.controller.lease``).
 
 Every call that waits on the GCS (name lookups, the lease) runs off the event loop
-(``actors.named``), and every call to the controller is bounded by a session timeout: a
+(``actors.gcs``), and every call to the controller is bounded by a session timeout: a
 call sent while a link was down may never be answered, and the next heartbeat asks again.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from actors.broker.config import ClusterConfig
 from actors.broker.state import BrokerState
 from actors.controller.actor import ControllerActor
 from actors.controller.lease import LEASE_KEY, LeaseReading, lease_expired
-from actors.named import gcs_get, here, lookup
+from actors.gcs import gcs_get, here, lookup
 from actors.names import CONTROLLER
 
 log = logging.getLogger(__name__)

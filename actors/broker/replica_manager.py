@@ -20,9 +20,9 @@ import ray
 
 from actors.broker.config import ClusterConfig
 from actors.broker.state import BrokerState
-from actors.named import create_named
+from actors.gcs import create_named
 from actors.names import dedicated_host_name, replica_host_name
-from actors.replica.host import ReplicaHostActor
+from actors.replica.replica_host import ReplicaHostActor
 from actors.replica.placement import default_num_replica_hosts, host_index
 from protocols.errors import KafkaError
 from protocols.messages import LeaderAndIsr, StopReplica

@@ -29,7 +29,7 @@ import ray
 from actors.controller.lease import LEASE_KEY, lease_value, renew_interval_ms, superseded
 from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
-from actors.named import gcs_backlog, gcs_call, kv_del, kv_get, kv_put, lookup
+from actors.gcs import gcs_backlog, gcs_call, kv_del, kv_get, kv_put, lookup
 from actors.names import broker_name
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer

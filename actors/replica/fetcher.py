@@ -12,7 +12,7 @@ failed as a whole) backs off alone, exponentially from 50 ms up to
 only the partitions whose position changed, so an idle fetcher's request does not grow with
 the partitions it holds. Building it does not either: only the partitions something happened
 to (an answer, a backoff, added or removed, a log start moved by retention) are looked at
-again. The shell (``actors.replica.host``) sends the requests, calls back with answers,
+again. The shell (``actors.replica.replica_host``) sends the requests, calls back with answers,
 errors and timeouts, and adds and removes partitions as leadership moves. Time is an
 injected clock in milliseconds.
 """

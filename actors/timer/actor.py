@@ -28,7 +28,7 @@ import ray
 from ray.exceptions import (ActorUnavailableError, ActorUnschedulableError, RayActorError,
                             RayTaskError)
 
-from actors.named import create_named
+from actors.gcs import create_named
 from actors.names import timer_name
 
 from protocols.errors import InvalidRequestError

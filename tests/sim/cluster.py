@@ -77,7 +77,7 @@ class Clock:
 
 @dataclass
 class Host:
-    """A broker's replica host (``actors.replica.host``): its replicas, their timer and
+    """A broker's replica host (``actors.replica.replica_host``): its replicas, their timer and
     purgatories, the fetchers of its followers (one per leader broker) and the fetch sessions
     of its leaders. A host crash loses all of it but the files; its broker lives on."""
     life: int

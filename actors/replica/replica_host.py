@@ -13,7 +13,7 @@ A host that dies takes only its replicas down: the broker starts it again and th
 from their files as after a crash (``ReplicaManager._host_died``).
 
 Per-replica methods take the topic-partition first (``actors.replica.locate`` binds it for
-callers); batch methods (``checkpoint_states``, ``background``, ``isr_expiry``,
+callers); batch methods (``checkpoint_states``, ``log_maintenance``, ``isr_expiry``,
 ``stop_all``) cover every replica of the host in one call.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import ray
 
-from actors.named import lookup
+from actors.gcs import lookup
 from actors.names import broker_name
 from actors.process import freeze_startup_objects, keep_freed_memory
 from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
@@ -34,7 +34,7 @@ from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
-from actors.replica.hosted import HostedReplica, answer_future, wall_ms
+from actors.replica.hosted_replica import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
 from protocols.errors import KafkaError, KafkaStorageError, NotLeaderOrFollowerError
@@ -216,13 +216,13 @@ class ReplicaHostActor:
         return [(tp.topic, tp.partition, r.checkpoint_state())
                 for tp, r in self.replicas.items()]
 
-    async def background(self) -> dict:
+    async def log_maintenance(self) -> dict:
         """log.retention.check.interval.ms for every replica here, in a worker thread. Back
         on the event loop, a replica whose log start moved is looked at again: as a leader,
         by the fetch sessions that parked it; as a follower, by its fetcher."""
         replicas = list(self.replicas.values())
         starts = [r.log.log_start_offset for r in replicas]
-        totals = await asyncio.to_thread(self._background_pass, replicas)
+        totals = await asyncio.to_thread(self._log_maintenance_pass, replicas)
         for r, start in zip(replicas, starts):
             if r.log.log_start_offset != start:
                 r.replica.wake_fetchers()
@@ -230,11 +230,11 @@ class ReplicaHostActor:
         return totals
 
     @staticmethod
-    def _background_pass(replicas: list[HostedReplica]) -> dict:
+    def _log_maintenance_pass(replicas: list[HostedReplica]) -> dict:
         totals = {"deleted_segments": 0, "cleaned": 0}
         for r in replicas:
             try:
-                for key, value in r.background().items():
+                for key, value in r.log_maintenance().items():
                     totals[key] += value
             except OSError as e:  # the cleaner's own files: the directory failed
                 r.log_dir_failed(f"Error while cleaning {r.replica.name}: {e}")

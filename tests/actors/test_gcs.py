@@ -1,4 +1,4 @@
-"""GCS calls from actors (actors.named): each bounded, so none holds up the ones behind it."""
+"""GCS calls from actors (actors.gcs): each bounded, so none holds up the ones behind it."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +8,7 @@ import signal
 import pytest
 
 import rafka
-from actors.named import gcs_backlog, gcs_call, gcs_get
+from actors.gcs import gcs_backlog, gcs_call, gcs_get
 from protocols.errors import BrokerNotAvailableError, KafkaTimeoutError
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(60)]

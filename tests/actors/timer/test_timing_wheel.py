@@ -312,5 +312,5 @@ def test_invalid_geometry_is_rejected():
 def test_the_pure_timer_modules_do_not_import_ray():
     code = ("import sys, actors.timer, actors.timer.wheel, actors.timer.system_timer, "
             "actors.timer.purgatory; sys.exit('ray' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2])
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[3])
     assert result.returncode == 0

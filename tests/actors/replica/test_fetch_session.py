@@ -16,7 +16,7 @@ from protocols.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpo
 from protocols.fetch_session_handler import FINAL_EPOCH, INITIAL_EPOCH
 from protocols.messages import (FetchManyRequest, FetchRequest, OffsetsForLeaderEpochRequest,
                                 encode_fetch_many_request)
-from tests.actors.test_fetcher import FOLLOWER, LEADER, PARTITIONS, make_hosts, msg, round_trip
+from tests.actors.replica.test_fetcher import FOLLOWER, LEADER, PARTITIONS, make_hosts, msg, round_trip
 from tests.clock import ManualClock
 
 

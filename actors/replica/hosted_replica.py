@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from actors.named import lookup
+from actors.gcs import lookup
 from actors.names import CONTROLLER
 from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetcher_manager import ReplicaFetcherManager
@@ -138,7 +138,7 @@ class HostedReplica:
         self.log.update_config(LogConfig.from_props(topic_config,
                                                     broker=self.broker_log_config))
 
-    def background(self) -> dict:
+    def log_maintenance(self) -> dict:
         """One pass of the broker's scheduled log work: retention, delayed deletions,
         flush by time, compaction. The host runs it in a worker thread, never on its event
         loop (compaction takes seconds); the log's lock orders it with appends."""
