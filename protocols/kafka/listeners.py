@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from protocols.errors import InvalidConfigError
 
-# Security protocols this broker speaks; SSL and SASL are not built (issue 16 lists them
-# among what is answered as unsupported).
+# Security protocols this broker speaks; SSL and SASL are not built yet (a listener naming
+# one is refused).
 SECURITY_PROTOCOLS = ("PLAINTEXT",)
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>-?\d+)$")
 

@@ -21,7 +21,7 @@ def _gcs_pid() -> int:
 
 def test_a_store_read_the_gcs_leaves_unanswered_frees_the_gcs_thread_at_its_timeout(
         ray_session):
-    """Long fault run, seed 119: a broker's lease read went to the GCS while its host was cut
+    """Found by a long fault run: a broker's lease read went to the GCS while its host was cut
     off and never returned (Ray's own store reads wait for ever); every later GCS call of the
     broker waited behind it on its one GCS thread, 416 s and counting, and the broker never
     registered again. A read now fails at its timeout, and the thread goes on."""

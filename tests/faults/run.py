@@ -53,7 +53,6 @@ from tests.faults.hosts import REPO, Hosts, _ip
 NEMESES = ("partition", "split", "kill", "pause", "slow", "node", "disk", "isolate")
 # Partitions and pauses last up to past the workload's broker session (6 s): a broker the
 # controller fenced meanwhile, a controller the brokers fenced, wakes up or comes back.
-# (Runs up to seed 109 held every nemesis 2-6 s and paused only brokers.)
 PARTITION_HOLD_S = (2, 20)
 PAUSE_HOLD_S = (2, 15)
 # Each broker's log directory is a tmpfs of its own, of at most this size.

@@ -224,10 +224,10 @@ def check(cluster, sent: dict, acked: dict, commits: list) -> dict:
     def behind() -> dict[int, tuple[int, int]]:
         return {tp[1]: (consumer.position(tp), end) for tp, end in ends.items()
                 if consumer.position(tp) < end}
-    # Each partition up to its own end. (One count for all stopped the reading once the
-    # total was reached, and a partition can hold more than its end by then: a send that
-    # failed at the producer was still written and committed later. The other partitions'
-    # last records were then reported lost: long fault run, seed 142, 66 "lost".)
+    # Each partition up to its own end, not one count for all: a partition can hold more
+    # than its end by the time the total is reached (a send that failed at the producer
+    # can still be written and committed later), and the others' last records would then
+    # go unread and be reported lost.
     deadline = time.monotonic() + READ_TIMEOUT_S
     while behind() and time.monotonic() < deadline:
         for r in consumer.poll(1000):

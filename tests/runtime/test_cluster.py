@@ -215,7 +215,7 @@ def test_a_frozen_controller_is_fenced_and_replaced(cluster):
 
 
 def test_a_broker_whose_registration_fails_finds_the_controller_again_and_registers(cluster):
-    """Long fault run, seed 138: a broker started again after its disk was full registered
+    """Found by a long fault run: a broker started again after its disk was full registered
     just as another broker killed the controller as a zombie. The call failed
     (ActorDiedError), the broker's start ended there, and it stayed up unregistered and
     serving nothing. A registration that fails (the controller died, or answered an error)
@@ -243,7 +243,7 @@ def test_a_broker_whose_registration_fails_finds_the_controller_again_and_regist
 
 def test_a_broker_whose_start_fails_exits_and_is_started_again_until_it_serves(
         ray_session, tmp_path):
-    """Long fault run, seed 166: a broker started again by Ray stopped at its boot step
+    """Found by a long fault run: a broker started again by Ray stopped at its boot step
     "replica hosts" for the rest of the run, never registered, serving nothing: its start
     had failed, and nothing started it again. As Kafka's broker exits when its startup
     fails, a rafka broker now exits, and Ray starts it again. Here its start fails for
