@@ -1,4 +1,6 @@
-"""Starting, finding and fencing named actors (names: ``actors.names``)."""
+"""Ray's GCS from rafka's processes: starting, finding and fencing named actors (names:
+``actors.names``), and reads and writes of its key-value store, each bounded (Ray's own wait
+for ever) and made one at a time on one thread per process."""
 from __future__ import annotations
 
 import asyncio
@@ -7,9 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
-from ray.exceptions import ActorAlreadyExistsError
+from ray.exceptions import ActorAlreadyExistsError, RpcError
 from ray.experimental.internal_kv import internal_kv_get_gcs_client
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from protocols.errors import KafkaTimeoutError
 
 NAME_FREE_TIMEOUT_S = 30.0  # how long a restarted broker waits for its old actors' names
 # How long a read or write of the GCS's store may wait for its answer. Ray's own
@@ -101,6 +105,17 @@ def kv_keys(prefix: str, timeout_s: float = KV_TIMEOUT_S) -> list[str]:
     return [k.decode() for k in
             internal_kv_get_gcs_client().internal_kv_keys(prefix.encode(), None,
                                                           timeout=timeout_s)]
+
+
+def as_kafka_timeout(call, *args):
+    """``call(*args)``, one of the ``kv_*`` calls, made for a client (a driver's
+    ``rafka.Cluster``): Ray's deadline error (a GCS that did not answer, e.g. a driver cut off
+    from the head) becomes Kafka's TimeoutException, naming the call."""
+    try:
+        return call(*args)
+    except RpcError as e:
+        raise KafkaTimeoutError(f"Ray's GCS did not answer {call.__name__}({args[0]!r}) "
+                                f"in time: {e}") from e
 
 
 def gcs_backlog() -> dict:

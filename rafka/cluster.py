@@ -63,36 +63,11 @@ def _wait(timeout_s: float, attempt):
         raise e.error from None
 
 
-def _answered(call, *args):
-    """A read or write of the GCS's store from this process (``actors.gcs``'s, bounded:
-    Ray's own wait for ever on a GCS that does not answer, e.g. a driver cut off from the
-    head); Ray's deadline error becomes Kafka's TimeoutException, named."""
-    from ray.exceptions import RpcError
-    try:
-        return call(*args)
-    except RpcError as e:
-        raise KafkaTimeoutError(f"Ray's GCS did not answer {call.__name__}({args[0]!r}) "
-                                f"in time: {e}") from e
-
-
-def _kv_get(key: str) -> bytes | None:
-    from actors.gcs import kv_get
-    return _answered(kv_get, key)
-
-
-def _kv_put(key: str, value: bytes) -> None:
-    from actors.gcs import kv_put
-    _answered(kv_put, key, value)
-
-
-def _kv_del(key: str) -> None:
-    from actors.gcs import kv_del
-    _answered(kv_del, key)
-
-
-def _kv_keys(prefix: str) -> list[str]:
-    from actors.gcs import kv_keys
-    return _answered(kv_keys, prefix)
+def _kv(call: str, *args):
+    """``actors.gcs``'s KV call of that name, its deadline error Kafka's TimeoutException
+    (imported here: ``import rafka`` does not import Ray)."""
+    from actors import gcs
+    return gcs.as_kafka_timeout(getattr(gcs, call), *args)
 
 
 # What a broker asks of Ray's ``node:<address>`` resource (1.0 per node): a share small
@@ -158,7 +133,7 @@ class Cluster:
         given.setdefault("offsets.topic.replication.factor", min(3, num_brokers))
         parsed = ClusterConfig.parse(given)
         ensure_ray(address)
-        existing = _kv_get(INFO_KEY.format(name=name))
+        existing = _kv("kv_get", INFO_KEY.format(name=name))
         if existing is not None:
             running = cls(name, msgpack.unpackb(existing, strict_map_key=False))
             if running._any_broker_alive():
@@ -175,7 +150,7 @@ class Cluster:
                 "brokers": brokers,
                 "addresses": _addresses_if_unique(ray, brokers) if place_by_address else {}}
         Path(info["data_dir"]).mkdir(parents=True, exist_ok=True)
-        _kv_put(INFO_KEY.format(name=name), msgpack.packb(info, use_bin_type=True))
+        _kv("kv_put", INFO_KEY.format(name=name), msgpack.packb(info, use_bin_type=True))
         cluster = cls(name, info)
         for b in range(num_brokers):
             cluster._create_broker(b)
@@ -199,7 +174,7 @@ class Cluster:
                     f"of '{name}'")
             return found
         name = name or "default"
-        raw = _kv_get(INFO_KEY.format(name=name))
+        raw = _kv("kv_get", INFO_KEY.format(name=name))
         if raw is None:
             raise BrokerNotAvailableError(f"No rafka cluster named '{name}' is running on "
                                           "this Ray cluster")
@@ -209,7 +184,7 @@ class Cluster:
     def running() -> list[str]:
         """The names of the rafka clusters of the Ray cluster this process is connected to."""
         prefix, suffix = INFO_KEY.split("{name}")
-        return sorted(k[len(prefix):-len(suffix)] for k in _kv_keys(INFO_KEY.split("{")[0])
+        return sorted(k[len(prefix):-len(suffix)] for k in _kv("kv_keys", INFO_KEY.split("{")[0])
                       if k.startswith(prefix) and k.endswith(suffix))
 
     @classmethod
@@ -451,4 +426,4 @@ class Cluster:
             except ValueError:
                 pass   # no timer on that node (never started, or already gone)
         forget_snapshot(self.name)
-        _kv_del(INFO_KEY.format(name=self.name))
+        _kv("kv_del", INFO_KEY.format(name=self.name))
