@@ -29,8 +29,8 @@ from actors.broker.config import ClusterConfig
 from actors.broker.lifecycle import BrokerLifecycle
 from actors.broker.replica_manager import ReplicaManager
 from actors.broker.state import BrokerState, ControlledShutdown
-from actors.coordinator.actor import GroupCoordinatorActor
-from actors.coordinator.group import offsets_partition_for
+from actors.group_coordinator.actor import GroupCoordinatorActor
+from actors.group_coordinator.group import offsets_partition_for
 from actors.gcs import create_named, gcs_backlog
 from actors.names import broker_name, coordinator_name, namespace_for
 from actors.timer.actor import keep_scheduled, node_timer

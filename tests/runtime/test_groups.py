@@ -15,7 +15,7 @@ import ray
 
 import rafka
 from protocols.topics import OFFSETS_TOPIC
-from actors.coordinator.group import offsets_partition_for
+from actors.group_coordinator.group import offsets_partition_for
 from protocols.errors import GroupIdNotFoundError, InvalidTopicError, NonEmptyGroupError
 from protocols.topics import TopicPartition
 from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener

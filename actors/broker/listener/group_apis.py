@@ -1,7 +1,7 @@
 """The consumer-group APIs of the Kafka listener (part of Kafka's KafkaApis): FindCoordinator,
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch and OffsetDelete,
 answered by the same group coordinator actors rafka's own consumers call
-(``actors.coordinator``), so wire clients' groups and offsets are the cluster's groups and
+(``actors.group_coordinator``), so wire clients' groups and offsets are the cluster's groups and
 offsets.
 
 A group's coordinator is the broker leading its ``__consumer_offsets`` partition; a request

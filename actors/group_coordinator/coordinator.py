@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from actors.coordinator.group import Group, GroupConfig, GroupState, offsets_partition_for
-from actors.coordinator.offsets import (group_metadata_key, group_metadata_value,
+from actors.group_coordinator.group import Group, GroupConfig, GroupState, offsets_partition_for
+from actors.group_coordinator.offsets import (group_metadata_key, group_metadata_value,
                                         offset_commit_key, offset_commit_value, replay)
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                               GroupIdNotFoundError, GroupSubscribedToTopicError,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.coordinator.coordinator import Effects, GroupCoordinator, Write
-from actors.coordinator.group import GroupConfig, GroupState
+from actors.group_coordinator.coordinator import Effects, GroupCoordinator, Write
+from actors.group_coordinator.group import GroupConfig, GroupState
 from protocols.errors import (CoordinatorLoadInProgressError, GroupIdNotFoundError,
                               GroupSubscribedToTopicError,
                               IllegalGenerationError, InvalidCommitOffsetSizeError,

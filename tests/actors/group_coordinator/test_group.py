@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 
-from actors.coordinator.group import (Group, GroupConfig, GroupState, java_string_hashcode,
+from actors.group_coordinator.group import (Group, GroupConfig, GroupState, java_string_hashcode,
                                       offsets_partition_for)
 from protocols.errors import (FencedInstanceIdError, IllegalGenerationError,
                               InconsistentGroupProtocolError, InvalidSessionTimeoutError,

@@ -1,8 +1,8 @@
 """__consumer_offsets records: a new coordinator rebuilds each group from the log."""
 from __future__ import annotations
 
-from actors.coordinator.group import Group, GroupConfig
-from actors.coordinator.offsets import (group_metadata_key, group_metadata_value,
+from actors.group_coordinator.group import Group, GroupConfig
+from actors.group_coordinator.offsets import (group_metadata_key, group_metadata_value,
                                         offset_commit_key, offset_commit_value, replay)
 from protocols.messages import OffsetAndMetadata
 from protocols.records import MemoryRecordsBuilder, iter_batches

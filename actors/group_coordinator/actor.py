@@ -7,7 +7,7 @@ gains (``on_election``) or loses (``on_resignation``) such a leadership: it then
 partition's groups and offsets from the local log (``COORDINATOR_LOAD_IN_PROGRESS`` while it
 reads) or unloads them (``NOT_COORDINATOR`` from then on).
 
-Every decision is the pure core's (``actors.coordinator.coordinator.GroupCoordinator``).
+Every decision is the pure core's (``actors.group_coordinator.coordinator.GroupCoordinator``).
 This shell performs the effects it returns: it completes each request's future with its
 reply, appends writes to the log through the partition's leader replica (acks=all) and
 reports their outcome, asks the broker's timer actor to call ``tick`` at a group's
@@ -23,8 +23,8 @@ from typing import Any
 
 import ray
 
-from actors.coordinator.coordinator import Effects, GroupCoordinator, Write
-from actors.coordinator.group import GroupConfig
+from actors.group_coordinator.coordinator import Effects, GroupCoordinator, Write
+from actors.group_coordinator.group import GroupConfig
 from actors.replica.locate import locate_replica_async
 from protocols.records import encode_batch, iter_batches
 from protocols.topics import OFFSETS_TOPIC
