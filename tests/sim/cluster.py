@@ -21,8 +21,8 @@ controller moves leadership off them), fails the controller over (what the old o
 arrives late, from a zombie). Producers (acks=all and acks=1) and consumers talk to
 whichever broker believes it leads.
 
-After every step the invariants of ARCHITECTURE.md are checked; a violation raises
-``InvariantViolation`` naming the seed and step, for replay with
+After every step the invariants (docs/architecture.md, "Invariants") are checked; a
+violation raises ``InvariantViolation`` naming the seed and step, for replay with
 ``python -m tests.sim.run --seed N --verbose``.
 """
 from __future__ import annotations
