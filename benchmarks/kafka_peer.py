@@ -153,10 +153,12 @@ class KafkaCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
     # ---- topics and figures -------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     config: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        config = {"min.insync.replicas": "2"} if replication_factor >= 3 else {}
+        config = {**({"min.insync.replicas": "2"} if replication_factor >= 3 else {}),
+                  **(config or {})}
         futures = admin.create_topics([NewTopic(name, partitions, replication_factor,
                                                 config=config)])
         futures[name].result(60)
