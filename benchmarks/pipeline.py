@@ -171,7 +171,7 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
         with Progress("send_batch lists", n, end("src-lists")):
             report.line("send_batch(...) of Python lists, Producer(cluster) defaults", n,
                         timed(send_lists), job="send_batch lists")
-        del lists
+        lists.clear()
 
         for call in ("poll_arrow", "poll"):
             consumer = rafka.Consumer(cluster)

@@ -32,8 +32,8 @@ _MAX_VARINT = 10
 
 
 class EncodedBody(NamedTuple):
-    """A batch body and what the batch header needs from it."""
-    body: bytearray
+    """A batch body (a read-only view) and what the batch header needs from it."""
+    body: memoryview
     count: int
     base_timestamp: int
     max_timestamp: int
@@ -199,15 +199,32 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
                 *, now_ms: int) -> EncodedBody:
     """The v2 batch body of records with these values, keys (None: all null), timestamps
     (None: ``now_ms`` for all; an int for all; or one per record) and headers (None: none;
-    see ``as_headers``), offset deltas 0, 1, ....
+    see ``as_headers``), offset deltas 0, 1, ...."""
+    count = len(values) if hasattr(values, "__len__") else None
+    if count is None:
+        values = list(values)
+        count = len(values)
+    if count == 0:
+        raise ValueError("a record batch needs at least one record")
+    return encode_bodies(values, keys, timestamps, headers, [count], now_ms=now_ms)[0]
+
+
+def encode_bodies(values: Any, keys: Any, timestamps: Any, headers: Any,
+                  counts: Sequence[int], *, now_ms: int) -> list[EncodedBody]:
+    """The bodies of consecutive batches of ``counts`` records each, encoded together:
+    ``encode_body`` of each run of records, in one pass over all of them (a producer's
+    16 KiB batches hold a few dozen records each; a pass per batch would pay numpy's fixed
+    costs a hundred times over).
 
     Each record is ``length, attributes, timestampDelta, offsetDelta, keyLength, key,
     valueLength, value, headerCount, headers``: the varints are computed for all records at
-    once, and Arrow's element-wise join lays the records end to end in C."""
+    once (deltas from each batch's first record), and Arrow's element-wise join lays the
+    records end to end in C; each batch's body is then its run of that buffer."""
     value_array = as_binary(values)
     count = len(value_array)
-    if count == 0:
-        raise ValueError("a record batch needs at least one record")
+    sizes = np.asarray(counts, np.int64)
+    if count == 0 or (sizes <= 0).any() or int(sizes.sum()) != count:
+        raise ValueError(f"batches of {list(counts)} records for {count} records")
     value_len = _lengths(value_array)
     if keys is None:
         key_array, key_len = None, np.full(count, -1, np.int64)
@@ -215,8 +232,14 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
         key_array = as_binary(keys, count)
         key_len = _lengths(key_array)
     stamps = timestamp_column(timestamps, count, now_ms)
-    base_ts = int(stamps[0])
-    ts, off = _varints(stamps - base_ts), _offset_deltas(count)
+    firsts = np.cumsum(sizes) - sizes
+    base_ts = stamps[firsts]
+    if len(sizes) == 1:
+        ts, off = _varints(stamps - base_ts[0]), _offset_deltas(count)
+    else:
+        batch_of = np.repeat(np.arange(len(sizes)), sizes)
+        ts = _varints(stamps - base_ts[batch_of])
+        off = _varints(np.arange(count, dtype=np.int64) - firsts[batch_of])
     key_field, value_field = _varints(key_len), _varints(value_len)
     header_array = as_headers(headers, count)
     if header_array is None:
@@ -233,11 +256,14 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
         pieces = [_byte_runs(head), pc.fill_null(key_array, _EMPTY), _byte_runs([value_field])]
     pieces += [pc.fill_null(value_array, _EMPTY), header_field]
     records = pc.binary_join_element_wise(*pieces, _EMPTY)
-    offsets = records.buffers()[1]
-    start, end = np.frombuffer(offsets, np.int32, count=count + 1,
-                               offset=records.offset * 4)[[0, -1]]
-    body = bytearray(memoryview(records.buffers()[2])[start:end])   # the one copy
-    return EncodedBody(body, count, base_ts, int(stamps.max()))
+    offsets = np.frombuffer(records.buffers()[1], np.int32, count=count + 1,
+                            offset=records.offset * 4)
+    bounds = offsets[np.append(firsts, count)].tolist()
+    data = memoryview(records.buffers()[2])
+    max_ts = np.maximum.reduceat(stamps, firsts).tolist()
+    # Views of the one buffer, not copies: the batch is copied once, as it is built.
+    return [EncodedBody(data[bounds[i]:bounds[i + 1]], n, b, m)
+            for i, (n, b, m) in enumerate(zip(sizes.tolist(), base_ts.tolist(), max_ts))]
 
 
 # ---- decoding --------------------------------------------------------------------------------
@@ -289,20 +315,74 @@ def _binary_from(body: bytes, arr: np.ndarray, start: np.ndarray, length: np.nda
 COLUMNS = ("offset", "timestamp", "key", "value")
 
 
+class BatchBody(NamedTuple):
+    """A decompressed batch body and what its header says of its records."""
+    body: bytes
+    count: int
+    base_offset: int
+    base_timestamp: int
+    append_time: int | None   # LogAppendTime: every record's timestamp
+
+
 def decode_columns(body: bytes, count: int, base_offset: int, base_timestamp: int,
                    append_time: int | None) -> dict[str, pa.Array] | None:
     """The columns of a decompressed batch body (see ``RecordBatch.arrow_columns``), or
     None off the common path."""
-    arr = columnar.padded(body)
-    located = columnar.locate_records(body, count, arr)
+    return decode_batches([BatchBody(body, count, base_offset, base_timestamp, append_time)])
+
+
+def decode_batches(batches: Sequence[BatchBody]) -> dict[str, pa.Array] | None:
+    """The columns (offset, timestamp, key, value; ``headers`` when a record has one) of
+    several batches' records, in order, located in one pass over all of them
+    (``columnar.locate_batches``), or None when one is off the common path."""
+    # One copy: the bodies end to end, then the padding every vectorised read relies on.
+    joined = b"".join([*(b.body for b in batches), bytes(columnar.PADDING)])
+    arr = np.frombuffer(joined, dtype=np.uint8)
+    counts = [b.count for b in batches]
+    located = columnar.locate_batches(joined, [b.body for b in batches], counts, arr)
     if located is None:
         return None
-    timestamps = (np.full(count, append_time, np.int64) if append_time is not None
-                  else located.timestamp_delta + base_timestamp)
-    return {"offset": pa.array(located.offset_delta + base_offset, pa.int64()),
-            "timestamp": pa.array(timestamps, pa.int64()),
-            "key": _binary_from(body, arr, located.key_start, located.key_length),
-            "value": _binary_from(body, arr, located.value_start, located.value_length)}
+    if len(batches) == 1:
+        b = batches[0]
+        base_offsets, count = b.base_offset, b.count
+        timestamps = (np.full(count, b.append_time, np.int64) if b.append_time is not None
+                      else located.timestamp_delta + b.base_timestamp)
+    else:
+        base_offsets = np.repeat(np.array([b.base_offset for b in batches], np.int64), counts)
+        appended = [b.append_time is not None for b in batches]
+        bases = np.repeat(np.array([b.append_time if b.append_time is not None
+                                    else b.base_timestamp for b in batches], np.int64), counts)
+        timestamps = (located.timestamp_delta + bases if not any(appended) else
+                      np.where(np.repeat(appended, counts), bases,
+                               located.timestamp_delta + bases))
+    columns = {"offset": pa.array(located.offset_delta + base_offsets, pa.int64()),
+               "timestamp": pa.array(timestamps, pa.int64()),
+               "key": _binary_from(joined, arr, located.key_start, located.key_length),
+               "value": _binary_from(joined, arr, located.value_start, located.value_length)}
+    if located.headers is not None:
+        headers = _header_list(joined, arr, located.headers)
+        if headers is None:
+            return None
+        columns["headers"] = headers
+    return columns
+
+
+def _header_list(body: bytes, arr: np.ndarray, h: columnar.HeaderColumns) -> pa.Array | None:
+    """The located headers as a ``HEADERS_TYPE`` array (an empty list for a record without
+    any); None when a key is not UTF-8 (the per-record decoder then says so)."""
+    keys = _binary_from(body, arr, h.key_start, h.key_length) if len(h.key_start) else \
+        pa.array([], pa.binary())
+    try:
+        keys = keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        return None
+    values = _binary_from(body, arr, h.value_start, h.value_length) if len(h.value_start) \
+        else pa.array([], pa.binary())
+    offsets = np.zeros(len(h.count) + 1, np.int32)
+    np.cumsum(h.count, out=offsets[1:])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), pa.StructArray.from_arrays([keys, values],
+                                                      fields=list(HEADERS_TYPE.value_type)))
 
 
 def columns_from_tuples(records: Sequence[tuple]) -> dict[str, pa.Array]:

@@ -7,8 +7,8 @@ one varint per record. Every other field (attributes, timestampDelta, offsetDelt
 value lengths, the header count) is decoded for all records at once, and the records are then
 built by ``map`` and ``zip`` over the columns, in C.
 
-The common path is records without headers and with varints of at most 5 bytes (9 for the
-timestamp delta); anything else, and anything that does not add up (a length that is
+The common path is records with varints of at most 5 bytes (9 for the timestamp delta)
+and at most ``MAX_HEADERS`` headers each; anything else, and anything that does not add up (a length that is
 negative or runs past the record or the body), answers ``None``, and the caller falls back to
 the per-record decoder, which gives the exact error. So this module never decides that a
 batch is corrupt; it only proves that a batch is well formed and simple.
@@ -22,7 +22,8 @@ import numpy as np
 
 from protocols.varint import decode_unsigned_varint
 
-__all__ = ["RecordColumns", "locate_records", "padded", "record_columns", "record_tuples"]
+__all__ = ["HeaderColumns", "RecordColumns", "locate_batches", "locate_records", "padded",
+           "record_columns", "record_tuples"]
 
 # Below this many records numpy's fixed cost per call outweighs the per-record loop it saves.
 MIN_RECORDS = 16
@@ -40,9 +41,21 @@ def padded(body: bytes) -> np.ndarray:
     return np.frombuffer(body + bytes(PADDING), dtype=np.uint8)
 
 
+class HeaderColumns(NamedTuple):
+    """The records' headers: how many each record has, then every header in record order,
+    the start and length of its key and value (value length -1: null)."""
+
+    count: np.ndarray
+    key_start: np.ndarray
+    key_length: np.ndarray
+    value_start: np.ndarray
+    value_length: np.ndarray
+
+
 class RecordColumns(NamedTuple):
     """Per record, as numpy int64 arrays: offsetDelta, timestampDelta, and the start and
-    length of key and value in the body (length -1: null)."""
+    length of key and value in the body (length -1: null); ``headers`` None when no record
+    has one."""
 
     offset_delta: np.ndarray
     timestamp_delta: np.ndarray
@@ -50,6 +63,7 @@ class RecordColumns(NamedTuple):
     key_length: np.ndarray
     value_start: np.ndarray
     value_length: np.ndarray
+    headers: HeaderColumns | None = None
 
 
 def _zigzag_width(values: np.ndarray) -> np.ndarray:
@@ -87,33 +101,30 @@ def _guessed_starts(body: bytes, count: int, arr: np.ndarray):
     return starts, decoded
 
 
-def _record_starts(body: bytes, count: int, arr: np.ndarray):
-    """Where each of ``count`` records begins; None unless they end exactly at the body's
-    end (the one loop per record: each length varint locates the next record, unless
-    ``_guessed_starts`` finds them all at once, and with them the length varints)."""
-    guessed = _guessed_starts(body, count, arr)
-    if guessed is not None:
-        return guessed
+def _looped_starts(buf: bytes, count: int, begin: int, end: int) -> list[int] | None:
+    """Where each of ``count`` records in ``buf[begin:end]`` begins (positions in ``buf``),
+    by the one loop per record (each length varint locates the next record); None unless
+    they end exactly at ``end``."""
     starts = [0] * count
-    pos = 0
+    pos = begin
     try:
         for i in range(count):
             starts[i] = pos
-            b = body[pos]
+            b = buf[pos]
             if b < 0x80:
                 z = b
                 pos += 1
-            elif body[pos + 1] < 0x80:
-                z = (b & 0x7F) | (body[pos + 1] << 7)
+            elif buf[pos + 1] < 0x80:
+                z = (b & 0x7F) | (buf[pos + 1] << 7)
                 pos += 2
             else:
-                z, pos = decode_unsigned_varint(body, pos)
+                z, pos = decode_unsigned_varint(buf, pos)
             if z & 1:
                 return None             # a negative length
             pos += z >> 1
     except Exception:                   # ran off the end, or a varint past 10 bytes
         return None
-    return (starts, None) if pos == len(body) else None
+    return starts if pos == end else None
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int):
@@ -149,18 +160,52 @@ def locate_records(body: bytes, count: int, arr: np.ndarray | None = None
     when the caller has it."""
     # Padding: every read starts at or before the body's end (each field is checked to end
     # within its record before the next is read) and reads at most 9 bytes on.
-    if arr is None:
-        arr = padded(body)
-    located = _record_starts(body, count, arr)
-    if located is None:
+    joined = body + bytes(PADDING)
+    return locate_batches(joined, [body], [count], np.frombuffer(joined, dtype=np.uint8)
+                          if arr is None else arr)
+
+
+def locate_batches(joined: bytes, bodies: list, counts: list[int], arr: np.ndarray
+                   ) -> RecordColumns | None:
+    """``locate_records`` of several batch bodies at once (a fetch's batches of one
+    partition): ``joined`` is the bodies end to end and padded, ``arr`` its bytes as numpy,
+    and every start in the answer is a position in it. One numpy pass per field for all their records, not one per
+    batch: a fetch of 16 KiB batches (Kafka's default batch.size) holds dozens."""
+    positions: list = []
+    at = 0
+    # Records of one size (a bulk producer's) are located without a loop; a body whose
+    # records differ is looped over, and so are the ones after it (their guess would cost
+    # more than it saves).
+    guess = True
+    for body, count in zip(bodies, counts):
+        if count == 0:
+            if len(body):
+                return None
+            continue
+        # A view from the body's start: what follows it is the next body, or the padding.
+        located = _guessed_starts(body, count, arr[at:]) if guess else None
+        if located is not None:
+            positions.append(located[0] + at)
+        else:
+            guess = False
+            starts = _looped_starts(joined, count, at, at + len(body))
+            if starts is None:
+                return None
+            positions.append(np.asarray(starts, dtype=np.int64))
+        at += len(body)
+    if not positions:
         return None
-    starts, decoded = located
-    pos = np.asarray(starts, dtype=np.int64)
+    pos = np.concatenate(positions) if len(positions) > 1 else positions[0]
+    decoded = _varints(arr, pos, 5)
     if decoded is None:
-        decoded = _varints(arr, pos, 5)
-        if decoded is None:
-            return None
-    length, width = decoded
+        return None
+    return _locate_fields(arr, pos, decoded[0], decoded[1])
+
+
+def _locate_fields(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, width: np.ndarray
+                   ) -> RecordColumns | None:
+    """The fields of the records starting at ``pos``, whose length varints (``length``,
+    ``width`` bytes) are read."""
     end = pos + width + length
     pos = pos + width + 1               # past the attributes byte
     columns = []
@@ -186,10 +231,60 @@ def locate_records(body: bytes, count: int, arr: np.ndarray | None = None
         pos = start + np.maximum(size, 0)
         if (pos > end).any():
             return None
-    # The header count: none on the common path, a single zero byte ending the record.
-    if arr[pos].any() or not np.array_equal(pos + 1, end):
+    # The header count: most records have none, a single zero byte ending the record.
+    if not arr[pos].any():
+        if not np.array_equal(pos + 1, end):
+            return None
+        return RecordColumns(columns[1], columns[0], *columns[2:])
+    headers = _locate_headers(arr, pos, end)
+    if headers is None:
         return None
-    return RecordColumns(columns[1], columns[0], *columns[2:])
+    return RecordColumns(columns[1], columns[0], *columns[2:], headers)
+
+
+# More headers than this in one record: the per-record decoder takes the batch (a pass per
+# header index costs more than it saves).
+MAX_HEADERS = 64
+
+
+def _locate_headers(arr: np.ndarray, pos: np.ndarray, end: np.ndarray
+                    ) -> HeaderColumns | None:
+    """Every record's headers, from its header count at ``pos`` to its end at ``end``: one
+    numpy pass per header index (the j-th header of every record that has j+1), each field
+    checked to end within its record. None when anything is off the common path (a
+    negative count or key length, a record not ending where its last header does)."""
+    decoded = _varints(arr, pos, 5)
+    if decoded is None:
+        return None
+    count, width = decoded
+    if (count < 0).any() or int(count.max()) > MAX_HEADERS:
+        return None
+    pos = pos + width
+    fields: list[list[np.ndarray]] = [[], [], [], [], []]   # record, key start/len, value
+    for j in range(int(count.max())):
+        rows = np.flatnonzero(count > j)
+        at, limit = pos[rows], end[rows]
+        found = [rows]
+        for allow_null in (False, True):              # the key, then the value
+            decoded = _varints(arr, at, 5)
+            if decoded is None:
+                return None
+            size, width = decoded
+            if (size < (-1 if allow_null else 0)).any():
+                return None
+            start = at + width
+            found += [start, size]
+            at = start + np.maximum(size, 0)
+            if (at > limit).any():
+                return None
+        pos[rows] = at
+        for column, value in zip(fields, found):
+            column.append(value)
+    if not np.array_equal(pos, end):
+        return None
+    record = np.concatenate(fields[0])
+    order = np.argsort(record, kind="stable")   # record by record, each's in order
+    return HeaderColumns(count, *(np.concatenate(c)[order] for c in fields[1:]))
 
 
 def _slices(body: bytes, start: np.ndarray, length: np.ndarray, count: int) -> list:
@@ -210,7 +305,7 @@ def record_columns(body: bytes, count: int, base_offset: int, base_ts: int,
     if count < MIN_RECORDS:
         return None
     columns = locate_records(body, count)
-    if columns is None:
+    if columns is None or columns.headers is not None:
         return None
     offsets = (columns.offset_delta + base_offset).tolist()
     timestamps = ([append_time] * count if append_time is not None

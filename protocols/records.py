@@ -168,9 +168,13 @@ class MemoryRecordsBuilder:
         per record; ``headers`` None or one list of (key, value) per record
         (``arrow_records.as_headers``)."""
         from protocols import arrow_records
-        encoded = arrow_records.encode_body(
+        return cls.from_encoded(arrow_records.encode_body(
             values, keys, timestamps, headers,
-            now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
+            now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms))
+
+    @classmethod
+    def from_encoded(cls, encoded) -> "MemoryRecordsBuilder":
+        """A builder holding a body ``arrow_records`` encoded (an ``EncodedBody``)."""
         builder = cls()
         builder.body = encoded.body
         builder.count = encoded.count
@@ -451,12 +455,15 @@ class RecordBatch:
         for offset, ts, key, value, headers in self.record_tuples():
             yield Record(key, value, ts, headers, offset)
 
-    def _body(self) -> bytes:
-        """The records' bytes, decompressed (a copy either way), once the record count is
+    def _body(self, copy: bool = True) -> bytes:
+        """The records' bytes, decompressed (a copy either way, unless ``copy`` is False:
+        then an uncompressed batch's are a view of the buffer), once the record count is
         known to fit them: the decoders size their columns by it."""
         start = self._start
-        body = bytes(memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size])
+        body = memoryview(self._buf)[start + RECORDS_OFFSET:start + self._size]
         codec = self.attributes & COMPRESSION_MASK
+        if copy or codec:
+            body = bytes(body)
         if codec:
             body = decompress(self.compression, body)
         count = self.record_count
@@ -507,14 +514,35 @@ class RecordBatch:
         for or when a record has one. Located column by column on the common path
         (``arrow_records``), else decoded record by record."""
         from protocols import arrow_records
-        body = self._body()
-        columns = arrow_records.decode_columns(body, self.record_count, self.base_offset,
-                                               self.base_timestamp, self._append_time())
-        if columns is None:
-            columns = arrow_records.columns_from_tuples(self._decode(body))
+        columns = self.arrow_columns_of([self])
         if headers and "headers" not in columns:
             columns["headers"] = arrow_records.no_headers(self.record_count)
         return columns
+
+    @staticmethod
+    def arrow_columns_of(batches: list["RecordBatch"]) -> dict:
+        """``arrow_columns`` of consecutive batches as one set of columns, located
+        together (``arrow_records.decode_batches``); batches off the common path are
+        decoded one by one. ``headers`` is there when a record has one."""
+        import pyarrow as pa
+
+        from protocols import arrow_records
+        bodies = [arrow_records.BatchBody(b._body(copy=False), b.record_count, b.base_offset,
+                                          b.base_timestamp, b._append_time()) for b in batches]
+        columns = arrow_records.decode_batches(bodies)
+        if columns is not None:
+            return columns
+        each = []
+        for batch, body in zip(batches, bodies):
+            found = arrow_records.decode_batches([body])
+            each.append(found if found is not None else
+                        arrow_records.columns_from_tuples(batch._decode(bytes(body.body))))
+        if len(each) == 1:
+            return each[0]
+        if any("headers" in c for c in each):
+            for c, batch in zip(each, batches):
+                c.setdefault("headers", arrow_records.no_headers(batch.record_count))
+        return {name: pa.concat_arrays([c[name] for c in each]) for name in each[0]}
 
     def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -342,9 +343,12 @@ class Consumer:
         """``poll``, as a ``pyarrow.Table`` with Spark's Kafka columns: key, value (binary;
         what a configured deserializer makes of them otherwise), topic, partition, offset,
         timestamp, timestampType, and headers when asked for. At most ``max_records``
-        (default max.poll.records) rows; an empty table when nothing came within
-        ``timeout_ms``. Positions, commits and the group protocol move as with ``poll``."""
-        limit = self.config["max.poll.records"] if max_records is None else max_records
+        rows; by default every record buffered (what the last fetches brought: up to
+        ``fetch.max.bytes`` a fetch, ``max.partition.fetch.bytes`` a partition), not
+        ``max.poll.records``, whose 500 suit ``poll``'s records, not a table's columns. An
+        empty table when nothing came within ``timeout_ms``. Positions, commits and the
+        group protocol move as with ``poll``."""
+        limit = sys.maxsize if max_records is None else max_records
         self._fetcher.arrow = True   # fetched batches are buffered as Arrow columns from now on
         table = self._poll(timeout_ms,
                            lambda: self._fetcher.drain_arrow(self._parts, limit, headers))

@@ -24,7 +24,7 @@ from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
 from protocols.messages import (FetchManyRequest, FetchRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
-from protocols.records import TIMESTAMP_TYPE_MASK, iter_batches
+from protocols.records import TIMESTAMP_TYPE_MASK, RecordBatch, iter_batches
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.client.metadata import ClientMetadata
@@ -41,7 +41,8 @@ _new_record = tuple.__new__
 
 @dataclass(eq=False, slots=True)
 class BufferedChunk:
-    """The records of one fetched batch not yet polled, kept as columns: a ConsumerRecord is
+    """The records of one fetched batch (or, for poll_arrow, of consecutive batches of one
+    leader epoch and timestamp type) not yet polled, kept as columns: a ConsumerRecord is
     made only when poll hands it out. (ConsumerRecords are tuple subclasses, which CPython's
     collector tracks for as long as they live: tens of thousands of them waiting in a
     buffer were promoted to the oldest generation and made every full collection slower, a
@@ -263,7 +264,9 @@ class Fetcher:
                 fetch_offset: int) -> None:
         key_de, value_de = self._key_de, self._value_de
         check_crcs = self.config["check.crcs"]
+        as_arrow = self.arrow and key_de is None and value_de is None
         before = st.buffered_records()
+        group: list = []   # consecutive batches for one Arrow chunk: same epoch and type
         for batch in iter_batches(records):
             if check_crcs:
                 batch.ensure_valid()
@@ -271,8 +274,13 @@ class Fetcher:
             next_offset = header.base_offset + header.last_offset_delta + 1
             if next_offset <= fetch_offset:
                 continue
-            if self.arrow and key_de is None and value_de is None:
-                self._buffer_arrow(st, batch, header, fetch_offset, next_offset)
+            if as_arrow:
+                if group and (group[0][1].partition_leader_epoch != header.partition_leader_epoch
+                              or (group[0][1].attributes ^ header.attributes)
+                              & TIMESTAMP_TYPE_MASK):
+                    self._buffer_arrow(st, group, fetch_offset)
+                    group = []
+                group.append((batch, header, next_offset))
                 continue
             offsets, timestamps, keys, values, headers = batch.record_columns()
             if offsets and offsets[0] < fetch_offset:   # the fetch began inside the batch
@@ -288,12 +296,16 @@ class Fetcher:
                 header.partition_leader_epoch,
                 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
                 offsets, timestamps, keys, values, headers, next_offset))
+        if group:
+            self._buffer_arrow(st, group, fetch_offset)
         st.last_fetched = st.buffered_records() - before
 
     @staticmethod
-    def _buffer_arrow(st: PartitionState, batch, header, fetch_offset: int,
-                      next_offset: int) -> None:
-        columns = batch.arrow_columns()
+    def _buffer_arrow(st: PartitionState, group: list, fetch_offset: int) -> None:
+        """Consecutive batches of one leader epoch and timestamp type as one Arrow chunk,
+        decoded together (``RecordBatch.arrow_columns_of``: one numpy pass for all)."""
+        columns = RecordBatch.arrow_columns_of([batch for batch, _, _ in group])
+        header, next_offset = group[0][1], group[-1][2]
         array = columns["offset"].to_numpy()
         offsets, i = range(next_offset, next_offset), 0
         if len(array):

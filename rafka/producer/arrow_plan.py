@@ -61,3 +61,29 @@ def plan_batches(topic: str, partitions: list[int], partition: int | None, key_a
         out += [(int(target[indices[0]]), chunk)
                 for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
     return out
+
+
+# Records encoded together in one pass (``arrow_records.encode_bodies``): up to this many
+# bytes, so that a huge send_batch neither doubles its memory at once nor passes Arrow's
+# 2 GiB binary arrays.
+ENCODE_GROUP_BYTES = 64 << 20
+
+
+def encode_groups(plan: list[tuple[int, np.ndarray]], sizes: np.ndarray,
+                  limit: int = ENCODE_GROUP_BYTES) -> list[list[tuple[int, np.ndarray]]]:
+    """``plan``'s batches in runs of about ``limit`` bytes of records (``sizes``: each
+    record's), whole batches each."""
+    if not plan:
+        return []
+    counts = np.array([len(indices) for _, indices in plan])
+    batch_bytes = np.add.reduceat(sizes[np.concatenate([i for _, i in plan])],
+                                  np.cumsum(counts) - counts).tolist()
+    groups: list[list] = [[]]
+    held = 0
+    for (p, indices), size in zip(plan, batch_bytes):
+        if groups[-1] and held + size > limit:
+            groups.append([])
+            held = 0
+        groups[-1].append((p, indices))
+        held += size
+    return groups

@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocols.arrow_records import as_binary, as_headers, header_sizes, timestamp_column
+from protocols.arrow_records import (as_binary, as_headers, encode_bodies, header_sizes,
+                                     timestamp_column)
 from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
                               RecordTooLargeError)
@@ -41,7 +42,7 @@ from protocols.topics import TopicPartition
 from rafka.client.metadata import ClientMetadata
 from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
-from rafka.producer.arrow_plan import plan_batches, rows
+from rafka.producer.arrow_plan import encode_groups, plan_batches, rows
 from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.producer.sender_thread import SenderThread, now_ms
 
@@ -222,23 +223,28 @@ class Producer:
                 "max.request.size.")
         partitions = self.metadata.cached_partitions(topic) or \
             self.metadata.partitions_for(topic, self._max_block_ms)
+        plan = plan_batches(topic, partitions, partition, key_array, sizes,
+                            batch_size=self.accumulator.batch_size,
+                            max_request_size=self._max_request_size,
+                            ignore_keys=self._ignore_keys, sticky=self.sticky)
         parts = []
-        for p, indices in plan_batches(topic, partitions, partition, key_array, sizes,
-                                       batch_size=self.accumulator.batch_size,
-                                       max_request_size=self._max_request_size,
-                                       ignore_keys=self._ignore_keys, sticky=self.sticky):
-            tp = self._tps.get((topic, p))
-            if tp is None:
-                tp = self._tps[(topic, p)] = TopicPartition(topic, p)
-            builder = MemoryRecordsBuilder.from_columns(
-                rows(value_array, indices), rows(key_array, indices), stamps[indices],
-                rows(header_array, indices))
-            with self._lock:
-                if not self.accumulator.has_room_for(builder.size_in_bytes):
-                    self._wait_for_room(builder.size_in_bytes)
-                batch = self.accumulator.append_built(tp, builder)
-                self._cond.notify_all()
-            parts.append((batch.result, p, indices, None))
+        for group in encode_groups(plan, sizes):
+            # The group's records in batch order, encoded in one pass (``encode_bodies``).
+            order = np.concatenate([indices for _, indices in group])
+            bodies = encode_bodies(rows(value_array, order), rows(key_array, order),
+                                   stamps[order], rows(header_array, order),
+                                   [len(indices) for _, indices in group], now_ms=0)
+            for (p, indices), body in zip(group, bodies):
+                tp = self._tps.get((topic, p))
+                if tp is None:
+                    tp = self._tps[(topic, p)] = TopicPartition(topic, p)
+                builder = MemoryRecordsBuilder.from_encoded(body)
+                with self._lock:
+                    if not self.accumulator.has_room_for(builder.size_in_bytes):
+                        self._wait_for_room(builder.size_in_bytes)
+                    batch = self.accumulator.append_built(tp, builder)
+                    self._cond.notify_all()
+                parts.append((batch.result, p, indices, None))
         return BatchSendFuture(topic, count, stamps, parts)
 
     def _wait_for_room(self, size: int) -> None:

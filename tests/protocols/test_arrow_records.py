@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocols.arrow_records import HEADERS_TYPE
-from protocols.records import (MemoryRecordsBuilder, Record, encode_batch,
+from protocols import columnar
+from protocols.arrow_records import HEADERS_TYPE, encode_bodies
+from protocols.errors import CorruptRecordError
+from protocols.records import (MemoryRecordsBuilder, Record, RecordBatch, encode_batch,
                                encode_batch_columns, iter_batches)
 
 NOW = 1_700_000_000_000
@@ -110,7 +112,7 @@ def test_the_builder_from_columns_sends_and_retries_like_the_per_record_one():
     assert columnar.records() == single.records()                 # split on MESSAGE_TOO_LARGE
 
 
-def test_headers_come_from_the_per_record_decoder_and_can_be_asked_for():
+def test_headers_are_decoded_as_columns_and_can_be_asked_for():
     data = encode_batch([Record(b"k", b"v", NOW, [("trace", b"1")]), Record(None, b"w", NOW)])
     [batch] = iter_batches(data)
     got = batch.arrow_columns()
@@ -140,3 +142,74 @@ def test_columns_that_do_not_line_up_are_refused():
 def test_an_iterator_of_str_is_read_once_and_encoded_as_utf8():
     assert encode_batch_columns(iter(["α", None]), now_ms=NOW) == \
         per_record(["α".encode(), None], None, None)
+
+
+def python_records(columns: dict) -> list[tuple]:
+    """Arrow columns as ``record_tuples`` gives them: (offset, timestamp, key, value,
+    headers as a tuple of (key, value))."""
+    headers = columns["headers"].to_pylist() if "headers" in columns else \
+        [[]] * len(columns["offset"])
+    return list(zip(columns["offset"].to_pylist(), columns["timestamp"].to_pylist(),
+                    columns["key"].to_pylist(), columns["value"].to_pylist(),
+                    [tuple((h["key"], h["value"]) for h in hs) for hs in headers]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(record_columns(), st.data())
+def test_headers_are_located_column_by_column_as_the_per_record_decoder_reads_them(
+        columns, data):
+    values, keys, stamps = columns
+    headers = data.draw(st.lists(header_lists, min_size=len(values), max_size=len(values)))
+    [batch] = iter_batches(per_record(values, keys, stamps, headers, base_offset=70))
+    body = batch._body()
+    assert columnar.locate_records(body, batch.record_count) is not None   # no fallback
+    assert python_records(batch.arrow_columns()) == \
+        [(o, t, k, v, tuple(h)) for o, t, k, v, h in batch.record_tuples()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(record_columns(), st.sampled_from(["create_time", "log_append_time"]),
+                          st.sampled_from(["none", "lz4"]), st.booleans()),
+                min_size=1, max_size=5), st.data())
+def test_consecutive_batches_decode_together_as_each_decodes_alone(batches, data):
+    # A fetch's batches of one partition become one set of columns (the consumer's Arrow
+    # chunk): what each batch gives alone, in order, whatever their timestamp types,
+    # codecs, and whether their records have headers.
+    made, offset = [], 0
+    for (values, keys, stamps), timestamp_type, codec, with_headers in batches:
+        headers = data.draw(st.lists(header_lists, min_size=len(values),
+                                     max_size=len(values))) if with_headers else None
+        made.append(per_record(values, keys, stamps, headers, base_offset=offset,
+                               compression=codec, timestamp_type=timestamp_type))
+        offset += len(values) + 3
+    parsed = list(iter_batches(b"".join(made)))
+    expected = [(o, t, k, v, tuple(h)) for b in parsed for o, t, k, v, h in b.record_tuples()]
+    assert python_records(RecordBatch.arrow_columns_of(parsed)) == expected
+
+
+def test_a_header_key_that_is_not_utf8_is_refused_as_the_per_record_decoder_refuses_it():
+    good = encode_batch([Record(b"k", b"v", NOW, [("trace", b"1")])] * 20)
+    bad = good.replace(b"trace", b"tr\xffce")
+    [batch] = iter_batches(bad)
+    with pytest.raises(CorruptRecordError, match="does not decode"):
+        batch.arrow_columns()
+
+
+@settings(max_examples=60, deadline=None)
+@given(record_columns(), st.data())
+def test_batches_encoded_together_are_byte_for_byte_each_encoded_alone(columns, data):
+    values, keys, stamps = columns
+    headers = data.draw(st.lists(header_lists, min_size=len(values), max_size=len(values)))
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(values)), max_size=4))) |
+                  {len(values)})
+    counts = [b - a for a, b in zip([0] + cuts, cuts)]
+    together = encode_bodies(values, keys, stamps, headers, counts, now_ms=NOW)
+    start = 0
+    for count, body in zip(counts, together):
+        alone = MemoryRecordsBuilder.from_columns(
+            values[start:start + count], None if keys is None else keys[start:start + count],
+            None if stamps is None else stamps[start:start + count],
+            headers[start:start + count], now_ms=NOW)
+        assert (bytes(body.body), body.count, body.base_timestamp, body.max_timestamp) == \
+            (bytes(alone.body), alone.count, alone.base_timestamp, alone.max_timestamp)
+        start += count
