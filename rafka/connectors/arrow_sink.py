@@ -19,17 +19,6 @@ class SinkError(ValueError):
     """Rows a sink cannot send (Spark's Kafka sink's messages)."""
 
 
-def bulk_config(config: dict) -> dict:
-    """A producer config for rows that come thousands at a time: unless set,
-    ``batch.size`` is ``max.request.size`` (1 MiB by default), since Kafka's 16 KiB would
-    cut each Arrow batch into a hundred record batches, each a request of its own."""
-    from rafka.producer.producer import PRODUCER_CONFIG
-
-    config = dict(config)
-    config.setdefault("batch.size", PRODUCER_CONFIG.parse(config)["max.request.size"])
-    return config
-
-
 def split_rows(batch, topic: str | None) -> Iterator[tuple[str, int | None, object]]:
     """``(topic, partition or None, rows)`` groups of one Arrow record batch (or table),
     in an order that keeps every partition's rows in the order given (as a sink sending row

@@ -77,11 +77,11 @@ _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 class Producer:
     def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
         c = self.config = PRODUCER_CONFIG.parse(config, **kwargs)
+        given = {PRODUCER_CONFIG.normalize_name(k) for k in {**(config or {}), **kwargs}}
         self.acks = _ACKS[c["acks"]]
         self.idempotent = c["enable.idempotence"]
         if self.idempotent:
             # Kafka's rules for an idempotent producer, stated only if the user set them.
-            given = {PRODUCER_CONFIG.normalize_name(k) for k in {**(config or {}), **kwargs}}
             if self.acks != -1:
                 if "enable.idempotence" in given:
                     raise InvalidConfigError("Must set acks to all in order to use the "
@@ -108,6 +108,12 @@ class Producer:
         self.accumulator = RecordAccumulator(min(c["batch.size"], c["max.request.size"]),
                                              c["linger.ms"], c["buffer.memory"],
                                              c["delivery.timeout.ms"], now_ms)
+        # send_batch's batches: batch.size when set; else max.request.size (1 MiB), since
+        # a columnar call hands over thousands of records at once, and Kafka's 16 KiB
+        # default, made for records arriving one by one, would cut them into a batch and a
+        # request per few dozen records.
+        self._bulk_batch_size = (self.accumulator.batch_size if "batch.size" in given
+                                 else c["max.request.size"])
         self.sticky = StickyPartitionCache()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -182,8 +188,9 @@ class Producer:
         arrays or sequences of bytes, str or None; ``timestamps`` None (now), one int, or one
         per record. Records are partitioned as ``send`` partitions them (the partition
         given; else murmur2 of the key; else the sticky partition, moving on with each full
-        batch) and encoded column by column into whole batches of about ``batch.size``
-        (``arrow_records``), with every producer setting applying as for ``send``. Returns
+        batch) and encoded column by column into whole batches of about ``batch.size``, or
+        of ``max.request.size`` when batch.size is not set (``arrow_records``), with every
+        other producer setting applying as for ``send``. Returns
         one future; its result is a ``pyarrow.Table`` of each record's partition, offset and
         timestamp, in the order given. ``headers``: None, or per record a list of
         ``(key, value)`` pairs or None, or an Arrow list of (key, value) structs (Spark's
@@ -224,7 +231,7 @@ class Producer:
         partitions = self.metadata.cached_partitions(topic) or \
             self.metadata.partitions_for(topic, self._max_block_ms)
         plan = plan_batches(topic, partitions, partition, key_array, sizes,
-                            batch_size=self.accumulator.batch_size,
+                            batch_size=self._bulk_batch_size,
                             max_request_size=self._max_request_size,
                             ignore_keys=self._ignore_keys, sticky=self.sticky)
         parts = []

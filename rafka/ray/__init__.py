@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from protocols.topics import TopicPartition
-from rafka.connectors.arrow_sink import bulk_config, send_rows, split_rows
+from rafka.connectors.arrow_sink import send_rows, split_rows
 from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
 from rafka.connectors.range_reader import earliest_and_latest, partition_counts, read_tables
 
@@ -106,7 +106,7 @@ def write_topic(dataset, cluster, topic: str | None = None,
     from ray.data import Datasink
 
     cluster_name = cluster.name
-    config = bulk_config(producer_config or {"acks": "all"})
+    config = dict(producer_config or {"acks": "all"})
 
     class TopicDatasink(Datasink):
         def write(self, blocks: Iterable, ctx) -> int:

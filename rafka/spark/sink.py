@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
-from rafka.connectors.arrow_sink import TOPIC_REQUIRED, bulk_config, send_rows, split_rows
+from rafka.connectors.arrow_sink import TOPIC_REQUIRED, send_rows, split_rows
 from rafka.spark.connection import connect
 from rafka.spark.offsets import SparkSourceError, kafka_options
 
@@ -31,7 +31,7 @@ def producer_config(options) -> dict:
     """``kafka.``-prefixed options are producer configs (Spark's Kafka sink convention)."""
     config = kafka_options(options)
     config.setdefault("acks", "all")
-    return bulk_config(config)
+    return config
 
 
 def check_producer_options(options) -> None:
