@@ -50,60 +50,63 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return to_positive(murmur2(key)) % num_partitions
 
 
-# Rows of padded keys hashed per numpy pass: bounds the padded copy to ~32 MiB.
-_PADDED_BYTES = 32 << 20
-# Keys longer than this are hashed one by one: padding every key to one long key's width
-# would make every pass as slow as that key.
+# Keys longer than this are hashed one by one: every numpy pass handles one 4-byte block of
+# all keys, so one long key would add a pass per 4 bytes for itself.
 _LONG_KEY = 64
 
 
 def murmur2_many(keys):
     """``murmur2`` of every key of an Arrow binary array without nulls, as a numpy int32
-    array: the same loop, one 4-byte block of all keys per step (keys padded to the
-    longest; a key's blocks past its own length leave its hash alone)."""
+    array: the same loop, one 4-byte block of all keys per step, each block read as a
+    little-endian word straight from the keys' bytes (a key's blocks past its own length
+    leave its hash alone)."""
     import numpy as np
 
     count = len(keys)
     if keys.null_count:
         raise ValueError("murmur2_many takes keys without nulls")
-    offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset:keys.offset + count + 1]
-    data = np.frombuffer(keys.buffers()[2], np.uint8) if count and offsets[-1] > offsets[0] \
-        else np.zeros(1, np.uint8)
     out = np.empty(count, np.int32)
-    lengths = np.diff(offsets)
+    if count == 0:
+        return out
+    offsets = np.frombuffer(keys.buffers()[1], np.int32)[
+        keys.offset:keys.offset + count + 1].astype(np.int64)
+    raw = keys.buffers()[2]
+    data = np.frombuffer(raw, np.uint8)[offsets[0]:offsets[-1]] if raw is not None \
+        else np.zeros(0, np.uint8)
+    data = np.concatenate([data, np.zeros(8, np.uint8)])   # tail reads stay inside
+    words = np.ndarray((len(data) - 3,), "<u4", data, 0, (1,))   # a word at every byte
+    starts, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
     long_keys = np.flatnonzero(lengths > _LONG_KEY)
     for i in long_keys.tolist():
-        out[i] = murmur2(data[offsets[i]:offsets[i + 1]].tobytes())
-    short = np.flatnonzero(lengths <= _LONG_KEY) if len(long_keys) else np.arange(count)
-    width = max(4, -(-int(lengths[short].max(initial=0)) // 4) * 4)
-    step = max(1, _PADDED_BYTES // (width * 4))   # ``where`` below: int32, 4 bytes a cell
+        out[i] = murmur2(data[starts[i]:starts[i] + lengths[i]].tobytes())
+    short = np.flatnonzero(lengths <= _LONG_KEY) if len(long_keys) else slice(None)
+    start, length = starts[short], lengths[short]
     m = np.uint32(_M)
-    columns = np.arange(width, dtype=np.int32)
-    for lo in range(0, len(short), step):
-        rows_here = short[lo:lo + step]
-        length = lengths[rows_here]
-        where = np.minimum(offsets[rows_here, None] + columns, len(data) - 1)
-        padded = np.where(columns < length[:, None], data[where], 0).astype(np.uint8)
-        blocks = padded.view("<u4")
-        h = (np.uint32(0x9747B28C) ^ length.astype(np.uint32))
-        full = length // 4
-        for j in range(int(full.max(initial=0))):
-            k = blocks[:, j] * m
+    h = np.uint32(0x9747B28C) ^ length.astype(np.uint32)
+    full = length // 4
+    fewest, most = int(full.min(initial=0)), int(full.max(initial=0))
+    for j in range(most):
+        if j < fewest:   # every key has this block
+            k = words[start + 4 * j] * m
             k ^= k >> np.uint32(24)
             k *= m
-            h = np.where(full > j, (h * m) ^ k, h)
-        tail = length % 4
-        base = np.minimum(full * 4, width - 1)
-        rows = np.arange(len(rows_here))
-        at = lambda i: padded[rows, np.minimum(base + i, width - 1)].astype(np.uint32)  # noqa: E731
-        h ^= np.where(tail == 3, at(2) << np.uint32(16), np.uint32(0))
-        h ^= np.where(tail >= 2, at(1) << np.uint32(8), np.uint32(0))
-        h ^= np.where(tail >= 1, at(0), np.uint32(0))
-        h = np.where(tail >= 1, h * m, h)
-        h ^= h >> np.uint32(13)
-        h *= m
-        h ^= h >> np.uint32(15)
-        out[rows_here] = h.view(np.int32)
+            h = (h * m) ^ k
+        else:
+            rows = np.flatnonzero(full > j)
+            k = words[start[rows] + 4 * j] * m
+            k ^= k >> np.uint32(24)
+            k *= m
+            h[rows] = (h[rows] * m) ^ k
+    tail = length % 4
+    base = start + full * 4
+    h ^= np.where(tail == 3, data[base + 2].astype(np.uint32) << np.uint32(16), np.uint32(0))
+    h ^= np.where(tail >= 2, data[base + 1].astype(np.uint32) << np.uint32(8), np.uint32(0))
+    h ^= np.where(tail >= 1, data[base].astype(np.uint32), np.uint32(0))
+    h = np.where(tail >= 1, h * m, h)
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    out[short] = h.view(np.int32)
     return out
 
 
