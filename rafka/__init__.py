@@ -4,16 +4,52 @@
     cluster = rafka.Cluster.start(num_brokers=3, data_dir="rafka-data")
     cluster.admin().create_topics([rafka.NewTopic("events", 6, 3)])
 """
-from protocols.messages import OffsetAndMetadata
-from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
-                         ConsumerGroupListing, ListOffsetsResult, MemberDescription, NewTopic,
-                         PartitionInfo, TopicDescription)
-from rafka.cluster import Cluster
-from rafka.consumer.consumer import Consumer, OffsetAndTimestamp
-from rafka.consumer.consumer_record import ConsumerRecord
-from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
-from rafka.producer.futures import RecordMetadata
-from rafka.producer.producer import Producer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Each name's module, imported on first use: a process that needs one part (a Spark worker
+# planning a read, the CLI) does not pay for pyarrow, numpy and every client at start-up.
+_EXPORTS = {
+    "OffsetAndMetadata": "protocols.messages",
+    **dict.fromkeys(["Admin", "ClusterDescription", "ConsumerGroupDescription",
+                     "ConsumerGroupListing", "ListOffsetsResult", "MemberDescription",
+                     "NewTopic", "PartitionInfo", "TopicDescription"], "rafka.admin"),
+    "Cluster": "rafka.cluster",
+    "Consumer": "rafka.consumer.consumer", "OffsetAndTimestamp": "rafka.consumer.consumer",
+    "ConsumerRecord": "rafka.consumer.consumer_record",
+    "CommitFailedError": "rafka.consumer.coordinator",
+    "ConsumerRebalanceListener": "rafka.consumer.coordinator",
+    "RecordMetadata": "rafka.producer.futures",
+    "Producer": "rafka.producer.producer",
+}
+
+if TYPE_CHECKING:
+    from protocols.messages import OffsetAndMetadata
+    from rafka.admin import (Admin, ClusterDescription, ConsumerGroupDescription,
+                             ConsumerGroupListing, ListOffsetsResult, MemberDescription,
+                             NewTopic, PartitionInfo, TopicDescription)
+    from rafka.cluster import Cluster
+    from rafka.consumer.consumer import Consumer, OffsetAndTimestamp
+    from rafka.consumer.consumer_record import ConsumerRecord
+    from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
+    from rafka.producer.futures import RecordMetadata
+    from rafka.producer.producer import Producer
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rafka' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = ["Admin", "Cluster", "ClusterDescription", "CommitFailedError", "Consumer",
            "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerRebalanceListener",
