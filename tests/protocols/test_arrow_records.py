@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocols import columnar
@@ -39,6 +39,10 @@ header_lists = st.one_of(
                         max_size=3))
 
 
+# Records with headers and 8 KiB values are large inputs for hypothesis: that is the point.
+LARGE = [HealthCheck.data_too_large, HealthCheck.too_slow]
+
+
 def per_record(values, keys, stamps, headers=None, **batch) -> bytes:
     return encode_batch([Record(None if keys is None else keys[i], v,
                                 NOW if stamps is None else stamps[i],
@@ -54,7 +58,7 @@ def test_the_columnar_encoder_matches_the_per_record_encoder_byte_for_byte(colum
         per_record(values, keys, stamps)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=LARGE)
 @given(record_columns(), st.data())
 def test_headers_encode_column_by_column_as_the_per_record_encoder_does(columns, data):
     # Kafka's header: a String key (never null), a nullable byte[] value; a record may
@@ -154,7 +158,7 @@ def python_records(columns: dict) -> list[tuple]:
                     [tuple((h["key"], h["value"]) for h in hs) for hs in headers]))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=LARGE)
 @given(record_columns(), st.data())
 def test_headers_are_located_column_by_column_as_the_per_record_decoder_reads_them(
         columns, data):
@@ -167,7 +171,7 @@ def test_headers_are_located_column_by_column_as_the_per_record_decoder_reads_th
         [(o, t, k, v, tuple(h)) for o, t, k, v, h in batch.record_tuples()]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, suppress_health_check=LARGE)
 @given(st.lists(st.tuples(record_columns(), st.sampled_from(["create_time", "log_append_time"]),
                           st.sampled_from(["none", "lz4"]), st.booleans()),
                 min_size=1, max_size=5), st.data())
@@ -195,7 +199,7 @@ def test_a_header_key_that_is_not_utf8_is_refused_as_the_per_record_decoder_refu
         batch.arrow_columns()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=LARGE)
 @given(record_columns(), st.data())
 def test_batches_encoded_together_are_byte_for_byte_each_encoded_alone(columns, data):
     values, keys, stamps = columns
