@@ -112,6 +112,16 @@ def delays(sent_ms, copied_values, copied_ms) -> str:
             f"max {d.max():.0f} ms")
 
 
+def copied_until(query, copied, expected: int, name: str) -> None:
+    """Wait, with a progress line, until the streaming ``query`` has copied ``expected``
+    records (``copied()`` counts them); its failure ends the run."""
+    with Progress(name, expected, copied):
+        while copied() < expected:
+            if query.exception() is not None:
+                raise SystemExit(f"{name} failed: {query.exception()}")
+            time.sleep(0.05)
+
+
 def feed(send_chunk, table, chunk: int, sent: list) -> threading.Thread:
     """A thread sending ``table`` a chunk at a time, each stamped with the time it is sent;
     ``sent`` gets (values, stamps) of each chunk."""
@@ -227,12 +237,7 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
         feeder = feed(lambda part, now: producer.send_batch(
             "stream-src", part["value"], part["key"], timestamps=now,
             headers=part["headers"]), stream, args.stream_chunk, sent)
-        stream_end = end("stream-copy")
-        with Progress("streaming copy", expected, stream_end):
-            while stream_end() < expected:
-                if query.exception() is not None:
-                    raise SystemExit(f"streaming copy failed: {query.exception()}")
-                time.sleep(0.05)
+        copied_until(query, end("stream-copy"), expected, "streaming copy")
         elapsed = time.perf_counter() - started
         feeder.join()
         producer.close()
@@ -317,12 +322,7 @@ def kafka_jobs(args, spark, stream, report: Report) -> None:
             started = time.perf_counter()
             feeder = feed(lambda part, now: send("stream-src", part, now), stream,
                           args.stream_chunk, sent)
-            stream_end = end("stream-copy")
-            with Progress("kafka streaming copy", expected, stream_end):
-                while stream_end() < expected:
-                    if query.exception() is not None:
-                        raise SystemExit(f"Kafka streaming copy failed: {query.exception()}")
-                    time.sleep(0.05)
+            copied_until(query, end("stream-copy"), expected, "kafka streaming copy")
             elapsed = time.perf_counter() - started
             feeder.join()
             query.stop()
