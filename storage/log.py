@@ -240,17 +240,13 @@ class Log:
         buf, batches = validate_as_leader(buf, self.config, self.name)
         append_time = now if self.config.log_append_time else -1
         with self._lock:
-            for _, h in batches:
-                if h.producer_id >= 0 and h.base_sequence >= 0:
-                    last_seq = (h.base_sequence + h.last_offset_delta) % (2**31)
-                    duplicate = self.producer_state.check(h.producer_id, h.producer_epoch,
-                                                          h.base_sequence, last_seq)
-                    if duplicate is not None:
-                        # A retry of a batch we already have: answer its original offsets.
-                        return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
-                                             duplicate.timestamp, duplicate.last_offset,
-                                             -1, self.log_start_offset, 0, 0, 0,
-                                             leader_epoch, duplicate=True)
+            duplicate = self.producer_state.check_append(h for _, h in batches)
+            if duplicate is not None:
+                # A retry of a batch we already have: answer its original offsets.
+                return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                     duplicate.timestamp, duplicate.last_offset,
+                                     -1, self.log_start_offset, 0, 0, 0,
+                                     leader_epoch, duplicate=True)
             first = self._log_end_offset
             infos, records = assign_offsets(buf, batches, first, leader_epoch, append_time)
             return self._append(buf, infos, first, ((leader_epoch, first),), records, now,

@@ -117,6 +117,39 @@ class ProducerStateManager:
                 f"{entry.last_seq} (current end sequence number)")
         return None
 
+    def check_append(self, batches) -> BatchMetadata | None:
+        """``check`` of every idempotent batch of one append (their headers, in order), each
+        against the state the earlier ones leave, as Kafka's leader validates a produce
+        request's batches (its ProducerAppendInfo per producer): a producer's second batch in
+        the append must continue its first. Returns the original of a retried batch (the
+        append is then answered with its offsets), else None."""
+        pending: dict[int, tuple[int, int]] = {}   # producer id -> (epoch, last sequence)
+        for h in batches:
+            if h.producer_id < 0 or h.base_sequence < 0:
+                continue
+            last_seq = (h.base_sequence + h.last_offset_delta) % (INT_MAX + 1)
+            earlier = pending.get(h.producer_id)
+            if earlier is None:
+                duplicate = self.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                       last_seq)
+                if duplicate is not None:
+                    return duplicate
+            elif h.producer_epoch < earlier[0]:
+                raise InvalidProducerEpochError(
+                    f"Producer {h.producer_id}'s epoch {h.producer_epoch} is older than "
+                    f"{earlier[0]}")
+            elif h.producer_epoch > earlier[0] and h.base_sequence != 0:
+                raise OutOfOrderSequenceNumberError(
+                    f"Producer {h.producer_id}: a new epoch {h.producer_epoch} must start at "
+                    f"sequence 0, got {h.base_sequence}")
+            elif h.producer_epoch == earlier[0] and h.base_sequence != _next_seq(earlier[1]):
+                raise OutOfOrderSequenceNumberError(
+                    f"Out of order sequence number for producer {h.producer_id}: "
+                    f"{h.base_sequence} (incoming seq. number), {earlier[1]} (the end "
+                    "sequence number of its batch before it in the same request)")
+            pending[h.producer_id] = (h.producer_epoch, last_seq)
+        return None
+
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
                first_offset: int, last_offset: int, timestamp: int) -> None:
         if producer_id < 0:

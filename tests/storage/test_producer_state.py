@@ -50,6 +50,28 @@ def test_a_producers_first_batch_must_be_its_sequence_zero(tmp_path, clock):
     assert log.append_as_leader(batch(2), 0).first_offset == 2
 
 
+
+def test_several_batches_of_one_producer_in_one_append(tmp_path, clock):
+    """A produce request may carry several batches of a partition (Kafka's
+    UnifiedLogTest.testMultipleProducersWithDuplicatesInSingleAppend's shape): each is
+    checked against the state the ones before it leave, so a new producer's 0, 2, 4 are
+    one append, and a gap or an epoch going back within the append is refused whole."""
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    info = log.append_as_leader(batch(0) + batch(2) + batch(4) + batch(0, pid=8), 0)
+    assert (info.first_offset, info.last_offset) == (0, 7)
+    assert log.append_as_leader(batch(6) + batch(8), 0).first_offset == 8
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(batch(10) + batch(13), 0)       # 12 missing between them
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(batch(0, epoch=1) + batch(2, epoch=0), 0)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(batch(0, epoch=1) + batch(4, epoch=2), 0)   # not 0
+    assert log.log_end_offset == 12                          # nothing of those written
+    info = log.append_as_leader(batch(10) + batch(0, epoch=1) + batch(2, epoch=1), 0)
+    assert (info.first_offset, info.last_offset) == (12, 17)
+    retry = log.append_as_leader(batch(0, epoch=1), 0)
+    assert (retry.first_offset, retry.duplicate) == (14, True)
+
 @pytest.mark.parametrize("clean", [True, False])
 def test_producer_state_survives_a_restart(tmp_path, clock, clean):
     log = Log.open(tmp_path / "t-0", {"segment.bytes": 200}, clock=clock)
