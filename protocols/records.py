@@ -27,12 +27,13 @@ from protocols.compression import (CODEC_IDS, COMPRESSION_TYPES, CODEC_NAMES, co
 from protocols.errors import CorruptRecordError, UnsupportedVersionError
 from protocols.varint import decode_unsigned_varint, decode_varint, encode_varint
 
-__all__ = ["BatchHeader", "MAGIC", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "NO_TIMESTAMP", "COMPRESSION_TYPES",
+__all__ = ["BatchHeader", "MAGIC", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "NO_TIMESTAMP", "NO_SEQUENCE", "COMPRESSION_TYPES",
            "MemoryRecordsBuilder", "Record", "RecordBatch", "encode_batch", "iter_batches", "read_batch_header",
            "set_base_offset", "set_partition_leader_epoch", "set_log_append_time"]
 
 MAGIC = 2
 NO_TIMESTAMP = -1
+NO_SEQUENCE = -1          # a batch of no idempotent producer, or a control batch
 BASE_OFFSET_OFFSET = 0
 LENGTH_OFFSET = 8
 PARTITION_LEADER_EPOCH_OFFSET = 12

@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from protocols.errors import CorruptIndexError, KafkaError
-from protocols.records import Record, RecordBatch
+from protocols.control_records import (ABORT, COMMIT, CONTROL_TYPES, EndTransactionMarker,
+                                       control_record_type)
+from protocols.records import NO_SEQUENCE, Record, RecordBatch
 from storage.file_records import FileRecords
-from storage.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file
+from storage.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+                           offset_from_file)
 from storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
+from storage.transaction_index import TransactionIndex
 
 NO_TIMESTAMP = -1
-NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # Kafka's --max-bytes default is Integer.MAX_VALUE, which also means "no limit" to the
@@ -39,8 +42,6 @@ TIME_INDEX_ENTRY = struct.Struct(">qi")          # timestamp, relative offset
 
 RECORD_INDENT = "|"
 TIMESTAMP_TYPE_NAMES = {"create_time": "CreateTime", "log_append_time": "LogAppendTime"}
-CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
-                 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,21 +160,12 @@ def format_batch(batch: RecordBatch, position: int) -> str:
 def describe_control_record(record: Record) -> str:
     """The control-record part of a record line: an end-transaction marker's type and
     coordinator epoch, otherwise the control type and its id."""
-    key = record.key or b""
-    if len(key) < 4:
-        raise KafkaError(f"Invalid value size found for end control record key. Must have "
-                         f"at least 4 bytes, but found only {len(key)}")
-    version, type_id = struct.unpack_from(">hh", key)
-    if version < 0:
-        raise KafkaError(f"Invalid version found for control record: {version}. "
-                         f"May indicate data corruption")
+    type_id = control_record_type(record.key)
+    if type_id in (ABORT, COMMIT):
+        marker = EndTransactionMarker.deserialize(record)
+        return f" endTxnMarker: {CONTROL_TYPES[type_id]} coordinatorEpoch: " \
+               f"{marker.coordinator_epoch}"
     name = CONTROL_TYPES.get(type_id, "UNKNOWN")
-    if name in ("ABORT", "COMMIT"):
-        value = record.value or b""
-        if len(value) < 6:
-            raise KafkaError(f"Invalid end transaction marker value of {len(value)} bytes")
-        (coordinator_epoch,) = struct.unpack_from(">i", value, 2)
-        return f" endTxnMarker: {name} coordinatorEpoch: {coordinator_epoch}"
     return f" controlType: {name}({type_id})"
 
 
@@ -399,16 +391,26 @@ def dump_producer_snapshot(path: str | Path, options: DumpOptions = DumpOptions(
                f"timestamp: {b.timestamp}")
 
 
+def dump_txn_index(path: str | Path, options: DumpOptions = DumpOptions(),
+                   problems: DumpProblems | None = None) -> Iterator[str]:
+    """Kafka's dumpTxnIndex line per aborted transaction."""
+    index = TransactionIndex(offset_from_file(Path(path)), Path(path))
+    for txn in index.all_aborted_txns():
+        yield (f"version: {txn.version} producerId: {txn.producer_id} firstOffset: "
+               f"{txn.first_offset} lastOffset: {txn.last_offset} lastStableOffset: "
+               f"{txn.last_stable_offset}")
+
+
 FileDumper = Callable[[str | Path, DumpOptions, DumpProblems], Iterator[str]]
 
 # Kafka picks the dumper by the text after the LAST dot, so ``.log.deleted`` or
 # ``.index.swap`` files are "unknown", as is ``leader-epoch-checkpoint`` (no dot at all).
-# rafka writes no ``.txnindex`` files (no transactions).
 DUMPERS: dict[str, FileDumper] = {
     LOG_SUFFIX: dump_log,
     INDEX_SUFFIX: dump_offset_index,
     TIME_INDEX_SUFFIX: dump_time_index,
     SNAPSHOT_SUFFIX: dump_producer_snapshot,
+    TXN_INDEX_SUFFIX: dump_txn_index,
 }
 
 

@@ -7,10 +7,12 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from protocols.control_records import ABORT, EndTransactionMarker, end_txn_marker_batch
 from protocols.records import Record, encode_batch
 from storage.dump import (DumpLine, DumpOptions, LogDumper, dump_log, dump_offset_index,
                           dump_time_index)
 from storage.log import Log
+from storage.transaction_index import AbortedTxn, TransactionIndex
 
 T0 = 1531477349287  # the timestamps of Kafka's own dump examples
 SEGMENT = "00000000000000000000"
@@ -440,4 +442,33 @@ def test_producer_snapshot_dumps_as_kafka_prints_it(tmp_path):
                    "producerId: 3 producerEpoch: 1 coordinatorEpoch: -1 currentTxnFirstOffset: "
                    f"OptionalLong.empty lastTimestamp: {T0 + 5} firstSequence: 0 "
                    f"lastSequence: 1 lastOffset: 1 offsetDelta: 1 timestamp: {T0 + 5}"]
+    assert err == []
+
+
+def test_transaction_index_dumps_as_kafka_prints_it(tmp_path):
+    path = tmp_path / f"{100:020d}.txnindex"
+    index = TransactionIndex(100, path)
+    index.append(AbortedTxn(983493, 137, 299, 200))
+    index.append(AbortedTxn(7, 300, 310, 301))
+    out, err, _ = run([path])
+    assert out == [f"Dumping {path}",
+                   "version: 0 producerId: 983493 firstOffset: 137 lastOffset: 299 "
+                   "lastStableOffset: 200",
+                   "version: 0 producerId: 7 firstOffset: 300 lastOffset: 310 "
+                   "lastStableOffset: 301"]
+    assert err == []
+
+
+def test_an_end_transaction_marker_prints_its_type_and_coordinator_epoch(tmp_path):
+    # Kafka's DumpLogSegments: " endTxnMarker: ABORT coordinatorEpoch: 5" after the
+    # record's metadata, and no payload for a control record.
+    log = Log.open(tmp_path / "t-0")
+    log.append_as_follower(end_txn_marker_batch(EndTransactionMarker(ABORT, 5), 11, 2,
+                                                timestamp_ms=T0, partition_leader_epoch=0))
+    log.close()
+    out, err, _ = run([tmp_path / "t-0" / f"{SEGMENT}.log"], print_data_log=True)
+    assert "isTransactional: true isControl: true" in out[2]
+    assert "producerId: 11 producerEpoch: 2" in out[2]
+    assert out[3] == (f"| offset: 0 CreateTime: {T0} keySize: 4 valueSize: 6 sequence: -1 "
+                      "headerKeys: [] endTxnMarker: ABORT coordinatorEpoch: 5")
     assert err == []
