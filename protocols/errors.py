@@ -98,6 +98,9 @@ OutOfOrderSequenceNumberError = _error("OutOfOrderSequenceNumberError", 45,
 DuplicateSequenceNumberError = _error("DuplicateSequenceNumberError", 46,
                                       "DUPLICATE_SEQUENCE_NUMBER")
 InvalidProducerEpochError = _error("InvalidProducerEpochError", 47, "INVALID_PRODUCER_EPOCH")
+InvalidTxnStateError = _error("InvalidTxnStateError", 48, "INVALID_TXN_STATE")
+TransactionCoordinatorFencedError = _error("TransactionCoordinatorFencedError", 52,
+                                           "TRANSACTION_COORDINATOR_FENCED")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True)
 UnknownProducerIdError = _error("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID")
 ReassignmentInProgressError = _error("ReassignmentInProgressError", 60,

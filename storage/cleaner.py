@@ -24,7 +24,8 @@ import logging
 from dataclasses import dataclass, field
 
 from protocols.records import Record, RecordBatch, encode_batch
-from storage.files import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+from storage.files import (CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+                           segment_file)
 from storage.log import Log
 from storage.segment import BatchInfo, LogSegment
 
@@ -193,10 +194,14 @@ class Cleaner:
     def _clean_group(self, log_: Log, group: list[LogSegment], offset_map: dict[bytes, int],
                      first_dirty: int, horizon: int, stats: CleanerStats) -> None:
         base = group[0].base_offset
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             segment_file(log_.dir, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
         cleaned = log_.new_cleaned_segment(base)
         try:
+            for seg in group:
+                # Offsets stay, and markers are kept: the aborted transactions stay indexed.
+                for txn in seg.txn_index.all_aborted_txns():
+                    cleaned.txn_index.append(txn)
             for seg_index, seg in enumerate(group):
                 drop_tombstones = seg.largest_timestamp <= horizon
                 batches = list(seg.log.batches())

@@ -383,12 +383,18 @@ def dump_producer_snapshot(path: str | Path, options: DumpOptions = DumpOptions(
                            problems: DumpProblems | None = None) -> Iterator[str]:
     """Kafka's dumpProducerIdSnapshot line per entry; a corrupt snapshot is reported, as
     Kafka's CorruptSnapshotException, on stderr by the caller."""
-    for pid, epoch, b in decode_snapshot(Path(path).read_bytes()):
-        yield (f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: -1 "
-               f"currentTxnFirstOffset: OptionalLong.empty lastTimestamp: {b.timestamp} "
-               f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} "
-               f"lastOffset: {b.last_offset} offsetDelta: {b.last_offset - b.first_offset} "
-               f"timestamp: {b.timestamp}")
+    for e in decode_snapshot(Path(path).read_bytes()):
+        txn = ("OptionalLong.empty" if e.current_txn_first_offset is None
+               else f"OptionalLong[{e.current_txn_first_offset}]")
+        line = (f"producerId: {e.producer_id} producerEpoch: {e.epoch} coordinatorEpoch: "
+                f"{e.coordinator_epoch} currentTxnFirstOffset: {txn} lastTimestamp: "
+                f"{e.last_timestamp} ")
+        b = e.batch
+        if b is not None:
+            line += (f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} "
+                     f"lastOffset: {b.last_offset} offsetDelta: {b.last_offset - b.first_offset} "
+                     f"timestamp: {b.timestamp}")
+        yield line
 
 
 def dump_txn_index(path: str | Path, options: DumpOptions = DumpOptions(),

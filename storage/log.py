@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from protocols.compression import CODEC_NAMES
+from protocols.control_records import (ABORT, COMMIT, EndTransactionMarker,
+                                       end_txn_marker_batch)
 from protocols.errors import InvalidOffsetError, KafkaStorageError, OffsetOutOfRangeError
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from protocols.records import LOG_OVERHEAD, iter_batches
@@ -31,13 +33,15 @@ from storage.checkpoint import LeaderEpochCheckpointFile
 from storage.config import LogConfig
 from storage.epoch import LeaderEpochFileCache
 from storage.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LEADER_EPOCH_CHECKPOINT,
-                           LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, segment_file)
+                           LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+                           segment_file)
 from storage.log_dir_failure import LogDirFailureChannel
 from storage.log_loader import LogLoader
 from storage.log_segments import LogSegments
 from storage.log_validator import assign_offsets, validate_as_leader, validate_batches
-from storage.producer_state import ProducerStateManager, snapshot_path
+from storage.producer_state import CompletedTxn, ProducerStateManager, snapshot_path
 from storage.segment import BatchInfo, FetchDataInfo, LogSegment
+from storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +188,26 @@ class Log:
             if not info.records:
                 break
             for batch in iter_batches(info.records):
-                state.update_from_batch(batch)
+                self._complete_txn(state.update_from_batch(batch), replay=True)
             offset = info.next_offset
         state.map_end_offset = end_offset
+
+    def _complete_txn(self, completed: CompletedTxn | None, replay: bool = False) -> None:
+        """A transaction a marker just ended: an aborted one is indexed in the segment
+        holding its marker, with the LSO it leaves (Kafka's UnifiedLog: lastStableOffset,
+        updateTxnIndex, completeTxn). A replay indexes only what is not indexed yet."""
+        if completed is None:
+            return
+        state = self.producer_state
+        if completed.is_aborted:
+            segment = self.segment_for(completed.last_offset)
+            index = segment.txn_index if segment is not None else None
+            if index is not None and not (replay and index.last_offset is not None
+                                          and index.last_offset >= completed.last_offset):
+                index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                        completed.last_offset,
+                                        state.last_stable_offset(completed)))
+        state.complete_txn(completed)
 
     # ==== facts ===========================================================================
     @property
@@ -196,6 +217,36 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction still open here (None: none)."""
+        return self.producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO (the seeds' 最后稳定偏移量): the first unstable offset when it is below the
+        high watermark, else the high watermark. read_committed reads stop here."""
+        first = self.producer_state.first_unstable_offset()
+        return first if first is not None and first < self._high_watermark \
+            else self._high_watermark
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int
+                                     ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, what
+        a read_committed fetch answers with (Kafka's LocalLog.collectAbortedTransactions):
+        from the segment holding ``start_offset`` on, until one's index says no later
+        segment can hold more."""
+        found: list[AbortedTxn] = []
+        with self._lock:
+            segments = [s for s in self._segments.from_floor(start_offset)
+                        if s.base_offset < upper_bound_offset]
+        for segment in segments:
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            found += result.aborted_transactions
+            if result.is_complete:
+                break
+        return found
 
     @property
     def active_segment(self) -> LogSegment:
@@ -252,6 +303,29 @@ class Log:
             return self._append(buf, infos, first, ((leader_epoch, first),), records, now,
                                 append_time, batches[0][1].attributes)
 
+    @_writes("appending a transaction marker to")
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
+                              coordinator_epoch: int, commit: bool, leader_epoch: int,
+                              *, now_ms: int | None = None) -> LogAppendInfo:
+        """End the producer's transaction here with a COMMIT or ABORT marker: what the
+        leader writes at the transaction coordinator's request (Kafka's WriteTxnMarkers),
+        never a client. A marker of an older producer epoch is refused
+        (INVALID_PRODUCER_EPOCH), as is one from an older coordinator
+        (TRANSACTION_COORDINATOR_FENCED)."""
+        now = self.clock() if now_ms is None else now_ms
+        marker = EndTransactionMarker(COMMIT if commit else ABORT, coordinator_epoch)
+        buf = bytearray(end_txn_marker_batch(marker, producer_id, producer_epoch,
+                                             timestamp_ms=now))
+        batches = validate_batches(buf, self.config, self.name, leader=False)
+        append_time = now if self.config.log_append_time else -1
+        with self._lock:
+            self.producer_state.check_end_txn_marker(producer_id, producer_epoch,
+                                                     coordinator_epoch)
+            first = self._log_end_offset
+            infos, records = assign_offsets(buf, batches, first, leader_epoch, append_time)
+            return self._append(buf, infos, first, ((leader_epoch, first),), records, now,
+                                append_time, batches[0][1].attributes)
+
     @_writes("appending records to")
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches fetched from the leader verbatim, keeping the leader's offsets."""
@@ -293,7 +367,7 @@ class Log:
         segment.append(buf, infos)
         self._log_end_offset = last_offset + 1
         for batch in iter_batches(buf):
-            self.producer_state.update_from_batch(batch)
+            self._complete_txn(self.producer_state.update_from_batch(batch))
         cache = self.leader_epoch_cache
         for epoch, start in epoch_starts:
             if epoch >= 0:
@@ -336,7 +410,7 @@ class Log:
             active.on_become_inactive()
             self.producer_state.map_end_offset = self._log_end_offset
             self.producer_state.take_snapshot()
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 stale = segment_file(self.dir, new_offset, suffix)
                 if stale.exists():
                     log.warning("%s: removing stale file %s before roll", self.dir, stale)
@@ -442,8 +516,7 @@ class Log:
             self.recovery_point = self._high_watermark = new_offset
             for o in self.producer_state.snapshot_offsets():
                 snapshot_path(self.dir, o).unlink(missing_ok=True)
-            self.producer_state.producers.clear()
-            self.producer_state.map_end_offset = new_offset
+            self.producer_state.clear(new_offset)
 
     # ==== retention =======================================================================
     @_writes("deleting segments of")

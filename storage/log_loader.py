@@ -21,7 +21,8 @@ from protocols.records import RecordBatch
 from storage.config import LogConfig
 from storage.epoch import LeaderEpochFileCache
 from storage.files import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
-                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file, segment_file)
+                           SWAP_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_from_file,
+                           segment_file)
 from storage.log_segments import LogSegments
 from storage.segment import LogSegment
 
@@ -126,7 +127,8 @@ class LogLoader:
                         "truncated", self.dir, base, cut_at)
             segments.pop(base).delete()
         for suffix_path in (*self.dir.glob(f"*{INDEX_SUFFIX}"),
-                            *self.dir.glob(f"*{TIME_INDEX_SUFFIX}")):
+                            *self.dir.glob(f"*{TIME_INDEX_SUFFIX}"),
+                            *self.dir.glob(f"*{TXN_INDEX_SUFFIX}")):
             if not segment_file(self.dir, offset_from_file(suffix_path), LOG_SUFFIX).exists():
                 suffix_path.unlink()  # an index without its log is garbage
         return segments

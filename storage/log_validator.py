@@ -45,7 +45,10 @@ def validate_batches(buf: bytes | bytearray, config: LogConfig, name: str,
                 raise InvalidRecordError(
                     f"A record batch produced to {name} has lastOffsetDelta "
                     f"{h.last_offset_delta} for {count} records")
-            if compact and not batch.is_control:
+            if batch.is_control:
+                raise InvalidRecordError(f"Clients are not allowed to write control records "
+                                         f"in topic partition {name}.")
+            if compact:
                 for record in batch.records():
                     if record.key is None:
                         raise InvalidRecordError(

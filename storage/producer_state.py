@@ -25,8 +25,11 @@ from pathlib import Path
 
 import crc32c
 
+from protocols.control_records import EndTransactionMarker
 from protocols.errors import (CorruptRecordError, InvalidProducerEpochError,
-                              OutOfOrderSequenceNumberError)
+                              InvalidTxnStateError, OutOfOrderSequenceNumberError,
+                              TransactionCoordinatorFencedError)
+from protocols.records import CONTROL_MASK, TRANSACTIONAL_MASK
 from storage.checkpoint import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -54,6 +57,18 @@ class ProducerEntry:
     producer_id: int
     epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    # The coordinator epoch of the producer's last end-transaction marker here, and the
+    # first offset of its transaction in progress here (None: none).
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+    last_timestamp: int = -1
+
+    def bump_epoch(self, epoch: int) -> None:
+        """A new epoch (Kafka's maybeUpdateProducerEpoch): the old epoch's batches cannot
+        be retried any more; a transaction in progress stays."""
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
 
     @property
     def last_seq(self) -> int:
@@ -64,6 +79,27 @@ class ProducerEntry:
             if b.first_seq == first_seq and b.last_seq == last_seq:
                 return b
         return None
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction its marker ended here: its first and last offset (the marker's)."""
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+@dataclass(frozen=True)
+class SnapshotEntry:
+    """One entry of a ``.snapshot`` file: a producer's state and one of its batches (None
+    for a producer with none retained: one whose epoch a marker bumped)."""
+    producer_id: int
+    epoch: int
+    coordinator_epoch: int
+    current_txn_first_offset: int | None
+    last_timestamp: int
+    batch: BatchMetadata | None
 
 
 def _next_seq(seq: int) -> int:
@@ -79,6 +115,14 @@ class ProducerStateManager:
         self.dir = Path(directory)
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0  # the state covers the log up to here
+        # Transactions in progress: first offset -> producer id (the lowest first offset is
+        # the partition's first unstable offset).
+        self.ongoing_txns: dict[int, int] = {}
+
+    def clear(self, map_end_offset: int = 0) -> None:
+        self.producers.clear()
+        self.ongoing_txns.clear()
+        self.map_end_offset = map_end_offset
 
     # ---- checks and updates ------------------------------------------------------------------
     def check(self, producer_id: int, epoch: int, first_seq: int,
@@ -124,8 +168,12 @@ class ProducerStateManager:
         the append must continue its first. Returns the original of a retried batch (the
         append is then answered with its offsets), else None."""
         pending: dict[int, tuple[int, int]] = {}   # producer id -> (epoch, last sequence)
+        in_txn: dict[int, bool] = {}               # producer id -> a transaction is open
         for h in batches:
-            if h.producer_id < 0 or h.base_sequence < 0:
+            if h.producer_id < 0:
+                continue
+            self._check_txn_state(h, in_txn)
+            if h.base_sequence < 0:
                 continue
             last_seq = (h.base_sequence + h.last_offset_delta) % (INT_MAX + 1)
             earlier = pending.get(h.producer_id)
@@ -150,24 +198,86 @@ class ProducerStateManager:
             pending[h.producer_id] = (h.producer_epoch, last_seq)
         return None
 
-    def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
-               first_offset: int, last_offset: int, timestamp: int) -> None:
-        if producer_id < 0:
-            return
-        entry = self.producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
-        entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset,
-                                           timestamp))
-        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+    def _check_txn_state(self, h, in_txn: dict[int, bool]) -> None:
+        """A producer with a transaction open here writes transactional batches only
+        (Kafka's ProducerAppendInfo.appendDataBatch); a transactional batch opens one."""
+        pid = h.producer_id
+        if pid not in in_txn:
+            entry = self.producers.get(pid)
+            in_txn[pid] = entry is not None and entry.current_txn_first_offset is not None
+        transactional = bool(h.attributes & TRANSACTIONAL_MASK)
+        if in_txn[pid] and not transactional:
+            raise InvalidTxnStateError(
+                f"Expected transactional write from producer {pid} at offset "
+                f"{self.map_end_offset}: its transaction here is not ended")
+        in_txn[pid] = in_txn[pid] or transactional
 
-    def update_from_batch(self, batch) -> None:
-        """Replay one batch read from the log (follower appends, recovery)."""
-        if batch.producer_id >= 0 and batch.base_sequence >= 0:
-            self.update(batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                        batch.last_sequence, batch.base_offset, batch.last_offset,
-                        batch.max_timestamp)
+    def check_end_txn_marker(self, producer_id: int, producer_epoch: int,
+                             coordinator_epoch: int) -> None:
+        """A marker the coordinator asks the leader to write (Kafka's
+        ProducerAppendInfo.appendEndTxnMarker checks): not of an older producer epoch, not
+        from an older coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Epoch of producer {producer_id} at offset {self.map_end_offset} is "
+                f"{producer_epoch}, which is smaller than the last seen epoch {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Invalid coordinator epoch for producerId {producer_id} at offset "
+                f"{self.map_end_offset}: {coordinator_epoch} (zombie), "
+                f"{entry.coordinator_epoch} (current)")
+
+    def update_from_batch(self, batch) -> CompletedTxn | None:
+        """Take in one batch of the log (appended by the leader, a follower's copy, or
+        replayed on recovery): its producer's sequence and epoch, and the transaction it
+        opens, or, for an end-transaction marker, the transaction it ends (returned; the
+        caller indexes an aborted one, then calls ``complete_txn``)."""
         self.map_end_offset = max(self.map_end_offset, batch.last_offset + 1)
+        pid = batch.producer_id
+        if pid < 0:
+            return None
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerEntry(pid, batch.producer_epoch)
+        entry.bump_epoch(batch.producer_epoch)
+        if batch.attributes & CONTROL_MASK:
+            record = next(iter(batch.records()), None)
+            if record is None:
+                return None    # a marker the cleaner emptied: its transaction is long gone
+            marker = EndTransactionMarker.deserialize(record)
+            first = entry.current_txn_first_offset
+            completed = CompletedTxn(pid, batch.base_offset if first is None else first,
+                                     batch.last_offset, not marker.committed)
+            entry.current_txn_first_offset = None
+            entry.coordinator_epoch = marker.coordinator_epoch
+            entry.last_timestamp = record.timestamp
+            return completed
+        if batch.base_sequence >= 0:
+            entry.batches.append(BatchMetadata(batch.base_sequence, batch.last_sequence,
+                                               batch.base_offset, batch.last_offset,
+                                               batch.max_timestamp))
+        entry.last_timestamp = batch.max_timestamp
+        if batch.attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = batch.base_offset
+            self.ongoing_txns[batch.base_offset] = pid
+        return None
+
+    # ---- transactions --------------------------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction in progress (None: none)."""
+        return min(self.ongoing_txns) if self.ongoing_txns else None
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The partition's LSO once ``completed`` ends (what its aborted-index entry
+        records): the oldest other transaction's first offset, else past its marker."""
+        others = [o for o, pid in self.ongoing_txns.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        self.ongoing_txns.pop(completed.first_offset, None)
 
     # ---- snapshots ---------------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
@@ -182,8 +292,7 @@ class ProducerStateManager:
     def load(self, log_end_offset: int) -> int:
         """Load the newest snapshot at or below ``log_end_offset`` (dropping any above) and
         return the offset to replay the log from."""
-        self.producers.clear()
-        self.map_end_offset = 0
+        self.clear()
         for offset in reversed(self.snapshot_offsets()):
             path = snapshot_path(self.dir, offset)
             if offset > log_end_offset:
@@ -194,11 +303,19 @@ class ProducerStateManager:
             except (CorruptRecordError, OSError):
                 path.unlink(missing_ok=True)  # torn by a crash: an older one will do
                 continue
-            for pid, epoch, batch in entries:
-                entry = self.producers.get(pid)
-                if entry is None or entry.epoch != epoch:
-                    entry = self.producers[pid] = ProducerEntry(pid, epoch)
-                entry.batches.append(batch)
+            for e in entries:
+                entry = self.producers.get(e.producer_id)
+                if entry is None or entry.epoch != e.epoch:
+                    entry = self.producers[e.producer_id] = ProducerEntry(e.producer_id,
+                                                                          e.epoch)
+                if e.batch is not None:
+                    entry.batches.append(e.batch)
+                entry.coordinator_epoch = e.coordinator_epoch
+                entry.current_txn_first_offset = e.current_txn_first_offset
+                entry.last_timestamp = e.last_timestamp
+            for entry in self.producers.values():
+                if entry.current_txn_first_offset is not None:
+                    self.ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
             self.map_end_offset = offset
             return offset
         return 0
@@ -217,17 +334,24 @@ class ProducerStateManager:
 
 # ---- Kafka's producer snapshot file ------------------------------------------------------
 def encode_snapshot(producers) -> bytes:
-    entries = [_SNAPSHOT_ENTRY.pack(e.producer_id, e.epoch, b.last_seq, b.last_offset,
-                                    b.last_offset - b.first_offset, b.timestamp, -1, -1)
-               for e in producers for b in e.batches]
+    entries = []
+    for e in producers:
+        txn = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
+        if not e.batches:   # Kafka's entry of a producer without batch metadata
+            entries.append(_SNAPSHOT_ENTRY.pack(e.producer_id, e.epoch, -1, -1, 0,
+                                                e.last_timestamp, e.coordinator_epoch, txn))
+        entries += [_SNAPSHOT_ENTRY.pack(e.producer_id, e.epoch, b.last_seq, b.last_offset,
+                                         b.last_offset - b.first_offset, b.timestamp,
+                                         e.coordinator_epoch, txn)
+                    for b in e.batches]
     body = _SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, 0, len(entries)) + b"".join(entries)
     crc = crc32c.crc32c(body[_ENTRIES_AT:])
     return _SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, crc, len(entries)) + body[10:]
 
 
-def decode_snapshot(data: bytes) -> list[tuple[int, int, BatchMetadata]]:
-    """``(producer id, epoch, batch)`` per entry, in file order. CorruptRecordError for a
-    wrong version, a CRC mismatch or a torn file (Kafka's CorruptSnapshotException)."""
+def decode_snapshot(data: bytes) -> list[SnapshotEntry]:
+    """The entries, in file order. CorruptRecordError for a wrong version, a CRC mismatch
+    or a torn file (Kafka's CorruptSnapshotException)."""
     if len(data) < _SNAPSHOT_HEADER.size:
         raise CorruptRecordError(f"Snapshot of {len(data)} bytes is shorter than its header")
     version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
@@ -240,9 +364,12 @@ def decode_snapshot(data: bytes) -> list[tuple[int, int, BatchMetadata]]:
     if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
         raise CorruptRecordError(f"Snapshot of {len(data)} bytes cannot hold {count} entries")
     out = []
-    for pid, epoch, last_seq, last_offset, delta, timestamp, _coordinator_epoch, _txn in \
+    for pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn in \
             _SNAPSHOT_ENTRY.iter_unpack(data[_SNAPSHOT_HEADER.size:]):
-        first_seq = (last_seq - delta) % (INT_MAX + 1)
-        out.append((pid, epoch, BatchMetadata(first_seq, last_seq, last_offset - delta,
-                                              last_offset, timestamp)))
+        batch = None
+        if last_offset >= 0:
+            batch = BatchMetadata((last_seq - delta) % (INT_MAX + 1), last_seq,
+                                  last_offset - delta, last_offset, timestamp)
+        out.append(SnapshotEntry(pid, epoch, coordinator_epoch, None if txn < 0 else txn,
+                                 timestamp, batch))
     return out

@@ -1,4 +1,5 @@
-"""LogSegment: one ``.log`` file with its ``.index`` and ``.timeindex``.
+"""LogSegment: one ``.log`` file with its ``.index`` and ``.timeindex`` (and its ``.txnindex``
+once a transaction was aborted in it: ``storage.transaction_index``).
 
 A segment is named by its base offset. Index entries are added every
 ``index.interval.bytes`` of appended data, mapping a batch's last offset to the batch's
@@ -16,9 +17,11 @@ from typing import Callable, Sequence
 from protocols.records import (LAST_OFFSET_DELTA_OFFSET, MAGIC, MAGIC_OFFSET, NO_TIMESTAMP,
                                RECORDS_OFFSET, RecordBatch, iter_batches)
 from storage.file_records import BatchLocation, FileRecords
-from storage.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, filename_prefix,
+from storage.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+                           filename_prefix,
                            segment_file)
 from storage.index import OffsetIndex, TimeIndex, TimestampOffset
+from storage.transaction_index import TransactionIndex
 from protocols.errors import CorruptIndexError, CorruptRecordError, UnsupportedVersionError
 
 INT_MAX = 2**31 - 1
@@ -50,11 +53,12 @@ class FetchDataInfo:
 
 class LogSegment:
     def __init__(self, log: FileRecords, offset_index: OffsetIndex, time_index: TimeIndex,
-                 base_offset: int, index_interval_bytes: int, rolling_jitter_ms: int,
-                 created_ms: int):
+                 txn_index: TransactionIndex, base_offset: int, index_interval_bytes: int,
+                 rolling_jitter_ms: int, created_ms: int):
         self.log = log
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
@@ -79,8 +83,10 @@ class LogSegment:
                                    base_offset, max_index_size)
         time_index = TimeIndex(segment_file(directory, base_offset, TIME_INDEX_SUFFIX, suffix),
                                base_offset, max_index_size)
-        return cls(log, offset_index, time_index, base_offset, index_interval_bytes,
-                   rolling_jitter_ms, now_ms)
+        txn_index = TransactionIndex(base_offset, segment_file(directory, base_offset,
+                                                               TXN_INDEX_SUFFIX, suffix))
+        return cls(log, offset_index, time_index, txn_index, base_offset,
+                   index_interval_bytes, rolling_jitter_ms, now_ms)
 
     # ---- facts ---------------------------------------------------------------------------
     @property
@@ -320,6 +326,9 @@ class LogSegment:
 
         valid_end = self.log.valid_prefix(0, max_message_bytes, rebuild)
         truncated = self.log.truncate_to(valid_end)
+        # Aborted transactions whose markers were cut off with a torn tail are no longer
+        # here; the log's producer-state replay indexes any marker that is but lacks one.
+        self.txn_index.truncate_to(expected_min[0])
         self.time_index.maybe_append(self._max_timestamp_so_far,
                                      self._offset_of_max_timestamp_so_far, skip_full_check=True)
         return truncated
@@ -331,6 +340,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.offset_index.resize(self.offset_index.max_index_size)
         self.time_index.resize(self.time_index.max_index_size)
         removed = self.log.truncate_to(loc.position)
@@ -401,9 +411,13 @@ class LogSegment:
         self.log.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def files(self) -> list[Path]:
-        return [self.log.path, self.offset_index.path, self.time_index.path]
+        """The segment's files (with a ``.txnindex`` only when one was made: on the first
+        aborted transaction)."""
+        txn = [self.txn_index.path] if self.txn_index.path.exists() else []
+        return [self.log.path, self.offset_index.path, self.time_index.path, *txn]
 
     def change_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the segment's files, e.g. "" -> ".deleted" or ".swap" -> ""."""
@@ -415,6 +429,7 @@ class LogSegment:
         self.log.rename_to(renamed(self.log.path))
         self.offset_index.rename_to(renamed(self.offset_index.path))
         self.time_index.rename_to(renamed(self.time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def close(self) -> None:
         if self.log.closed:

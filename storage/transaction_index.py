@@ -77,6 +77,11 @@ class TransactionIndex:
             out.append((position, txn))
         return out
 
+    @property
+    def last_offset(self) -> int | None:
+        """The last offset of the newest entry (None: no entry)."""
+        return self._last_offset
+
     def all_aborted_txns(self) -> list[AbortedTxn]:
         return [txn for _, txn in self._entries()]
 
