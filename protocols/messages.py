@@ -19,6 +19,10 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
+# Kafka's IsolationLevel ids (Fetch and ListOffsets requests).
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+
 # ---- replication (broker to broker) ----------------------------------------------------------
 @message
 @dataclass(frozen=True)
@@ -30,6 +34,9 @@ class FetchRequest:
     min_bytes: int = 1
     max_wait_ms: int = 0
     log_start_offset: int = -1  # a follower's, so the leader knows the low watermark
+    # A consumer's read_committed (1) reads up to the last stable offset, told the aborted
+    # transactions in what it reads; read_uncommitted (0) up to the high watermark.
+    isolation_level: int = 0
 
 
 @message
@@ -46,6 +53,10 @@ class FetchResult:
     # flight (another epoch, or an offset it has since truncated past).
     leader_epoch: int = -1
     fetch_offset: int = -1
+    last_stable_offset: int = -1
+    # read_committed: ((producer id, first offset), ...) of the aborted transactions in the
+    # records read; None otherwise (Kafka's null).
+    aborted_transactions: tuple | None = None
 
 
 @message
@@ -91,7 +102,8 @@ def encode_fetch_many_request(request: FetchManyRequest) -> bytes:
     return msgpack.packb(
         (request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
          [(t, p, r.replica_id, r.fetch_offset, r.current_leader_epoch, r.max_bytes,
-           r.min_bytes, r.max_wait_ms, r.log_start_offset) for t, p, r in request.partitions],
+           r.min_bytes, r.max_wait_ms, r.log_start_offset, r.isolation_level)
+          for t, p, r in request.partitions],
          request.session_id, request.session_epoch, request.forgotten),
         use_bin_type=True)
 
@@ -108,7 +120,8 @@ def decode_fetch_many_request(data: bytes) -> FetchManyRequest:
 def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
     return msgpack.packb(
         ([(t, p, r.records, r.high_watermark, r.log_start_offset, r.log_end_offset,
-           None if r.error is None else encode(r.error), r.leader_epoch, r.fetch_offset)
+           None if r.error is None else encode(r.error), r.leader_epoch, r.fetch_offset,
+           r.last_stable_offset, r.aborted_transactions)
           for t, p, r in response.results],
          None if response.error is None else encode(response.error), response.session_id),
         use_bin_type=True)
@@ -118,9 +131,10 @@ def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
 def decode_fetch_many_response(data: bytes) -> FetchManyResponse:
     results, error, session_id = msgpack.unpackb(data, raw=False, use_list=False)
     return FetchManyResponse(tuple(
-        (t, p, FetchResult(records, hw, lso, leo, None if e is None else decode(e),
-                           epoch, offset))
-        for t, p, records, hw, lso, leo, e, epoch, offset in results),
+        (t, p, FetchResult(records, hw, start, leo, None if e is None else decode(e),
+                           epoch, offset, lso,
+                           None if aborted is None else tuple(map(tuple, aborted))))
+        for t, p, records, hw, start, leo, e, epoch, offset, lso, aborted in results),
         None if error is None else decode(error), session_id)
 
 

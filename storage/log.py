@@ -239,8 +239,9 @@ class Log:
         segment can hold more."""
         found: list[AbortedTxn] = []
         with self._lock:
-            segments = [s for s in self._segments.from_floor(start_offset)
-                        if s.base_offset < upper_bound_offset]
+            segments = self._segments.from_floor(start_offset)
+        # Every later segment too: a transaction's marker, and so its entry, may lie well
+        # past the range (the search ends at an entry whose LSO reaches the bound).
         for segment in segments:
             result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
             found += result.aborted_transactions

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from actors.replica.fetch_session import FetchContext, FetchSessionCache, new_context
-from actors.replica.partition import PartitionReplica, Role
+from actors.replica.partition import PartitionReplica, Role, fetch_limit
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.messages import (FetchManyRequest, FetchManyResponse, FetchRequest, FetchResult,
@@ -72,10 +72,12 @@ def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
             else:
                 core.check_fetch_epoch(req.current_leader_epoch)  # a new epoch meanwhile
             log = core.log
-            end = log.log_end_offset if req.replica_id >= 0 else log.high_watermark
+            limit = fetch_limit(log, req)
+            end = log.log_end_offset if limit is None else limit
             cached = told.get(key)
             if (cached is not None and end == cached.request.fetch_offset
-                    and cached.quiet(log.high_watermark, log.log_start_offset)):
+                    and cached.quiet(log.high_watermark, log.log_start_offset,
+                                     log.last_stable_offset)):
                 if park and not changed:
                     session.park(key, core, req.replica_id, purgatory)
                 continue  # an idle partition of a session: no read, nothing to say
@@ -131,7 +133,9 @@ class DelayedFetchMany(DelayedOperation):
             if 0 <= req.current_leader_epoch != core.leader_epoch:
                 return self.force_complete()      # a new epoch: the fetcher must hear of it
             follower = req.replica_id >= 0
-            limit = core.log.log_end_offset if follower else core.high_watermark
+            limit = fetch_limit(core.log, req)
+            if limit is None:
+                limit = core.log.log_end_offset
             if limit < req.fetch_offset:
                 return self.force_complete()      # truncated below the position: answer
             if limit > req.fetch_offset:

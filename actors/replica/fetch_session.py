@@ -49,11 +49,14 @@ class CachedPartition:
     request: FetchRequest
     high_watermark: int = -1   # -1: not told yet (the next answer must carry it)
     log_start_offset: int = -1
+    last_stable_offset: int = -1
 
-    def quiet(self, high_watermark: int, log_start_offset: int) -> bool:
+    def quiet(self, high_watermark: int, log_start_offset: int,
+              last_stable_offset: int = -1) -> bool:
         """Nothing new to tell but possibly records (the caller checks those)."""
         return (high_watermark == self.high_watermark
-                and log_start_offset == self.log_start_offset)
+                and log_start_offset == self.log_start_offset
+                and last_stable_offset == self.last_stable_offset)
 
     def must_respond(self, result: FetchResult) -> bool:
         """Kafka's CachedPartition.maybeUpdateResponseData: does the answer carry it? The
@@ -65,6 +68,9 @@ class CachedPartition:
         if result.log_start_offset != self.log_start_offset:
             respond = True
             self.log_start_offset = result.log_start_offset
+        if result.last_stable_offset != self.last_stable_offset:
+            respond = True
+            self.last_stable_offset = result.last_stable_offset
         if result.error is not None:
             respond = True
             self.high_watermark = -1  # tell it again next time: it may have moved meanwhile

@@ -215,10 +215,12 @@ class HostedReplica:
         except KafkaError as e:
             return encode(e)
 
-    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1) -> bytes:
+    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1,
+                           isolation_level: int = 0) -> bytes:
         """ListOffsets (``PartitionReplica.list_offsets``)."""
         try:
-            return encode(self.replica.list_offsets(timestamp, current_leader_epoch))
+            return encode(self.replica.list_offsets(timestamp, current_leader_epoch,
+                                                    isolation_level))
         except KafkaError as e:
             return encode(e)
 

@@ -13,13 +13,16 @@ from enum import Enum
 from typing import Any, Callable
 
 from actors.timer.purgatory import DelayedOperation, DelayedOperationPurgatory
-from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError, KafkaError,
+from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError,
+                              InvalidTxnStateError, KafkaError,
                               NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
                               NotLeaderOrFollowerError, OffsetNotAvailableError,
                               OffsetOutOfRangeError, RequestTimedOutError,
                               UnknownLeaderEpochError)
-from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AlterPartition,
-                                DeleteRecordsResult, FetchRequest, FetchResult, ProduceResult)
+from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED,
+                                AlterPartition, DeleteRecordsResult, FetchRequest, FetchResult,
+                                ProduceResult)
+from protocols.records import iter_batches
 from storage import Log
 from storage.epoch import UNDEFINED_EPOCH
 
@@ -27,6 +30,24 @@ log = logging.getLogger(__name__)
 
 CONSUMER_REPLICA_ID = -1
 
+
+
+def fetch_limit(log: Log, request: FetchRequest) -> int | None:
+    """How far a fetch may read: a follower to the log end (None), a consumer to the high
+    watermark, a read_committed consumer to the last stable offset."""
+    if request.replica_id >= 0:
+        return None
+    if request.isolation_level == READ_COMMITTED:
+        return log.last_stable_offset
+    return log.high_watermark
+
+
+def next_offset_after(records: bytes, default: int) -> int:
+    """The offset after the last batch of ``records`` (``default`` when there is none)."""
+    last = None
+    for last in iter_batches(records):
+        pass
+    return default if last is None else last.last_offset + 1
 
 class Role(str, Enum):
     LEADER = "leader"
@@ -422,6 +443,16 @@ class PartitionReplica:
             raise NotEnoughReplicasError(
                 f"The size of the current ISR {self.isr} is insufficient to satisfy the "
                 f"min.isr requirement of {min_isr} for partition {self.name}")
+        if any(b.is_transactional for b in iter_batches(records)):
+            # Kafka's leader asks the transaction coordinator whether the partition is in
+            # the producer's transaction (KIP-890, transaction.partition.verification.enable,
+            # on by default); rafka has no transaction coordinator yet, so no transaction
+            # has any partition, and a transaction nobody could end would hold the last
+            # stable offset back for good.
+            raise InvalidTxnStateError(
+                f"The transactional records produced to {self.name} are not part of an "
+                "ongoing transaction its coordinator knows: rafka has no transaction "
+                "coordinator yet (issue 41)")
         info = self.log.append_as_leader(records, self.leader_epoch)
         result = ProduceResult(info.first_offset, info.log_append_time,
                                self.log.log_start_offset)
@@ -524,12 +555,23 @@ class PartitionReplica:
                                request.fetch_offset)
 
     def read_for_fetch(self, request: FetchRequest) -> FetchResult:
-        consumer = request.replica_id < 0
-        records = self.log.read(request.fetch_offset, request.max_bytes,
-                                max_offset=self.log.high_watermark if consumer else None)
-        return FetchResult(records, self.log.high_watermark, self.log.log_start_offset,
-                           self.log.log_end_offset, None, self.leader_epoch,
-                           request.fetch_offset)
+        """A follower reads to the log end, a consumer to the high watermark, a
+        read_committed consumer to the last stable offset, told which transactions in what
+        it read were aborted (Kafka's LocalLog.read with FetchIsolation.TXN_COMMITTED)."""
+        log = self.log
+        committed = request.replica_id < 0 and request.isolation_level == READ_COMMITTED
+        records = log.read(request.fetch_offset, request.max_bytes,
+                           max_offset=fetch_limit(log, request))
+        aborted = None
+        if committed:
+            upper = next_offset_after(records, request.fetch_offset)
+            aborted = tuple((t.producer_id, t.first_offset)
+                            for t in log.collect_aborted_transactions(request.fetch_offset,
+                                                                      upper)) \
+                if upper > request.fetch_offset else ()
+        return FetchResult(records, log.high_watermark, log.log_start_offset,
+                           log.log_end_offset, None, self.leader_epoch, request.fetch_offset,
+                           log.last_stable_offset, aborted)
 
     def _update_follower(self, replica_id: int, fetch_offset: int,
                          log_start_offset: int = -1) -> bool:
@@ -657,11 +699,12 @@ class PartitionReplica:
         return None
 
     # ==== other requests ==================================================================
-    def list_offsets(self, timestamp: int, current_leader_epoch: int = -1) -> tuple[int, int]:
+    def list_offsets(self, timestamp: int, current_leader_epoch: int = -1,
+                     isolation_level: int = 0) -> tuple[int, int]:
         """ListOffsets on the leader: ``(offset, timestamp)``. EARLIEST_TIMESTAMP gives the
         log start offset, LATEST_TIMESTAMP the high watermark (what a consumer can read up
-        to), any other time the first offset at or after it below the high watermark
-        (``(-1, -1)`` when there is none)."""
+        to; for read_committed the last stable offset), any other time the first offset at
+        or after it below that (``(-1, -1)`` when there is none)."""
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
@@ -677,10 +720,12 @@ class PartitionReplica:
             raise OffsetNotAvailableError(
                 f"The high watermark of {self.name} is not yet known in leader epoch "
                 f"{self.leader_epoch}; retry")
+        fetchable = log.last_stable_offset if isolation_level == READ_COMMITTED \
+            else self.high_watermark
         if timestamp == LATEST_TIMESTAMP:
-            return self.high_watermark, -1
+            return fetchable, -1
         found = log.fetch_offset_by_timestamp(timestamp)
-        if found is None or found[1] >= self.high_watermark:
+        if found is None or found[1] >= fetchable:
             return -1, -1
         found_timestamp, offset = found
         return offset, found_timestamp

@@ -363,15 +363,16 @@ class ReplicaHostActor:
         return await replica.offsets_for_leader_epoch(epoch, current_leader_epoch)
 
     async def list_offsets(self, topic: str, partition: int, timestamp: int,
-                           current_leader_epoch: int = -1) -> bytes:
+                           current_leader_epoch: int = -1, isolation_level: int = 0) -> bytes:
         replica = self._replica(topic, partition)
         if replica is None:
             return encode(self._absent(topic, partition))
-        return await replica.list_offsets(timestamp, current_leader_epoch)
+        return await replica.list_offsets(timestamp, current_leader_epoch, isolation_level)
 
     async def list_offsets_many(self, requests: list[tuple]) -> list[bytes]:
         """ListOffsets for many partitions of this host (Kafka's ListOffsetsRequest, one
-        per broker): ``(topic, partition, timestamp[, current leader epoch])`` each,
+        per broker): ``(topic, partition, timestamp[, current leader epoch[, isolation
+        level]])`` each,
         answered in order, each answer as ``list_offsets``'."""
         return [await self.list_offsets(*request) for request in requests]
 

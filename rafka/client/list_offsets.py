@@ -18,13 +18,14 @@ from rafka.client.retry import MIN_ATTEMPT_S, is_retriable
 
 
 def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: float,
-                 backoff_s: float, unknown_fails: bool = False
+                 backoff_s: float, unknown_fails: bool = False, isolation_level: int = 0
                  ) -> dict[TopicPartition, tuple[int, int]]:
     """``{partition: timestamp}`` (Kafka's EARLIEST_TIMESTAMP / LATEST_TIMESTAMP or a time
     in ms) -> ``{partition: (offset, timestamp)}`` from each partition's leader, through
     ``metadata`` (a ``ClientMetadata``). With ``unknown_fails`` (the admin client), a
     partition absent from fresh metadata fails at once with UNKNOWN_TOPIC_OR_PARTITION;
-    without (the consumer), it is waited for until the deadline."""
+    without (the consumer), it is waited for until the deadline. ``isolation_level`` 1
+    (read_committed): latest is the last stable offset."""
     import ray
 
     deadline = time.monotonic() + timeout_s
@@ -43,7 +44,8 @@ def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: floa
                 continue
             by_host.setdefault(info.handle.host_id, (info.handle.host, []))[1].append(tp)
         refs = [(tps, host.list_offsets_many.remote(
-                    [(tp.topic, tp.partition, int(wanted[tp])) for tp in tps]))
+                    [(tp.topic, tp.partition, int(wanted[tp]), -1, isolation_level)
+                     for tp in tps]))
                 for host, tps in by_host.values()]
         for tps, ref in refs:
             try:

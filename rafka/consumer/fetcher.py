@@ -22,7 +22,8 @@ from actors.replica.channel import API_FETCH
 from protocols.errors import KafkaError, OffsetOutOfRangeError
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
-from protocols.messages import (FetchManyRequest, FetchRequest, decode_fetch_many_response,
+from protocols.messages import (READ_COMMITTED, READ_UNCOMMITTED, FetchManyRequest,
+                                FetchRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
 from protocols.records import TIMESTAMP_TYPE_MASK, RecordBatch, iter_batches
 from protocols.topics import TopicPartition
@@ -88,6 +89,11 @@ class Fetcher:
         self._value_de = None if config["value.deserializer"] is None else \
             deserializer(config["value.deserializer"], "value.deserializer")
         self._next_fetch = -1
+        # read_committed reads up to the last stable offset. (Skipping control batches
+        # and aborted transactions' records is issue 41's client step: nothing writes them
+        # through rafka's clients yet.)
+        self._isolation = READ_COMMITTED if config["isolation.level"] == "read_committed" \
+            else READ_UNCOMMITTED
         # One fetch in flight per leader replica host, each in its fetch session.
         self._fetches: dict[str, HostFetch] = {}
         # The connections to leader hosts (Kafka's NetworkClient), and the group's Ray calls
@@ -168,7 +174,7 @@ class Fetcher:
                 needed.add(host_id)
             wanted.setdefault(host_id, (leader.handle.host, {}))[1][tp] = FetchRequest(
                 -1, st.next_fetch_offset(), leader.leader_epoch, c["max.partition.fetch.bytes"],
-                c["fetch.min.bytes"], c["fetch.max.wait.ms"])
+                c["fetch.min.bytes"], c["fetch.max.wait.ms"], isolation_level=self._isolation)
         for host_id, (host, requests) in wanted.items():
             if host_id not in needed:
                 continue

@@ -78,6 +78,13 @@ def test_keys_go_where_kafka_puts_them_and_come_back_in_order(cluster):
     found = consumer.offsets_for_times({tp0: first_ts, tp1: 2**62})
     assert found[tp0].offset == 0 and found[tp1] is None
     consumer.close()
+    # read_committed reads to the last stable offset: with no transaction open, the HW.
+    committed = rafka.Consumer(cluster, {"isolation.level": "read_committed",
+                                         "auto.offset.reset": "earliest"})
+    committed.assign([tp0])
+    assert committed.end_offsets([tp0]) == {tp0: n0}
+    assert [r.offset for r in consume_all(committed, n0, 10)] == list(range(n0))
+    committed.close()
 
 
 def test_bad_client_input_is_refused_clearly(cluster):

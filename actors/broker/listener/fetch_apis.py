@@ -28,8 +28,9 @@ from actors.replica.fetch_session import FetchSessionCache, new_context
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
 from protocols.kafka.codec import Request, build, response_class
-from protocols.messages import (FetchManyRequest, FetchRequest, FetchResult,
-                                decode_fetch_many_response, encode_fetch_many_request)
+from protocols.messages import (READ_UNCOMMITTED, FetchManyRequest, FetchRequest,
+                                FetchResult, decode_fetch_many_response,
+                                encode_fetch_many_request)
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +68,13 @@ class FetchApis:
         max_wait_ms = int(body.max_wait.total_seconds() * 1000)
         min_bytes = int(body.min_bytes)
         max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
+        isolation = int(getattr(body, "isolation_level", READ_UNCOMMITTED))
         context = new_context(self.sessions, FetchManyRequest(
             -1, max_wait_ms, min_bytes, max_bytes,
             tuple((_topic_of(t), int(p.partition), FetchRequest(
                 -1, int(p.fetch_offset), int(getattr(p, "current_leader_epoch", -1)),
-                int(p.partition_max_bytes))) for t in body.topics for p in t.partitions),
+                int(p.partition_max_bytes), isolation_level=isolation))
+                for t in body.topics for p in t.partitions),
             int(getattr(body, "session_id", INVALID_SESSION_ID)),
             int(getattr(body, "session_epoch", FINAL_EPOCH)),
             tuple((_topic_of(t), int(p)) for t in getattr(body, "forgotten_topics_data", ())
@@ -114,10 +117,14 @@ class FetchApis:
             if result.error is not None:
                 answers[key] = fetch_error(result.error, route, route.name(topic), partition)
             else:
+                aborted = result.aborted_transactions
                 answers[key] = {"partition_index": partition, "error_code": 0,
                                 "high_watermark": result.high_watermark,
-                                "last_stable_offset": result.high_watermark,
+                                "last_stable_offset": result.last_stable_offset,
                                 "log_start_offset": result.log_start_offset,
+                                "aborted_transactions": None if aborted is None else [
+                                    {"producer_id": pid, "first_offset": first}
+                                    for pid, first in aborted],
                                 "preferred_read_replica": -1, "records": result.records}
         return build(response_class(request), {
             "throttle_time": 0, "error_code": 0, "session_id": response.session_id,

@@ -168,16 +168,19 @@ class KafkaApis:
             "node_endpoints": node_endpoints(route.image, leaders_named(answers), self.listener)})
 
     async def list_offsets(self, request: Request):
-        """Kafka's ListOffsetsRequest: earliest (-2), latest (-1, the high watermark) or the
+        """Kafka's ListOffsetsRequest: earliest (-2), latest (-1, the high watermark; the last
+        stable offset for isolation_level read_committed) or the
         first offset at or after a time, per partition, from its leader's replica host (one
         ``list_offsets_many`` per host, as rafka's own clients ask)."""
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        isolation = int(getattr(request.body, "isolation_level", 0))
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition_index", _offsets_error,
             lambda part: (int(part.timestamp), int(getattr(part, "current_leader_epoch", -1))))
         for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: host.list_offsets_many.remote(
-                    [(name, key[1], ts, epoch) for key, name, (ts, epoch) in parts])):
+                    [(name, key[1], ts, epoch, isolation)
+                     for key, name, (ts, epoch) in parts])):
             results = ([NotLeaderOrFollowerError(str(answer))] * len(parts)
                        if isinstance(answer, BaseException) else [decode(a) for a in answer])
             for (key, name, _), result in zip(parts, results):

@@ -78,16 +78,6 @@ def truncate_via(follower: PartitionReplica, leader: PartitionReplica) -> None:
         follower.on_leader_epoch_end_offset(*leader.offsets_for_leader_epoch(epoch))
 
 
-@pytest.fixture
-def pair(tmp_path):
-    c = Cluster(tmp_path, min_isr=2)
-    leader, follower = c.start(1), c.start(2)
-    leader.become_leader(0, 0, isr=[1, 2], replicas=[1, 2])
-    follower.become_follower(1, 0, 0, replicas=[1, 2])
-    truncate_via(follower, leader)
-    return c, leader, follower
-
-
 # ---- acks and the high watermark ----------------------------------------------------------
 def test_acks_1_answers_at_once_acks_all_waits_for_the_high_watermark(pair):
     c, leader, follower = pair

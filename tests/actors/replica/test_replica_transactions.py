@@ -1,0 +1,107 @@
+"""The last stable offset on a partition's leader (seed 001: read_committed consumers read up
+to the LSO, told the aborted transactions in what they read; read_uncommitted ones up to the
+HW), ListOffsets by isolation level, and transactional produce refused while rafka has no
+transaction coordinator to verify it (Kafka's KIP-890 answer, INVALID_TXN_STATE).
+
+Transactional data is appended to the leader's log directly here, as the leader will once
+its coordinator has added the partition to the transaction; followers copy it by fetching.
+"""
+from __future__ import annotations
+
+import pytest
+
+from actors.replica.fetch_session import CachedPartition
+from actors.replica.partition import FetchRequest
+from protocols.errors import InvalidTxnStateError
+from protocols.messages import (LATEST_TIMESTAMP, READ_COMMITTED, FetchManyResponse,
+                                FetchResult, decode_fetch_many_response,
+                                encode_fetch_many_response)
+from protocols.records import Record, encode_batch
+from tests.actors.replica.test_replica import fetch_once, msg, values
+
+T0 = 1_000
+
+
+def txn(pid: int, seq: int, value: str) -> bytes:
+    return encode_batch([Record(None, value.encode(), T0)], producer_id=pid, producer_epoch=0,
+                        base_sequence=seq, transactional=True)
+
+
+def replicate(c, leader, follower) -> None:
+    """Fetch until the follower has everything and the HW is at the log end (a fetch reads
+    within one segment; the follower's next position moves the HW)."""
+    for _ in range(6):
+        fetch_once(follower, leader)
+        if leader.log.high_watermark == leader.log.log_end_offset:
+            return
+    raise AssertionError("the follower did not catch up")
+
+
+def read(leader, isolation: int = 0, offset: int = 0):
+    return leader.fetch(FetchRequest(-1, offset, current_leader_epoch=0,
+                                     isolation_level=isolation))
+
+
+def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transactions(pair):
+    c, leader, follower = pair
+    leader.produce(msg("plain"), acks=1, timeout_ms=100)            # 0
+    leader.log.append_as_leader(txn(7, 0, "t7-a"), 0)               # 1: 7 opens
+    leader.log.append_as_leader(txn(8, 0, "t8-a"), 0)               # 2: 8 opens
+    leader.log.append_end_txn_marker(7, 0, 0, False, 0)             # 3: 7 aborted
+    replicate(c, leader, follower)
+    assert leader.log.high_watermark == 4
+    uncommitted, committed = read(leader), read(leader, READ_COMMITTED)
+    assert values(uncommitted.records)[:3] == ["plain", "t7-a", "t8-a"]
+    assert (uncommitted.last_stable_offset, uncommitted.aborted_transactions) == (2, None)
+    # Up to the LSO (8's transaction is open from offset 2); 7's record at 1 is in what
+    # was read and 7 was aborted (its marker is past the LSO, its index entry too): the
+    # consumer is told, and drops it.
+    assert values(committed.records) == ["plain", "t7-a"]
+    assert (committed.last_stable_offset, committed.aborted_transactions) == (2, ((7, 1),))
+    leader.log.append_end_txn_marker(8, 0, 0, True, 0)               # 4: 8 committed
+    replicate(c, leader, follower)
+    committed = read(leader, READ_COMMITTED)
+    assert committed.last_stable_offset == 5
+    assert values(committed.records)[:3] == ["plain", "t7-a", "t8-a"]
+    assert committed.aborted_transactions == ((7, 1),)
+    assert read(leader, READ_COMMITTED, offset=4).aborted_transactions == ()
+    # The follower copied the markers and indexed the abort as the leader did.
+    assert follower.log.collect_aborted_transactions(0, 5) == \
+        leader.log.collect_aborted_transactions(0, 5)
+
+
+def test_list_offsets_latest_is_the_lso_for_read_committed(pair):
+    c, leader, follower = pair
+    leader.produce(msg("a"), acks=1, timeout_ms=100)
+    leader.log.append_as_leader(txn(7, 0, "t"), 0)
+    replicate(c, leader, follower)
+    assert leader.list_offsets(LATEST_TIMESTAMP) == (2, -1)
+    assert leader.list_offsets(LATEST_TIMESTAMP, isolation_level=READ_COMMITTED) == (1, -1)
+    assert leader.list_offsets(T0, isolation_level=READ_COMMITTED) == (0, T0)
+
+
+def test_transactional_produce_is_refused_without_a_coordinator(pair):
+    c, leader, follower = pair
+    with pytest.raises(InvalidTxnStateError, match="no transaction coordinator"):
+        leader.produce(msg("a") + txn(7, 0, "t"), acks=1, timeout_ms=100)
+    assert leader.log.log_end_offset == 0          # nothing of the request was written
+    assert leader.log.first_unstable_offset is None
+
+
+def test_a_fetch_session_tells_a_moved_lso():
+    cached = CachedPartition(FetchRequest(-1, 5), high_watermark=9, log_start_offset=0,
+                             last_stable_offset=5)
+    assert cached.quiet(9, 0, 5) and not cached.quiet(9, 0, 9)
+    assert cached.must_respond(FetchResult(b"", 9, 0, last_stable_offset=9))
+    assert cached.quiet(9, 0, 9)
+
+
+def test_the_lso_and_aborted_transactions_cross_the_hosts_channel():
+    result = FetchResult(b"x", 9, 0, 10, None, 3, 4, 7, ((7, 1), (9, 5)))
+    wire = encode_fetch_many_response(FetchManyResponse((("t", 0, result),)))
+    (_, _, back), = decode_fetch_many_response(wire).results
+    assert back == result
+    plain = FetchResult(b"", 9, 0, 10)
+    (_, _, back), = decode_fetch_many_response(encode_fetch_many_response(
+        FetchManyResponse((("t", 0, plain),)))).results
+    assert back.aborted_transactions is None
