@@ -19,13 +19,15 @@ from itertools import repeat
 from typing import Any, Callable, Mapping
 
 from actors.replica.channel import API_FETCH
+from protocols.control_records import ABORT, control_record_type
 from protocols.errors import KafkaError, OffsetOutOfRangeError
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
 from protocols.messages import (READ_COMMITTED, READ_UNCOMMITTED, FetchManyRequest,
                                 FetchRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
-from protocols.records import TIMESTAMP_TYPE_MASK, RecordBatch, iter_batches
+from protocols.records import (CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+                               RecordBatch, iter_batches)
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.client.metadata import ClientMetadata
@@ -67,6 +69,35 @@ class BufferedChunk:
     arrow: bool = False
 
 
+class SkippedBatches:
+    """Which fetched batches a consumer never hands out (Kafka's CompletedFetch): control
+    batches (transaction markers) always; for read_committed, the transactional batches of
+    a producer whose transaction the fetch answer lists as aborted, from that transaction's
+    first offset until its ABORT marker."""
+
+    def __init__(self, read_committed: bool, aborted: tuple | None):
+        self.read_committed = read_committed
+        # (first offset, producer id), oldest first: each joins ``producers`` when reached.
+        self.pending = sorted((first, pid) for pid, first in (aborted or ()))
+        self.producers: set[int] = set()
+
+    def __call__(self, batch: RecordBatch, header) -> bool:
+        control = bool(header.attributes & CONTROL_MASK)
+        if self.read_committed and header.producer_id >= 0:
+            last = header.base_offset + header.last_offset_delta
+            pending = self.pending
+            while pending and pending[0][0] <= last:
+                self.producers.add(pending.pop(0)[1])
+            if control:
+                record = next(iter(batch.records()), None)
+                if record is not None and control_record_type(record.key) == ABORT:
+                    self.producers.discard(header.producer_id)
+            elif header.attributes & TRANSACTIONAL_MASK \
+                    and header.producer_id in self.producers:
+                return True
+        return control
+
+
 @dataclass(eq=False)
 class HostFetch:
     """A fetch in flight to one leader host (Kafka's FetchRequest to one node)."""
@@ -89,9 +120,8 @@ class Fetcher:
         self._value_de = None if config["value.deserializer"] is None else \
             deserializer(config["value.deserializer"], "value.deserializer")
         self._next_fetch = -1
-        # read_committed reads up to the last stable offset. (Skipping control batches
-        # and aborted transactions' records is issue 41's client step: nothing writes them
-        # through rafka's clients yet.)
+        # read_committed reads up to the last stable offset and skips aborted transactions
+        # (``SkippedBatches``).
         self._isolation = READ_COMMITTED if config["isolation.level"] == "read_committed" \
             else READ_UNCOMMITTED
         # One fetch in flight per leader replica host, each in its fetch session.
@@ -264,21 +294,32 @@ class Fetcher:
             if result.error is not None:
                 self._backoff(tp, st, result.error)
                 continue
-            self._buffer(tp, st, result.records, result.fetch_offset)
+            self._buffer(tp, st, result.records, result.fetch_offset,
+                         result.aborted_transactions)
 
     def _buffer(self, tp: TopicPartition, st: PartitionState, records: bytes,
-                fetch_offset: int) -> None:
+                fetch_offset: int, aborted: tuple | None = None) -> None:
         key_de, value_de = self._key_de, self._value_de
         check_crcs = self.config["check.crcs"]
         as_arrow = self.arrow and key_de is None and value_de is None
         before = st.buffered_records()
         group: list = []   # consecutive batches for one Arrow chunk: same epoch and type
+        skip = SkippedBatches(self._isolation == READ_COMMITTED, aborted)
         for batch in iter_batches(records):
             if check_crcs:
                 batch.ensure_valid()
             header = batch.header()
             next_offset = header.base_offset + header.last_offset_delta + 1
             if next_offset <= fetch_offset:
+                continue
+            if skip(batch, header):
+                # A marker, or a batch of an aborted transaction: never handed out, but the
+                # position moves past it (Kafka's fetcher moves to its nextOffset).
+                if group:
+                    self._buffer_arrow(st, group, fetch_offset)
+                    group = []
+                st.buffered.append(BufferedChunk(header.partition_leader_epoch, 0, [], [], [],
+                                                 [], None, next_offset))
                 continue
             if as_arrow:
                 if group and (group[0][1].partition_leader_epoch != header.partition_leader_epoch
