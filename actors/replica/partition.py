@@ -730,14 +730,17 @@ class PartitionReplica:
         found_timestamp, offset = found
         return offset, found_timestamp
 
-    def active_producers(self) -> list[tuple[int, int, int, int]]:
+    def active_producers(self) -> list[tuple[int, int, int, int, int, int]]:
         """DescribeProducers on the leader: ``(producer id, epoch, last sequence, last
-        timestamp)`` of each idempotent producer whose state this log keeps."""
+        timestamp, coordinator epoch, current transaction's first offset or -1)`` of each
+        producer whose state this log keeps."""
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
         return [(e.producer_id, e.epoch, e.last_seq,
-                 e.batches[-1].timestamp if e.batches else -1)
+                 e.batches[-1].timestamp if e.batches else e.last_timestamp,
+                 e.coordinator_epoch,
+                 -1 if e.current_txn_first_offset is None else e.current_txn_first_offset)
                 for e in self.log.producer_state.producers.values()]
 
     def offsets_for_leader_epoch(self, requested_epoch: int,

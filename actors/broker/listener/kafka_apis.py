@@ -292,16 +292,18 @@ def _epoch_error(error: KafkaError, route: PartitionRoute, name: str | None,
 
 
 def _producers_answer(partition: int, producers) -> dict:
-    """A DescribeProducers partition: its producers (no transactions: coordinator epoch and
-    transaction start -1), or the error."""
+    """A DescribeProducers partition: its producers (with the coordinator epoch of their
+    last transaction marker and their open transaction's first offset, -1 for none), or
+    the error."""
     if isinstance(producers, KafkaError):
         return {"partition_index": partition, "error_code": producers.code,
                 "error_message": str(producers), "active_producers": []}
     return {"partition_index": partition, "error_code": 0, "error_message": None,
             "active_producers": [
                 {"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq,
-                 "last_timestamp": ts, "coordinator_epoch": -1,
-                 "current_txn_start_offset": -1} for pid, epoch, seq, ts in producers]}
+                 "last_timestamp": ts, "coordinator_epoch": coordinator_epoch,
+                 "current_txn_start_offset": txn_start}
+                for pid, epoch, seq, ts, coordinator_epoch, txn_start in producers]}
 
 
 def _produce_error(error: KafkaError, route: PartitionRoute, name: str | None,

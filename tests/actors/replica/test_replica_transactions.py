@@ -105,3 +105,13 @@ def test_the_lso_and_aborted_transactions_cross_the_hosts_channel():
     (_, _, back), = decode_fetch_many_response(encode_fetch_many_response(
         FetchManyResponse((("t", 0, plain),)))).results
     assert back.aborted_transactions is None
+
+
+def test_describe_producers_shows_open_transactions_and_coordinator_epochs(pair):
+    c, leader, follower = pair
+    leader.log.append_as_leader(txn(7, 0, "a"), 0)                  # 0: 7 opens
+    leader.log.append_end_txn_marker(7, 0, 3, True, 0)             # 1: committed, epoch 3
+    leader.log.append_as_leader(txn(8, 0, "b"), 0)                  # 2: 8 opens
+    found = {p[0]: p for p in leader.active_producers()}
+    assert found[7][4:] == (3, -1)                                  # done, by coordinator 3
+    assert found[8][4:] == (-1, 2)                                  # open since offset 2
