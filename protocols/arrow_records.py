@@ -170,7 +170,7 @@ def as_headers(headers: Any, count: int) -> pa.Array | None:
     return headers
 
 
-def _header_field(headers: pa.Array) -> pa.Array:
+def header_field(headers: pa.Array) -> pa.Array:
     """Per record, its ``headerCount`` varint and headers (``headerKeyLength, headerKey,
     headerValueLength, headerValue`` each) as one binary array."""
     n = pc.fill_null(pc.list_value_length(headers), 0).to_numpy().astype(np.int64)
@@ -189,12 +189,6 @@ def _header_field(headers: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(_byte_runs([_varints(n)]), joined, _EMPTY)
 
 
-def header_sizes(headers: pa.Array) -> np.ndarray:
-    """Each record's encoded headers (count and headers) in bytes, for ``as_headers``'
-    array."""
-    return pc.binary_length(_header_field(headers)).to_numpy().astype(np.int64)
-
-
 def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: Any = None,
                 *, now_ms: int) -> EncodedBody:
     """The v2 batch body of records with these values, keys (None: all null), timestamps
@@ -210,7 +204,8 @@ def encode_body(values: Any, keys: Any = None, timestamps: Any = None, headers: 
 
 
 def encode_bodies(values: Any, keys: Any, timestamps: Any, headers: Any,
-                  counts: Sequence[int], *, now_ms: int) -> list[EncodedBody]:
+                  counts: Sequence[int], *, now_ms: int,
+                  encoded_headers: pa.Array | None = None) -> list[EncodedBody]:
     """The bodies of consecutive batches of ``counts`` records each, encoded together:
     ``encode_body`` of each run of records, in one pass over all of them (a producer's
     16 KiB batches hold a few dozen records each; a pass per batch would pay numpy's fixed
@@ -241,12 +236,14 @@ def encode_bodies(values: Any, keys: Any, timestamps: Any, headers: Any,
         ts = _varints(stamps - base_ts[batch_of])
         off = _varints(np.arange(count, dtype=np.int64) - firsts[batch_of])
     key_field, value_field = _varints(key_len), _varints(value_len)
-    header_array = as_headers(headers, count)
-    if header_array is None:
-        header_field, header_len = _NO_HEADERS_BYTE, 1
+    if encoded_headers is None:
+        header_array = as_headers(headers, count)
+        encoded_headers = None if header_array is None else header_field(header_array)
+    if encoded_headers is None:
+        headers_field, header_len = _NO_HEADERS_BYTE, 1
     else:
-        header_field = _header_field(header_array)
-        header_len = pc.binary_length(header_field).to_numpy().astype(np.int64)
+        headers_field = encoded_headers
+        header_len = pc.binary_length(headers_field).to_numpy().astype(np.int64)
     record_len = (1 + ts[0] + off[0] + key_field[0] + np.maximum(key_len, 0)
                   + value_field[0] + np.maximum(value_len, 0) + header_len)
     head = [_varints(record_len), _ATTRIBUTES, ts, off, key_field]
@@ -254,7 +251,7 @@ def encode_bodies(values: Any, keys: Any, timestamps: Any, headers: Any,
         pieces = [_byte_runs(head + [value_field])]
     else:
         pieces = [_byte_runs(head), pc.fill_null(key_array, _EMPTY), _byte_runs([value_field])]
-    pieces += [pc.fill_null(value_array, _EMPTY), header_field]
+    pieces += [pc.fill_null(value_array, _EMPTY), headers_field]
     records = pc.binary_join_element_wise(*pieces, _EMPTY)
     offsets = np.frombuffer(records.buffers()[1], np.int32, count=count + 1,
                             offset=records.offset * 4)

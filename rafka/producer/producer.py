@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocols.arrow_records import (as_binary, as_headers, encode_bodies, header_sizes,
+from protocols.arrow_records import (as_binary, as_headers, encode_bodies, header_field,
                                      timestamp_column)
 from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
@@ -220,8 +220,9 @@ class Producer:
             pc.fill_null(pc.binary_length(value_array), 0).to_numpy(), 0)
         if key_array is not None:
             sizes = sizes + pc.fill_null(pc.binary_length(key_array), 0).to_numpy()
-        if header_array is not None:
-            sizes = sizes + header_sizes(header_array) - 1  # RECORD_OVERHEAD counts one
+        encoded_headers = None if header_array is None else header_field(header_array)
+        if encoded_headers is not None:   # RECORD_OVERHEAD counts one byte of them
+            sizes = sizes + pc.binary_length(encoded_headers).to_numpy() - 1
         if count and int(sizes.max()) > self._max_request_size:
             first = int(np.argmax(sizes > self._max_request_size))
             raise RecordTooLargeError(
@@ -239,8 +240,9 @@ class Producer:
             # The group's records in batch order, encoded in one pass (``encode_bodies``).
             order = np.concatenate([indices for _, indices in group])
             bodies = encode_bodies(rows(value_array, order), rows(key_array, order),
-                                   stamps[order], rows(header_array, order),
-                                   [len(indices) for _, indices in group], now_ms=0)
+                                   stamps[order], None,
+                                   [len(indices) for _, indices in group], now_ms=0,
+                                   encoded_headers=rows(encoded_headers, order))
             for (p, indices), body in zip(group, bodies):
                 tp = self._tps.get((topic, p))
                 if tp is None:
