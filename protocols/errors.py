@@ -99,6 +99,12 @@ DuplicateSequenceNumberError = _error("DuplicateSequenceNumberError", 46,
                                       "DUPLICATE_SEQUENCE_NUMBER")
 InvalidProducerEpochError = _error("InvalidProducerEpochError", 47, "INVALID_PRODUCER_EPOCH")
 InvalidTxnStateError = _error("InvalidTxnStateError", 48, "INVALID_TXN_STATE")
+InvalidProducerIdMappingError = _error("InvalidProducerIdMappingError", 49,
+                                       "INVALID_PRODUCER_ID_MAPPING")
+InvalidTransactionTimeoutError = _error("InvalidTransactionTimeoutError", 50,
+                                        "INVALID_TRANSACTION_TIMEOUT")
+ConcurrentTransactionsError = _error("ConcurrentTransactionsError", 51,
+                                     "CONCURRENT_TRANSACTIONS", retriable=True)
 TransactionCoordinatorFencedError = _error("TransactionCoordinatorFencedError", 52,
                                            "TRANSACTION_COORDINATOR_FENCED")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True)
@@ -134,8 +140,11 @@ NoReassignmentInProgressError = _error("NoReassignmentInProgressError", 85,
 GroupSubscribedToTopicError = _error("GroupSubscribedToTopicError", 86,
                                      "GROUP_SUBSCRIBED_TO_TOPIC")
 InvalidRecordError = _error("InvalidRecordError", 87, "INVALID_RECORD")
+ProducerFencedError = _error("ProducerFencedError", 90, "PRODUCER_FENCED")
 InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95, "INVALID_UPDATE_VERSION")
 UnknownTopicIdError = _error("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True)
+TransactionalIdNotFoundError = _error("TransactionalIdNotFoundError", 105,
+                                      "TRANSACTIONAL_ID_NOT_FOUND")
 
 
 # Client-side errors that have no protocol code in Kafka (Java exceptions thrown locally).
