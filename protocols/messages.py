@@ -19,8 +19,9 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
-# Kafka's IsolationLevel ids (Fetch and ListOffsets requests).
+# Kafka's IsolationLevel ids (Fetch and ListOffsets requests), by isolation.level's names.
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 
 
 # ---- replication (broker to broker) ----------------------------------------------------------

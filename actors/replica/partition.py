@@ -31,15 +31,17 @@ log = logging.getLogger(__name__)
 CONSUMER_REPLICA_ID = -1
 
 
+def consumer_limit(log: Log, isolation_level: int) -> int:
+    """What a consumer may see (read, or be told of by ListOffsets): up to the high
+    watermark, or for read_committed up to the last stable offset."""
+    return log.last_stable_offset if isolation_level == READ_COMMITTED \
+        else log.high_watermark
+
 
 def fetch_limit(log: Log, request: FetchRequest) -> int | None:
-    """How far a fetch may read: a follower to the log end (None), a consumer to the high
-    watermark, a read_committed consumer to the last stable offset."""
-    if request.replica_id >= 0:
-        return None
-    if request.isolation_level == READ_COMMITTED:
-        return log.last_stable_offset
-    return log.high_watermark
+    """How far a fetch may read: a follower to the log end (None), a consumer to
+    ``consumer_limit``."""
+    return None if request.replica_id >= 0 else consumer_limit(log, request.isolation_level)
 
 
 def next_offset_after(records: bytes, default: int) -> int:
@@ -48,6 +50,7 @@ def next_offset_after(records: bytes, default: int) -> int:
     for last in iter_batches(records):
         pass
     return default if last is None else last.last_offset + 1
+
 
 class Role(str, Enum):
     LEADER = "leader"
@@ -720,8 +723,7 @@ class PartitionReplica:
             raise OffsetNotAvailableError(
                 f"The high watermark of {self.name} is not yet known in leader epoch "
                 f"{self.leader_epoch}; retry")
-        fetchable = log.last_stable_offset if isolation_level == READ_COMMITTED \
-            else self.high_watermark
+        fetchable = consumer_limit(log, isolation_level)
         if timestamp == LATEST_TIMESTAMP:
             return fetchable, -1
         found = log.fetch_offset_by_timestamp(timestamp)

@@ -28,8 +28,8 @@ from typing import Any, Iterable, Iterator, Mapping
 from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError)
-from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED,
-                                READ_UNCOMMITTED, OffsetAndMetadata)
+from protocols.messages import (EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP,
+                                OffsetAndMetadata)
 from protocols.topics import TopicPartition, validate_topic_name
 from rafka.client.list_offsets import list_offsets
 from rafka.client.metadata import ClientMetadata
@@ -297,9 +297,7 @@ class Consumer:
         request.timeout.ms; for read_committed, latest is the last stable offset."""
         return list_offsets(self.metadata, wanted, self.config["request.timeout.ms"] / 1000,
                             backoff_s=self.config["retry.backoff.ms"] / 1000,
-                            isolation_level=READ_COMMITTED
-                            if self.config["isolation.level"] == "read_committed"
-                            else READ_UNCOMMITTED)
+                            isolation_level=ISOLATION_LEVELS[self.config["isolation.level"]])
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         return self._list_offsets({tp: timestamp})[tp]

@@ -23,7 +23,7 @@ from protocols.control_records import ABORT, control_record_type
 from protocols.errors import KafkaError, OffsetOutOfRangeError
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
-from protocols.messages import (READ_COMMITTED, READ_UNCOMMITTED, FetchManyRequest,
+from protocols.messages import (ISOLATION_LEVELS, READ_COMMITTED, FetchManyRequest,
                                 FetchRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
 from protocols.records import (CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
@@ -122,8 +122,7 @@ class Fetcher:
         self._next_fetch = -1
         # read_committed reads up to the last stable offset and skips aborted transactions
         # (``SkippedBatches``).
-        self._isolation = READ_COMMITTED if config["isolation.level"] == "read_committed" \
-            else READ_UNCOMMITTED
+        self._isolation = ISOLATION_LEVELS[config["isolation.level"]]
         # One fetch in flight per leader replica host, each in its fetch session.
         self._fetches: dict[str, HostFetch] = {}
         # The connections to leader hosts (Kafka's NetworkClient), and the group's Ray calls
