@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable, Mapping
 
 from protocols.topics import TopicPartition
+from protocols.java_hash import java_string_hash
 
 __all__ = ["StickyResult", "sticky_assign", "cooperative_assignment", "java_string_hash",
            "java_map_order"]
@@ -58,15 +59,6 @@ class StickyResult:
 
 
 # ---- Java's hash iteration order -----------------------------------------------------------
-
-def java_string_hash(s: str) -> int:
-    """``String.hashCode()`` (over UTF-16 code units), as an unsigned 32-bit number."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h
-
 
 def _topic_partition_hash(tp: TopicPartition) -> int:
     """Kafka's ``TopicPartition.hashCode()``."""

@@ -13,6 +13,8 @@ from protocols.errors import InvalidTopicError
 MAX_NAME_LENGTH = 249
 # Kafka's internal topic of committed offsets and group metadata.
 OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's internal topic of transactional ids' states (the transaction coordinators' log).
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 

@@ -30,7 +30,7 @@ from actors.broker.lifecycle import BrokerLifecycle
 from actors.broker.replica_manager import ReplicaManager
 from actors.broker.state import BrokerState, ControlledShutdown
 from actors.group_coordinator.actor import GroupCoordinatorActor
-from actors.group_coordinator.group import offsets_partition_for
+from protocols.java_hash import coordinator_partition_for
 from actors.gcs import create_named, gcs_backlog
 from actors.names import broker_name, coordinator_name, namespace_for
 from actors.timer.actor import keep_scheduled, node_timer
@@ -252,7 +252,7 @@ class BrokerActor:
                 return encode(CoordinatorNotAvailableError(
                     f"Could not create {OFFSETS_TOPIC}: {answer}"))
             return encode(CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created"))
-        partition = offsets_partition_for(group_id, len(partitions))
+        partition = coordinator_partition_for(group_id, len(partitions))
         leader = partitions[partition]["leader"]
         if leader < 0:
             return encode(CoordinatorNotAvailableError(

@@ -1,7 +1,7 @@
 """GroupCoordinatorActor: one broker's group coordinator (Kafka's GroupCoordinator and
 GroupMetadataManager), as an async Ray actor named ``coordinator-<broker id>``.
 
-A group lives in ``__consumer_offsets`` partition ``offsets_partition_for(group_id)``; the
+A group lives in ``__consumer_offsets`` partition ``coordinator_partition_for(group_id)``; the
 broker leading that partition hosts its coordinator. The broker tells this actor when it
 gains (``on_election``) or loses (``on_resignation``) such a leadership: it then loads the
 partition's groups and offsets from the local log (``COORDINATOR_LOAD_IN_PROGRESS`` while it

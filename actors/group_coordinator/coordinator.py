@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from actors.group_coordinator.group import Group, GroupConfig, GroupState, offsets_partition_for
+from actors.group_coordinator.group import Group, GroupConfig, GroupState
+from protocols.java_hash import coordinator_partition_for
 from actors.group_coordinator.offsets import (group_metadata_key, group_metadata_value,
                                         offset_commit_key, offset_commit_value, replay)
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
@@ -157,7 +158,7 @@ class GroupCoordinator:
         return effects
 
     def partition_for(self, group_id: str) -> int:
-        return offsets_partition_for(group_id, self.num_partitions)
+        return coordinator_partition_for(group_id, self.num_partitions)
 
     def owns(self, partition: int) -> bool:
         return partition in self.owned

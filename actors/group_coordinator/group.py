@@ -516,20 +516,3 @@ class Group:
         self.members.clear()
         self.static_members.clear()
         self.pending_members.clear()
-
-
-def java_string_hashcode(s: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def offsets_partition_for(group_id: str, partitions: int) -> int:
-    """The __consumer_offsets partition holding the group (Kafka's
-    ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``); its leader's broker is
-    the group's coordinator."""
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import itertools
 
-from actors.group_coordinator.group import (Group, GroupConfig, GroupState, java_string_hashcode,
-                                      offsets_partition_for)
+from actors.group_coordinator.group import Group, GroupConfig, GroupState
 from protocols.errors import (FencedInstanceIdError, IllegalGenerationError,
                               InconsistentGroupProtocolError, InvalidSessionTimeoutError,
                               MemberIdRequiredError, RebalanceInProgressError,
@@ -196,13 +195,3 @@ def test_commits_are_checked_against_member_and_generation():
     assert isinstance(group.validate_commit(a, group.generation_id), RebalanceInProgressError)
     assert isinstance(group.validate_commit(a, gen), RebalanceInProgressError)  # Kafka's order
     assert new_group().validate_commit("", -1) is None     # an empty group: admin commit
-
-
-def test_the_group_partition_is_kafkas_abs_hashcode_mod_partitions():
-    assert java_string_hashcode("") == 0
-    assert java_string_hashcode("hello") == 99162322                # Java's value
-    assert java_string_hashcode("Aa") == java_string_hashcode("BB") == 2112
-    assert offsets_partition_for("hello", 50) == 99162322 % 50
-    assert offsets_partition_for("Aa", 50) == 12
-    assert java_string_hashcode("polygenelubricants") == -(1 << 31)   # Integer.MIN_VALUE
-    assert offsets_partition_for("polygenelubricants", 50) == 0
