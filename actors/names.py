@@ -25,6 +25,10 @@ def coordinator_name(broker_id: int) -> str:
     return f"coordinator-{broker_id}"
 
 
+def txn_coordinator_name(broker_id: int) -> str:
+    return f"txn-coordinator-{broker_id}"
+
+
 def replica_host_name(broker_id: int, index: int) -> str:
     """A shared replica host of a broker (``num.replica.hosts`` of them per broker)."""
     return f"replica-host-{broker_id}-{index}"

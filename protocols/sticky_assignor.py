@@ -40,7 +40,7 @@ from typing import Callable, Hashable, Iterable, Mapping
 from protocols.topics import TopicPartition
 from protocols.java_hash import java_string_hash
 
-__all__ = ["StickyResult", "sticky_assign", "cooperative_assignment", "java_string_hash",
+__all__ = ["StickyResult", "sticky_assign", "cooperative_assignment",
            "java_map_order"]
 
 Assignment = dict[str, list[TopicPartition]]

@@ -15,6 +15,11 @@ MAX_NAME_LENGTH = 249
 OFFSETS_TOPIC = "__consumer_offsets"
 # Kafka's internal topic of transactional ids' states (the transaction coordinators' log).
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+# FindCoordinator's key types: whose coordinator, and so which internal topic.
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+# The internal topics whose leaders host a coordinator.
+COORDINATOR_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 

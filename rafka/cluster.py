@@ -131,6 +131,9 @@ class Cluster:
         ray = _ray()
         given = dict(config or {}, **config_kwargs)
         given.setdefault("offsets.topic.replication.factor", min(3, num_brokers))
+        given.setdefault("transaction.state.log.replication.factor", min(3, num_brokers))
+        given.setdefault("transaction.state.log.min.isr", min(
+            2, int(given["transaction.state.log.replication.factor"])))
         parsed = ClusterConfig.parse(given)
         ensure_ray(address)
         existing = _kv("kv_get", INFO_KEY.format(name=name))

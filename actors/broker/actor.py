@@ -32,12 +32,13 @@ from actors.broker.state import BrokerState, ControlledShutdown
 from actors.group_coordinator.actor import GroupCoordinatorActor
 from protocols.java_hash import coordinator_partition_for
 from actors.gcs import create_named, gcs_backlog
-from actors.names import broker_name, coordinator_name, namespace_for
+from actors.names import broker_name, coordinator_name, namespace_for, txn_coordinator_name
 from actors.timer.actor import keep_scheduled, node_timer
-from protocols.errors import (CoordinatorNotAvailableError, KafkaError,
+from protocols.errors import (CoordinatorNotAvailableError, InvalidRequestError, KafkaError,
                               StaleControllerEpochError, TopicAlreadyExistsError)
 from protocols.messages import LeaderAndIsr, StopReplica
-from protocols.topics import OFFSETS_TOPIC
+from protocols.topics import (GROUP_KEY_TYPE, OFFSETS_TOPIC, TRANSACTION_KEY_TYPE,
+                              TRANSACTION_STATE_TOPIC)
 from protocols.wire import decode, encode
 from storage.log_dir_failure import probe
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
@@ -80,6 +81,7 @@ class BrokerActor:
         self.boot_step = "starting"   # where _boot is: describe() shows a broker stuck there
         self.timer = None
         self._coordinator = None
+        self._txn = None
         self._heartbeat_task: asyncio.Task | None = None
         self._timer_tasks: asyncio.Task | None = None  # keeps our work on the node's timer
         # Imported here, not at the top: every process holding a broker's handle (each
@@ -204,11 +206,13 @@ class BrokerActor:
             return encode(errors)
 
     async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
-        """LeaderAndIsr applied by the replica hosts; this broker's group coordinator then
-        takes up or gives up the ``__consumer_offsets`` partitions whose leadership moved."""
+        """LeaderAndIsr applied by the replica hosts; this broker's group and transaction
+        coordinators then take up or give up the ``__consumer_offsets`` and
+        ``__transaction_state`` partitions whose leadership moved."""
         errors, applied = await self.replica_manager.become(messages)
-        for partition, epoch in self.state.coordinator_changes(applied):
-            coordinator = await self._group_coordinator()
+        for topic, partition, epoch in self.state.coordinator_changes(applied):
+            coordinator = await (self._group_coordinator() if topic == OFFSETS_TOPIC
+                                 else self._txn_coordinator())
             if epoch is not None:
                 await coordinator.on_election.remote(partition, epoch)
             else:
@@ -216,11 +220,12 @@ class BrokerActor:
         return errors
 
     async def _resign_coordinators(self, stops: list[StopReplica]) -> None:
-        """The group coordinator gives up the ``__consumer_offsets`` partitions whose
-        replicas stop here."""
+        """The coordinators give up the internal partitions whose replicas stop here."""
         for m in stops:
-            if m.topic == OFFSETS_TOPIC and self._coordinator is not None:
-                await self._coordinator.on_resignation.remote(m.partition)
+            coordinator = self._coordinator if m.topic == OFFSETS_TOPIC \
+                else self._txn if m.topic == TRANSACTION_STATE_TOPIC else None
+            if coordinator is not None:
+                await coordinator.on_resignation.remote(m.partition)
 
     async def _group_coordinator(self):
         """This broker's group coordinator, started the first time it is needed (a broker
@@ -231,33 +236,78 @@ class BrokerActor:
                 self.namespace, self.broker_id, self.cfg.broker, self.timer)
         return self._coordinator
 
-    async def find_coordinator(self, group_id: str) -> bytes:
-        """FindCoordinator: the broker id hosting the group's coordinator, creating
-        ``__consumer_offsets`` on first use (COORDINATOR_NOT_AVAILABLE until it has a
-        leader, as in Kafka)."""
+    async def _txn_coordinator(self):
+        """This broker's transaction coordinator, started the first time it leads a
+        ``__transaction_state`` partition or is asked for it."""
+        if self._txn is None:
+            from actors.txn.actor import TransactionCoordinatorActor
+            self._txn = await create_named(
+                TransactionCoordinatorActor, txn_coordinator_name(self.broker_id),
+                self.namespace, self.namespace, self.broker_id, self.cfg.broker)
+        return self._txn
+
+    async def txn_coordinator(self):
+        """The handle of this broker's transaction coordinator (the listener's and
+        rafka's clients' way to it)."""
+        return await self._txn_coordinator()
+
+    async def find_coordinator(self, key: str, key_type: int = GROUP_KEY_TYPE) -> bytes:
+        """FindCoordinator: the broker id hosting the coordinator of a group (key type 0)
+        or a transactional id (key type 1), creating the internal topic on first use
+        (COORDINATOR_NOT_AVAILABLE until it has a leader, as in Kafka)."""
         b = self.cfg.broker
-        partitions = self.state.image.get("topics", {}).get(OFFSETS_TOPIC)
+        if key_type == GROUP_KEY_TYPE:
+            topic, spec = OFFSETS_TOPIC, (
+                b["offsets.topic.num.partitions"], b["offsets.topic.replication.factor"],
+                {"cleanup.policy": "compact",
+                 "segment.bytes": b["offsets.topic.segment.bytes"]})
+        elif key_type == TRANSACTION_KEY_TYPE:
+            topic, spec = TRANSACTION_STATE_TOPIC, (
+                b["transaction.state.log.num.partitions"],
+                b["transaction.state.log.replication.factor"],
+                {"cleanup.policy": "compact",
+                 "segment.bytes": b["transaction.state.log.segment.bytes"],
+                 "min.insync.replicas": b["transaction.state.log.min.isr"],
+                 "unclean.leader.election.enable": False, "compression.type": "uncompressed"})
+        else:
+            return encode(InvalidRequestError(f"Unknown coordinator key type {key_type}"))
+        partitions = self.state.image.get("topics", {}).get(topic)
         if not partitions:
             try:
                 controller = await self.lifecycle.ensure_controller()
-                answer = decode(await controller.create_topic.remote(
-                    OFFSETS_TOPIC, b["offsets.topic.num.partitions"],
-                    b["offsets.topic.replication.factor"],
-                    {"cleanup.policy": "compact",
-                     "segment.bytes": b["offsets.topic.segment.bytes"]}, None))
+                answer = decode(await controller.create_topic.remote(topic, *spec, None))
             except Exception as e:
                 answer = e
             if isinstance(answer, BaseException) and \
                     not isinstance(answer, TopicAlreadyExistsError):
                 return encode(CoordinatorNotAvailableError(
-                    f"Could not create {OFFSETS_TOPIC}: {answer}"))
-            return encode(CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created"))
-        partition = coordinator_partition_for(group_id, len(partitions))
+                    f"Could not create {topic}: {answer}"))
+            return encode(CoordinatorNotAvailableError(f"{topic} is being created"))
+        partition = coordinator_partition_for(key, len(partitions))
         leader = partitions[partition]["leader"]
         if leader < 0:
-            return encode(CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC}-{partition} has no leader"))
+            return encode(CoordinatorNotAvailableError(f"{topic}-{partition} has no leader"))
         return encode(leader)
+
+    async def partition_leaders(self, tps: list[tuple[str, int]]) -> list:
+        """Each partition's leader by this broker's metadata: its broker id, -1 with none,
+        None when the topic (or partition) does not exist."""
+        topics = self.state.image.get("topics", {})
+        out = []
+        for topic, partition in tps:
+            entry = topics.get(topic, {}).get(partition)
+            out.append(None if entry is None else entry["leader"])
+        return out
+
+    async def allocate_producer_ids(self, count: int) -> bytes:
+        """A block of producer ids for this broker's transaction coordinator (Kafka's
+        AllocateProducerIds): the first of them, or the error."""
+        try:
+            controller = await self.lifecycle.ensure_controller()
+            return encode(await controller.allocate_producer_ids.remote(count))
+        except Exception as e:
+            return encode(CoordinatorNotAvailableError(
+                f"The controller did not allocate producer ids: {e!r}"))
 
     # ---- a failed log directory ------------------------------------------------------------
     async def log_dir_failed(self, log_dir: str, message: str) -> None:
@@ -395,3 +445,6 @@ class BrokerActor:
             if self._coordinator is not None:
                 ray.kill(self._coordinator, no_restart=True)
                 self._coordinator = None
+            if self._txn is not None:
+                ray.kill(self._txn, no_restart=True)
+                self._txn = None

@@ -38,6 +38,18 @@ BROKER_CONFIG = (
     .define("offsets.topic.segment.bytes", "int", 104_857_600, at_least(1))
     .define("offsets.commit.timeout.ms", "int", 5000, at_least(1))
     .define("offsets.load.buffer.size", "int", 5_242_880, at_least(1))
+    # The transaction coordinators (actors.txn) and their log, __transaction_state.
+    .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
+    .define("transaction.state.log.replication.factor", "int", 3, at_least(1))
+    .define("transaction.state.log.min.isr", "int", 2, at_least(1))
+    .define("transaction.state.log.segment.bytes", "int", 104_857_600, at_least(1))
+    .define("transaction.state.log.load.buffer.size", "int", 5_242_880, at_least(1))
+    .define("transaction.max.timeout.ms", "int", 900_000, at_least(1))
+    .define("transactional.id.expiration.ms", "int", 604_800_000, at_least(1))
+    .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000,
+            at_least(1))
+    .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000,
+            at_least(1))
     .define("group.initial.rebalance.delay.ms", "int", 3000, at_least(0))
     .define("group.min.session.timeout.ms", "int", 6000, at_least(0))
     .define("group.max.session.timeout.ms", "int", 1_800_000, at_least(0))

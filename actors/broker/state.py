@@ -17,7 +17,7 @@ from typing import Callable, Collection, Iterable, Sequence
 
 from actors.controller.messages import check_controller_epoch
 from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
-from protocols.topics import OFFSETS_TOPIC, TopicPartition
+from protocols.topics import COORDINATOR_TOPICS, TopicPartition
 
 
 @dataclass
@@ -99,12 +99,15 @@ class BrokerState:
         """These replicas' host died: they reopen from their files as after a crash."""
         self.crashed.update(tps)
 
-    def coordinator_changes(self, applied: Iterable[LeaderAndIsr]) -> list[tuple[int, int | None]]:
-        """For the LeaderAndIsr the hosts applied: ``(partition, leader epoch)`` for each
-        ``__consumer_offsets`` partition this broker now leads (its group coordinator loads
-        it), ``(partition, None)`` for each it follows (the coordinator gives it up)."""
-        return [(m.partition, m.leader_epoch if m.leader == self.broker_id else None)
-                for m in applied if m.topic == OFFSETS_TOPIC]
+    def coordinator_changes(self, applied: Iterable[LeaderAndIsr]
+                            ) -> list[tuple[str, int, int | None]]:
+        """For the LeaderAndIsr the hosts applied: ``(topic, partition, leader epoch)`` for
+        each ``__consumer_offsets`` or ``__transaction_state`` partition this broker now
+        leads (its group or transaction coordinator loads it, the leader epoch becoming
+        the coordinator epoch), ``(topic, partition, None)`` for each it follows (the
+        coordinator gives it up)."""
+        return [(m.topic, m.partition, m.leader_epoch if m.leader == self.broker_id else None)
+                for m in applied if m.topic in COORDINATOR_TOPICS]
 
 
 @dataclass

@@ -412,7 +412,11 @@ class ControllerActor:
 
     async def init_producer_id(self) -> tuple[int, int]:
         """(producer id, producer epoch) for an idempotent producer."""
-        return await self._apply(lambda: ([], (self.state.allocate_producer_id(), 0)))
+        return await self._apply(lambda: ([], (self.state.allocate_producer_ids(), 0)))
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        """The first of a block of ``count`` producer ids, for a transaction coordinator."""
+        return await self._apply(lambda: ([], self.state.allocate_producer_ids(count)))
 
     async def auto_rebalance(self) -> None:
         if self.state.config["auto.leader.rebalance.enable"]:

@@ -148,12 +148,16 @@ class ControllerState:
                 and tp not in changed for m in self._leader_and_isr(tp, only=broker_id)]
         return msgs + self._leader_and_isr_all(changed) + self._update_metadata()
 
-    def allocate_producer_id(self) -> int:
-        """InitProducerId for an idempotent producer: ids are never reused, across
-        controller failovers too (the counter is in the snapshot)."""
-        producer_id = self.next_producer_id
-        self.next_producer_id += 1
-        return producer_id
+    def allocate_producer_ids(self, count: int = 1) -> int:
+        """The first of ``count`` new producer ids: one for an idempotent producer's
+        InitProducerId, a block for a transaction coordinator (Kafka's AllocateProducerIds).
+        Ids are never reused, across controller failovers too (the counter is in the
+        snapshot)."""
+        if count < 1:
+            raise ValueError(f"Cannot allocate {count} producer ids")
+        first = self.next_producer_id
+        self.next_producer_id += count
+        return first
 
     def full_state(self) -> list:
         """What a new controller sends every live broker on failover (Kafka's

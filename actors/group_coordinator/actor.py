@@ -23,10 +23,10 @@ from typing import Any
 
 import ray
 
+from actors.coordinator_load import LedPartitions
 from actors.group_coordinator.coordinator import Effects, GroupCoordinator, Write
 from actors.group_coordinator.group import GroupConfig
-from actors.replica.locate import locate_replica_async
-from protocols.records import encode_batch, iter_batches
+from protocols.records import encode_batch
 from protocols.topics import OFFSETS_TOPIC
 from protocols.wire import decode, encode
 
@@ -51,8 +51,7 @@ class GroupCoordinatorActor:
             max_session_timeout_ms=broker_config["group.max.session.timeout.ms"],
             max_size=broker_config["group.max.size"]))
         self.timer = timer
-        self.loading: dict[int, asyncio.Task] = {}
-        self._replicas: dict[int, Any] = {}
+        self.partitions = LedPartitions(namespace, OFFSETS_TOPIC, broker_id, self.load_buffer)
         self._replies: dict[int, asyncio.Future] = {}   # request id -> its answer
         self._me = None
 
@@ -83,86 +82,30 @@ class GroupCoordinatorActor:
     async def _write(self, write: Write) -> None:
         error = None
         try:
-            replica = await self._replica(write.partition)
+            replica = await self.partitions.replica(write.partition)
             result = decode(await replica.produce.remote(
                 encode_batch(write.records), -1, self.commit_timeout_ms))
             error = result.error
         except Exception as e:  # the replica moved or died under the request
             error = e
-            self._replicas.pop(write.partition, None)
+            self.partitions.replica_failed(write.partition)
         self._perform(self.core.on_write_done(write, error))
-
-    async def _replica(self, partition: int):
-        handle = self._replicas.get(partition)
-        if handle is None:
-            handle = self._replicas[partition] = await locate_replica_async(
-                self.namespace, OFFSETS_TOPIC, partition, self.broker_id)
-        return handle
 
     # ---- partition ownership (from the broker) ---------------------------------------------
     async def on_election(self, partition: int, leader_epoch: int) -> None:
         effects, load = self.core.on_election(partition, leader_epoch)
         if load:
-            self._forget(partition)
-            self.loading[partition] = asyncio.get_running_loop().create_task(
-                self._load(partition, leader_epoch))
+            self.partitions.load(partition, leader_epoch, lambda records: self._perform(
+                self.core.on_loaded(partition, leader_epoch, records, wall_ms())))
         self._perform(effects)
 
     async def on_resignation(self, partition: int) -> None:
-        self._forget(partition)
+        self.partitions.forget(partition)
         self._perform(self.core.on_resignation(partition))
 
-    def _forget(self, partition: int) -> None:
-        task = self.loading.pop(partition, None)
-        if task is not None:
-            task.cancel()
-        self._replicas.pop(partition, None)
-
     async def wait_loaded(self, partition: int) -> bool:
-        task = self.loading.get(partition)
-        if task is not None:
-            await asyncio.shield(task)
+        await self.partitions.wait_loaded(partition)
         return self.core.owns(partition)
-
-    async def _load(self, partition: int, leader_epoch: int) -> None:
-        """Read the partition from its start to its end for the core; a failed read (the
-        replica still starting) is tried again until the partition moves."""
-        try:
-            while True:
-                try:
-                    records = await self._read_partition(partition)
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as e:
-                    log.warning("coordinator %d: loading %s-%d failed (%r); retrying",
-                                self.broker_id, OFFSETS_TOPIC, partition, e)
-                    self._replicas.pop(partition, None)
-                    await asyncio.sleep(0.5)
-            self._perform(self.core.on_loaded(partition, leader_epoch, records, wall_ms()))
-            log.info("coordinator %d: loaded %s-%d (epoch %d): %d records", self.broker_id,
-                     OFFSETS_TOPIC, partition, leader_epoch, len(records))
-        finally:
-            if self.loading.get(partition) is asyncio.current_task():
-                del self.loading[partition]
-
-    async def _read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
-        replica = await self._replica(partition)
-        state = await replica.describe.remote()
-        offset, end = state["log_start_offset"], state["log_end_offset"]
-        records: list[tuple[bytes | None, bytes | None]] = []
-        while offset < end:
-            data = await replica.read_local.remote(offset, self.load_buffer)
-            last = None
-            for batch in iter_batches(data):
-                for off, _ts, key, value, _headers in batch.record_tuples():
-                    if off >= offset:
-                        records.append((key, value))
-                last = batch.last_offset
-            if last is None:
-                break
-            offset = last + 1
-        return records
 
     async def tick(self, group_id: str) -> None:
         """Called by the broker's timer actor at a group's deadline."""

@@ -193,6 +193,20 @@ class HostedReplica:
             return ProduceResult(error=e)
         return future if result is None else result
 
+    def write_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         commit: bool, timeout_ms: int
+                         ) -> "ProduceResult | asyncio.Future[ProduceResult]":
+        """The transaction coordinator's marker (``PartitionReplica.write_txn_marker``), as
+        ``produce_result`` answers."""
+        future, done = answer_future()
+        try:
+            result = self.replica.write_txn_marker(producer_id, producer_epoch,
+                                                   coordinator_epoch, commit, timeout_ms,
+                                                   on_done=done)
+        except KafkaError as e:
+            return ProduceResult(error=e)
+        return future if result is None else result
+
     async def fetch(self, request: bytes) -> bytes:
         """A follower's or a consumer's fetch; long-polls in the purgatory."""
         req: FetchRequest = decode(request)

@@ -436,16 +436,9 @@ class PartitionReplica:
         the batch. ``on_done`` is called exactly once; the result is also returned when it
         is known at once."""
         done = on_done or (lambda r: None)
-        if self.role is not Role.LEADER:
-            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
-                                           f"{self.name}")
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), not {acks}")
-        min_isr = self.log.config.min_insync_replicas
-        if acks == -1 and len(self.isr) < min_isr:
-            raise NotEnoughReplicasError(
-                f"The size of the current ISR {self.isr} is insufficient to satisfy the "
-                f"min.isr requirement of {min_isr} for partition {self.name}")
+        self._check_leader_with_isr(acks)
         if any(b.is_transactional for b in iter_batches(records)):
             # Kafka's leader asks the transaction coordinator whether the partition is in
             # the producer's transaction (KIP-890, transaction.partition.verification.enable,
@@ -456,7 +449,36 @@ class PartitionReplica:
                 f"The transactional records produced to {self.name} are not part of an "
                 "ongoing transaction its coordinator knows: rafka has no transaction "
                 "coordinator yet (issue 41)")
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        return self._appended(self.log.append_as_leader(records, self.leader_epoch), acks,
+                              timeout_ms, done)
+
+    def write_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         commit: bool, timeout_ms: int,
+                         on_done: Callable[[ProduceResult], None] | None = None
+                         ) -> ProduceResult | None:
+        """End a producer's transaction here with a COMMIT or ABORT marker, as the
+        transaction coordinator asks (Kafka's WriteTxnMarkers): appended as leader and
+        answered once the ISR has it (acks=all), as Kafka's coordinator requires."""
+        done = on_done or (lambda r: None)
+        self._check_leader_with_isr(-1)
+        info = self.log.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch,
+                                              commit, self.leader_epoch)
+        return self._appended(info, -1, timeout_ms, done)
+
+    def _check_leader_with_isr(self, acks: int) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
+                                           f"{self.name}")
+        min_isr = self.log.config.min_insync_replicas
+        if acks == -1 and len(self.isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"The size of the current ISR {self.isr} is insufficient to satisfy the "
+                f"min.isr requirement of {min_isr} for partition {self.name}")
+
+    def _appended(self, info, acks: int, timeout_ms: int,
+                  done: Callable[[ProduceResult], None]) -> ProduceResult | None:
+        """After an append as leader: the result now (acks 0/1, or the ISR already has
+        it), or None and ``done`` called once the HW passes it or the timeout comes."""
         result = ProduceResult(info.first_offset, info.log_append_time,
                                self.log.log_start_offset)
         self.fetch_purgatory.check_and_complete(self._key)  # followers waiting for data

@@ -341,6 +341,26 @@ class ReplicaHostActor:
             [(topic, partition, r.result() if isinstance(r, asyncio.Future) else r)
              for (topic, partition, _), r in zip(req.partitions, results)])
 
+    async def write_txn_markers_many(self, markers: list[tuple], timeout_ms: int) -> bytes:
+        """Kafka's WriteTxnMarkers for partitions led here: ``(topic, partition, producer
+        id, producer epoch, coordinator epoch, commit)`` each, all appended before any
+        waits; the answer, once each is in its ISR, is per marker in order None or the
+        error."""
+        self.requests["WriteTxnMarkers"] += 1
+        results = []
+        for topic, partition, producer_id, epoch, coordinator_epoch, commit in markers:
+            replica = self._replica(topic, partition)
+            results.append(ProduceResult(error=self._absent(topic, partition))
+                           if replica is None
+                           else replica.write_txn_marker(producer_id, epoch,
+                                                         coordinator_epoch, commit,
+                                                         timeout_ms))
+        waiting = [r for r in results if isinstance(r, asyncio.Future)]
+        if waiting:
+            await asyncio.gather(*waiting)
+        return encode([(r.result() if isinstance(r, asyncio.Future) else r).error
+                       for r in results])
+
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
                       timeout_ms: int = 30_000) -> bytes:
         replica = self._replica(topic, partition)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from actors.txn.metadata import (NO_PRODUCER_EPOCH, IllegalTransition, TransactionMetadata,
                                  TransactionState, TxnTransitMetadata, is_epoch_exhausted)
@@ -64,8 +64,8 @@ class TxnConfig:
     retry_backoff_ms: int = 100                        # between rounds of markers
 
 
-@dataclass(frozen=True)
-class InitProducerIdResult:
+class InitProducerIdResult(NamedTuple):
+    """InitProducerId's answer (a plain tuple on the wire)."""
     producer_id: int
     producer_epoch: int
 

@@ -15,7 +15,7 @@ import ray
 
 import rafka
 from protocols.topics import OFFSETS_TOPIC
-from actors.group_coordinator.group import offsets_partition_for
+from protocols.java_hash import coordinator_partition_for
 from protocols.errors import GroupIdNotFoundError, InvalidTopicError, NonEmptyGroupError
 from protocols.topics import TopicPartition
 from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
@@ -184,7 +184,7 @@ def test_committed_offsets_survive_killing_the_coordinators_broker(cluster):
     c.subscribe(["ev"])
     seen = poll_all([c], lambda: len(seen) == 20, seen=(seen := {}))
     c.commit({("ev", 0): 7, ("ev", 1): rafka.OffsetAndMetadata(9, -1, "note")})
-    partition = offsets_partition_for("durable", 3)
+    partition = coordinator_partition_for("durable", 3)
     before, _ = cluster.leader(OFFSETS_TOPIC, partition)
     os.kill(cluster.broker_pid(before), signal.SIGKILL)    # the coordinator's process too
     wait_until(lambda: cluster.metadata()["topics"][OFFSETS_TOPIC][partition]["leader"]
@@ -260,7 +260,7 @@ def test_admin_lists_describes_and_deletes_groups_and_commits_fail_after_a_rebal
     # The coordinator is the leader of partition abs(hashCode("watched")) % 3, as in Kafka.
     offsets_topic = cluster.metadata()["topics"][OFFSETS_TOPIC]
     assert len(offsets_topic) == 3
-    assert d.coordinator == offsets_topic[offsets_partition_for("watched", 3)]["leader"]
+    assert d.coordinator == offsets_topic[coordinator_partition_for("watched", 3)]["leader"]
     assert admin.describe_configs([OFFSETS_TOPIC])[OFFSETS_TOPIC]["cleanup.policy"] == \
         ("compact",)
     assert [m.client_id for m in d.members] == ["only"]

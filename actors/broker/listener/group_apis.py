@@ -15,11 +15,11 @@ from typing import Any, Awaitable, Callable
 
 from protocols.errors import CoordinatorNotAvailableError, KafkaError
 from protocols.kafka.codec import Request, build, response_class
+from protocols.topics import GROUP_KEY_TYPE
 from protocols.wire import decode
 
 log = logging.getLogger(__name__)
 
-GROUP_KEY_TYPE = 0
 
 
 def _code(error: KafkaError | None) -> int:

@@ -10,10 +10,9 @@ from typing import Any, Mapping
 from protocols.errors import (InvalidTopicError, KafkaError, LeaderNotAvailableError,
                               UnknownTopicIdError, UnknownTopicOrPartitionError)
 from protocols.kafka.codec import Request
-from protocols.topics import OFFSETS_TOPIC, validate_topic_name
+from protocols.topics import COORDINATOR_TOPICS, validate_topic_name
 
 NO_LEADER = -1
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
 def topic_uuid(text: str | None) -> uuid.UUID | None:
@@ -86,7 +85,7 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
                 "isr_nodes": list(st["isr"]),
                 "offline_replicas": [r for r in st["replicas"] if r not in live]})
         topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(ids.get(name)),
-                       "is_internal": name in INTERNAL_TOPICS, "partitions": partitions})
+                       "is_internal": name in COORDINATOR_TOPICS, "partitions": partitions})
     return {"throttle_time": 0, "brokers": brokers, "cluster_id": image.get("cluster_id"),
             "controller_id": controller_id(broker_id, live), "topics": topics,
             "error_code": 0}

@@ -9,7 +9,7 @@ import pytest
 from actors.broker.state import BrokerState, ControlledShutdown
 from protocols.errors import StaleControllerEpochError
 from protocols.messages import LeaderAndIsr, StopReplica, UpdateMetadata
-from protocols.topics import OFFSETS_TOPIC, TopicPartition
+from protocols.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 
 
 def lai(epoch: int, topic: str = "t", partition: int = 0, leader: int = 1,
@@ -89,11 +89,13 @@ def test_replicas_reopen_uncleanly_after_an_unclean_stop_or_when_their_host_died
     assert state.replicas_to_open([a], []) == [(a, True)]
 
 
-def test_the_group_coordinator_takes_the_offsets_partitions_the_broker_leads():
+def test_the_coordinators_take_the_internal_partitions_the_broker_leads():
     state = BrokerState(1)
     applied = [lai(1, OFFSETS_TOPIC, 4, leader=1, leader_epoch=7),
-               lai(1, OFFSETS_TOPIC, 5, leader=2), lai(1, "t", 0, leader=1)]
-    assert state.coordinator_changes(applied) == [(4, 7), (5, None)]
+               lai(1, OFFSETS_TOPIC, 5, leader=2), lai(1, "t", 0, leader=1),
+               lai(1, TRANSACTION_STATE_TOPIC, 4, leader=1, leader_epoch=2)]
+    assert state.coordinator_changes(applied) == [
+        (OFFSETS_TOPIC, 4, 7), (OFFSETS_TOPIC, 5, None), (TRANSACTION_STATE_TOPIC, 4, 2)]
 
 
 def test_controlled_shutdown_retries_while_the_broker_still_leads_then_gives_up():
