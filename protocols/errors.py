@@ -107,6 +107,8 @@ ConcurrentTransactionsError = _error("ConcurrentTransactionsError", 51,
                                      "CONCURRENT_TRANSACTIONS", retriable=True)
 TransactionCoordinatorFencedError = _error("TransactionCoordinatorFencedError", 52,
                                            "TRANSACTION_COORDINATOR_FENCED")
+TransactionalIdAuthorizationFailedError = _error("TransactionalIdAuthorizationFailedError", 53,
+                                                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True)
 UnknownProducerIdError = _error("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID")
 ReassignmentInProgressError = _error("ReassignmentInProgressError", 60,

@@ -168,17 +168,23 @@ class ProduceManyRequest:
     acks: int
     timeout_ms: int
     partitions: tuple  # ((topic, partition, records), ...)
+    # A transactional producer's id (Kafka's ProduceRequest.transactionalId): its
+    # coordinator verifies a transaction's first batch at each partition.
+    transactional_id: str | None = None
 
 
 def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
-    return msgpack.packb((request.acks, request.timeout_ms, request.partitions),
-                         use_bin_type=True)
+    return msgpack.packb((request.acks, request.timeout_ms, request.partitions,
+                          request.transactional_id), use_bin_type=True)
 
 
 @refusing_malformed("ProduceManyRequest")
 def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
-    acks, timeout_ms, partitions = msgpack.unpackb(data, raw=False, use_list=False)
-    return ProduceManyRequest(acks, timeout_ms, partitions)
+    acks, timeout_ms, partitions, transactional_id = msgpack.unpackb(data, raw=False,
+                                                                     use_list=False)
+    if transactional_id is not None and not isinstance(transactional_id, str):
+        raise TypeError("transactional_id must be a string")
+    return ProduceManyRequest(acks, timeout_ms, partitions, transactional_id)
 
 
 def encode_produce_many_response(results: list) -> bytes:

@@ -700,6 +700,16 @@ def iter_batches(buffer, position: int = 0) -> Iterator[RecordBatch]:
         position += size
 
 
+def transactional_producers(buffer) -> dict[int, int]:
+    """The producers (id -> epoch) of the transactional data batches in ``buffer``: what a
+    leader verifies with their transaction coordinators before appending (KIP-890)."""
+    out: dict[int, int] = {}
+    for batch in iter_batches(buffer):
+        if batch.is_transactional and not batch.is_control:
+            out[batch.producer_id] = batch.producer_epoch
+    return out
+
+
 # ---- in-place patches (the broker's, which never decodes records) -----------------------
 def set_base_offset(buf, position: int, base_offset: int) -> None:
     _BASE_OFFSET.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)

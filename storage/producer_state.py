@@ -124,6 +124,10 @@ class ProducerStateManager:
         self.ongoing_txns.clear()
         self.map_end_offset = map_end_offset
 
+    def has_ongoing_txn(self, producer_id: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
     # ---- checks and updates ------------------------------------------------------------------
     def check(self, producer_id: int, epoch: int, first_seq: int,
               last_seq: int) -> BatchMetadata | None:
@@ -203,8 +207,7 @@ class ProducerStateManager:
         (Kafka's ProducerAppendInfo.appendDataBatch); a transactional batch opens one."""
         pid = h.producer_id
         if pid not in in_txn:
-            entry = self.producers.get(pid)
-            in_txn[pid] = entry is not None and entry.current_txn_first_offset is not None
+            in_txn[pid] = self.has_ongoing_txn(pid)
         transactional = bool(h.attributes & TRANSACTIONAL_MASK)
         if in_txn[pid] and not transactional:
             raise InvalidTxnStateError(

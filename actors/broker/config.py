@@ -50,6 +50,7 @@ BROKER_CONFIG = (
             at_least(1))
     .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000,
             at_least(1))
+    .define("transaction.partition.verification.enable", "boolean", True)
     .define("group.initial.rebalance.delay.ms", "int", 3000, at_least(0))
     .define("group.min.session.timeout.ms", "int", 6000, at_least(0))
     .define("group.max.session.timeout.ms", "int", 1_800_000, at_least(0))

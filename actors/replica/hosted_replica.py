@@ -181,14 +181,16 @@ class HostedReplica:
             result = await result
         return encode(result)
 
-    def produce_result(self, records: bytes, acks: int, timeout_ms: int
+    def produce_result(self, records: bytes, acks: int, timeout_ms: int,
+                       verified: dict | None = None
                        ) -> "ProduceResult | asyncio.Future[ProduceResult]":
         """Append now; the result, or a future of it when acks=all must wait for the ISR.
-        The append happens before this returns: requests keep their order."""
+        The append happens before this returns: requests keep their order. ``verified``:
+        the guards of the transactions' verifications (``PartitionReplica.produce``)."""
         future, done = answer_future()
         try:
             result = self.replica.produce(records, acks=acks, timeout_ms=timeout_ms,
-                                          on_done=done)
+                                          on_done=done, verified=verified)
         except KafkaError as e:
             return ProduceResult(error=e)
         return future if result is None else result

@@ -22,7 +22,7 @@ from protocols.errors import (FencedLeaderEpochError, InvalidRequiredAcksError,
 from protocols.messages import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED,
                                 AlterPartition, DeleteRecordsResult, FetchRequest, FetchResult,
                                 ProduceResult)
-from protocols.records import iter_batches
+from protocols.records import iter_batches, transactional_producers
 from storage import Log
 from storage.epoch import UNDEFINED_EPOCH
 
@@ -68,6 +68,9 @@ class ReplicaConfig:
     replica_fetch_backoff_ms: int = 1000
     # Tests only: False restores pre-KIP-101 "truncate to the high watermark".
     leader_epoch_truncation: bool = True
+    # KIP-890: a transaction's first batch at a partition is appended only once its
+    # coordinator confirms the partition is in the transaction.
+    transaction_partition_verification: bool = True
 
     @classmethod
     def from_broker_config(cls, b: dict) -> "ReplicaConfig":
@@ -76,7 +79,9 @@ class ReplicaConfig:
                    replica_fetch_min_bytes=b["replica.fetch.min.bytes"],
                    replica_fetch_max_bytes=b["replica.fetch.max.bytes"],
                    replica_fetch_response_max_bytes=b["replica.fetch.response.max.bytes"],
-                   replica_fetch_backoff_ms=b["replica.fetch.backoff.ms"])
+                   replica_fetch_backoff_ms=b["replica.fetch.backoff.ms"],
+                   transaction_partition_verification=b[
+                       "transaction.partition.verification.enable"])
 
 
 @dataclass
@@ -245,6 +250,9 @@ class PartitionReplica:
         # The last fetch request built, and the state it was built from: an idle follower
         # asks the same thing twice a second (its fetcher compares requests by identity).
         self._fetch_request: tuple[tuple, FetchRequest] | None = None
+        # Producer id -> the guard of its transaction's verification with the coordinator
+        # (Kafka's VerificationGuard): a marker for the producer meanwhile voids it.
+        self._verification: dict[int, object] = {}
         if purgatories is None:
             purgatories = Purgatories.create(timer, broker_id)
         self.produce_purgatory = purgatories.produce
@@ -431,26 +439,47 @@ class PartitionReplica:
 
     # ==== leader side: produce ============================================================
     def produce(self, records: bytes, acks: int, timeout_ms: int,
-                on_done: Callable[[ProduceResult], None] | None = None) -> ProduceResult | None:
+                on_done: Callable[[ProduceResult], None] | None = None,
+                verified: dict[int, object] | None = None) -> ProduceResult | None:
         """Append as leader. acks 0/1 answer at once; acks=-1 answers when the HW passes
         the batch. ``on_done`` is called exactly once; the result is also returned when it
-        is known at once."""
+        is known at once. ``verified``: producer id -> the guard of its transaction's
+        verification (``start_txn_verification``), for transactional records."""
         done = on_done or (lambda r: None)
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), not {acks}")
         self._check_leader_with_isr(acks)
-        if any(b.is_transactional for b in iter_batches(records)):
-            # Kafka's leader asks the transaction coordinator whether the partition is in
-            # the producer's transaction (KIP-890, transaction.partition.verification.enable,
-            # on by default); rafka has no transaction coordinator yet, so no transaction
-            # has any partition, and a transaction nobody could end would hold the last
-            # stable offset back for good.
+        producers = transactional_producers(records)
+        for producer_id in producers:
+            self._check_verified(producer_id, (verified or {}).get(producer_id))
+        appended = self.log.append_as_leader(records, self.leader_epoch)
+        for producer_id in producers:
+            self._verification.pop(producer_id, None)   # its transaction is open here now
+        return self._appended(appended, acks, timeout_ms, done)
+
+    def start_txn_verification(self, producer_id: int) -> object | None:
+        """A transactional batch of a producer whose transaction is not open here yet is
+        appended only after its coordinator confirms the partition is in the transaction
+        (KIP-890, ``transaction.partition.verification.enable``): None when no verification
+        is needed, else the guard to give ``produce`` once the coordinator has answered.
+        A marker for the producer written meanwhile voids the guard, so a batch verified
+        for a transaction that has since ended cannot open a transaction nobody ends."""
+        if not self.config.transaction_partition_verification \
+                or self.log.producer_state.has_ongoing_txn(producer_id):
+            return None
+        guard = self._verification[producer_id] = object()
+        return guard
+
+    def _check_verified(self, producer_id: int, guard: object | None) -> None:
+        if not self.config.transaction_partition_verification \
+                or self.log.producer_state.has_ongoing_txn(producer_id):
+            return
+        if guard is None or self._verification.get(producer_id) is not guard:
             raise InvalidTxnStateError(
-                f"The transactional records produced to {self.name} are not part of an "
-                "ongoing transaction its coordinator knows: rafka has no transaction "
-                "coordinator yet (issue 41)")
-        return self._appended(self.log.append_as_leader(records, self.leader_epoch), acks,
-                              timeout_ms, done)
+                f"The transactional records of producer {producer_id} to {self.name} were "
+                "not verified with its transaction coordinator, or its transaction ended "
+                "since: the partition must be added to the transaction (AddPartitionsToTxn) "
+                "before the produce")
 
     def write_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                          commit: bool, timeout_ms: int,
@@ -461,6 +490,7 @@ class PartitionReplica:
         answered once the ISR has it (acks=all), as Kafka's coordinator requires."""
         done = on_done or (lambda r: None)
         self._check_leader_with_isr(-1)
+        self._verification.pop(producer_id, None)
         info = self.log.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch,
                                               commit, self.leader_epoch)
         return self._appended(info, -1, timeout_ms, done)

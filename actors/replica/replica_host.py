@@ -37,6 +37,7 @@ from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.hosted_replica import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
+from actors.txn.verifier import TxnVerifier
 from protocols.errors import KafkaError, KafkaStorageError, NotLeaderOrFollowerError
 from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceResult,
                                 decode_fetch_many_request, decode_produce_many_request,
@@ -73,6 +74,7 @@ class ReplicaHostActor:
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
+        self.verifier = TxnVerifier(namespace, broker_id)
         # Where follower hosts fetch from, and producers and consumers send their requests
         # (actors.replica.channel): started on first ask.
         self.listener = ReplicationListener({
@@ -325,15 +327,19 @@ class ReplicaHostActor:
     async def produce_many(self, request: bytes) -> bytes:
         """A producer's batches for many partitions of this host (Kafka's ProduceRequest):
         each appended by its replica in the request's order, before any waits; one result
-        per partition, in order, once every acks=all append has reached its ISR."""
+        per partition, in order, once every acks=all append has reached its ISR. A
+        transaction's first batches here wait for its coordinator's verification."""
         req = decode_produce_many_request(request)
         self.requests["Produce"] += 1
+        verified = await self.verifier.verify(req, self.cores)
         results = []
-        for topic, partition, records in req.partitions:
+        for (topic, partition, records), guards in zip(req.partitions, verified):
             replica = self._replica(topic, partition)
             results.append(ProduceResult(error=self._absent(topic, partition))
-                           if replica is None
-                           else replica.produce_result(records, req.acks, req.timeout_ms))
+                           if replica is None else ProduceResult(error=guards)
+                           if isinstance(guards, KafkaError)
+                           else replica.produce_result(records, req.acks, req.timeout_ms,
+                                                       guards))
         waiting = [r for r in results if isinstance(r, asyncio.Future)]
         if waiting:
             await asyncio.gather(*waiting)

@@ -151,6 +151,20 @@ def store_error(e: BaseException) -> KafkaError:
     return CoordinatorNotAvailableError(f"Could not write to {TRANSACTION_STATE_TOPIC}: {e!r}")
 
 
+def verification_error_for_produce(error: KafkaError) -> KafkaError:
+    """What a producer hears when its transaction's first batch at a partition was not
+    verified (Kafka's AddPartitionsToTxnManager): a coordinator that cannot answer now, or
+    a transaction still completing, is NOT_ENOUGH_REPLICAS (the producer retries); a fenced
+    producer is INVALID_PRODUCER_EPOCH; anything else is as the coordinator said."""
+    if isinstance(error, (NotCoordinatorError, CoordinatorNotAvailableError,
+                          CoordinatorLoadInProgressError, ConcurrentTransactionsError)):
+        return NotEnoughReplicasError(f"The transaction coordinator could not verify the "
+                                      f"transaction now ({error.name}: {error}); retry")
+    if isinstance(error, ProducerFencedError):
+        return InvalidProducerEpochError(str(error))
+    return error
+
+
 # Marker outcomes (Kafka's TransactionMarkerRequestCompletionHandler): sent again, or the
 # transaction is no longer this coordinator's to finish.
 _RETRY_MARKER = (UnknownTopicOrPartitionError, NotLeaderOrFollowerError, NotEnoughReplicasError,

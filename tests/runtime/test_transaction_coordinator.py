@@ -16,7 +16,7 @@ from protocols.control_records import COMMIT, ABORT, control_record_type
 from protocols.errors import KafkaError, ProducerFencedError
 from protocols.java_hash import coordinator_partition_for
 from protocols.records import iter_batches
-from protocols.topics import TRANSACTION_KEY_TYPE, TRANSACTION_STATE_TOPIC
+from protocols.topics import TRANSACTION_KEY_TYPE, TRANSACTION_STATE_TOPIC, TopicPartition
 from protocols.wire import decode
 
 from tests.runtime.conftest import cluster_with
@@ -146,3 +146,60 @@ def test_the_next_coordinator_finishes_an_open_transaction(ray_session, tmp_path
         done = eventually(lambda: (lambda d: d["state"] == "CompleteCommit" and d)(
             call(successor, "describe_transaction", "app-2")), what="CompleteCommit")
         assert list(done["partitions"]) == []
+
+
+def produce_txn(cluster, topic: str, value: bytes, producer_id: int, epoch: int, seq: int,
+                transactional_id: str | None):
+    """A transactional batch through the leader's host, as a transactional producer
+    sends it (``produce_many`` with its transactional id): the ProduceResult."""
+    from protocols.messages import (ProduceManyRequest, decode_produce_many_response,
+                                    encode_produce_many_request)
+    from protocols.records import Record, encode_batch
+    _, leader = cluster.leader(topic, 0)
+    batch = encode_batch([Record(b"k", value)], producer_id=producer_id,
+                         producer_epoch=epoch, base_sequence=seq, transactional=True)
+    request = ProduceManyRequest(-1, 10_000, ((topic, 0, batch),), transactional_id)
+    [(_, _, result)] = decode_produce_many_response(ray.get(
+        leader.host.produce_many.remote(encode_produce_many_request(request))))
+    return result
+
+
+def test_transactional_produce_is_verified_and_read_committed_sees_committed_only(
+        ray_session, tmp_path):
+    """KIP-890 on a real cluster: a transaction's first batch at a partition is appended
+    only once its coordinator confirms the partition is in the transaction; then the LSO
+    holds read_committed consumers at the transaction's first offset until its marker."""
+    from protocols.errors import InvalidTxnStateError, TransactionalIdAuthorizationFailedError
+    with cluster_with(tmp_path, CONFIG) as cluster:
+        cluster.admin().create_topics([rafka.NewTopic("orders", 1, 3)])
+        _, coordinator = coordinator_of(cluster, "app-3")
+        pid, epoch = call(coordinator, "init_producer_id", "app-3", 60_000)
+        # Not added to the transaction, or no transactional id: refused, nothing written.
+        assert isinstance(produce_txn(cluster, "orders", b"x", pid, epoch, 0, "app-3").error,
+                          InvalidTxnStateError)
+        assert isinstance(produce_txn(cluster, "orders", b"x", pid, epoch, 0, None).error,
+                          TransactionalIdAuthorizationFailedError)
+        assert call(coordinator, "add_partitions_to_txn", "app-3", pid, epoch,
+                    [("orders", 0)]) is None
+        first = produce_txn(cluster, "orders", b"committed", pid, epoch, 0, "app-3")
+        assert (first.error, first.base_offset) == (None, 0)
+        tp = TopicPartition("orders", 0)
+        reader = rafka.Consumer(cluster, {"isolation.level": "read_committed",
+                                          "auto.offset.reset": "earliest"})
+        reader.assign([tp])
+        assert reader.end_offsets([tp]) == {tp: 0}          # the LSO: the open transaction
+        assert reader.poll(500) == []
+        assert call(coordinator, "end_txn", "app-3", pid, epoch, True) is None
+        eventually(lambda: reader.end_offsets([tp]) == {tp: 2}, what="LSO past the commit")
+        # The next transaction aborts: its record is never read.
+        assert call(coordinator, "add_partitions_to_txn", "app-3", pid, epoch,
+                    [("orders", 0)]) is None
+        assert produce_txn(cluster, "orders", b"aborted", pid, epoch, 1, "app-3").error is None
+        assert call(coordinator, "end_txn", "app-3", pid, epoch, False) is None
+        eventually(lambda: reader.end_offsets([tp]) == {tp: 4}, what="LSO past the abort")
+        seen = []
+        eventually(lambda: seen.extend(r.value for r in reader.poll(500)) or seen,
+                   what="the committed record")
+        seen.extend(r.value for r in reader.poll(1000))
+        assert seen == [b"committed"]
+        reader.close()

@@ -142,7 +142,8 @@ class KafkaApis:
         for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: host.produce_many.remote(
                     encode_produce_many_request(ProduceManyRequest(
-                        acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts))))):
+                        acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts),
+                        getattr(body, "transactional_id", None))))):
             if isinstance(answer, BaseException):
                 log.info("broker %d: produce to a replica host failed: %r", self.broker_id,
                          answer)

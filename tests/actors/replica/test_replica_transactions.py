@@ -1,7 +1,8 @@
 """The last stable offset on a partition's leader (seed 001: read_committed consumers read up
 to the LSO, told the aborted transactions in what they read; read_uncommitted ones up to the
-HW), ListOffsets by isolation level, and transactional produce refused while rafka has no
-transaction coordinator to verify it (Kafka's KIP-890 answer, INVALID_TXN_STATE).
+HW), ListOffsets by isolation level, and KIP-890's verification: a transaction's first batch
+at a partition is appended only with the guard of a verification its coordinator answered,
+voided by a marker for the producer meanwhile (INVALID_TXN_STATE otherwise).
 
 Transactional data is appended to the leader's log directly here, as the leader will once
 its coordinator has added the partition to the transaction; followers copy it by fetching.
@@ -80,12 +81,40 @@ def test_list_offsets_latest_is_the_lso_for_read_committed(pair):
     assert leader.list_offsets(T0, isolation_level=READ_COMMITTED) == (0, T0)
 
 
-def test_transactional_produce_is_refused_without_a_coordinator(pair):
+def test_a_transactions_first_batch_needs_its_verification(pair):
+    """ReplicaManagerTest's verification cases: unverified, verified, a verification voided
+    by a marker (the transaction ended while the coordinator was asked), and a producer
+    whose transaction is open here already, which needs none."""
     c, leader, follower = pair
-    with pytest.raises(InvalidTxnStateError, match="no transaction coordinator"):
+    with pytest.raises(InvalidTxnStateError, match="not verified"):
         leader.produce(msg("a") + txn(7, 0, "t"), acks=1, timeout_ms=100)
     assert leader.log.log_end_offset == 0          # nothing of the request was written
     assert leader.log.first_unstable_offset is None
+    stale = leader.start_txn_verification(7)
+    assert stale is not None
+    leader.write_txn_marker(7, 0, 0, False, 1000)   # an abort lands meanwhile
+    with pytest.raises(InvalidTxnStateError):
+        leader.produce(txn(7, 0, "t"), acks=1, timeout_ms=100, verified={7: stale})
+    guard = leader.start_txn_verification(7)
+    leader.produce(txn(7, 0, "t"), acks=1, timeout_ms=100, verified={7: guard})
+    assert leader.log.first_unstable_offset == 1
+    assert leader.start_txn_verification(7) is None   # open here: no more verification
+    leader.produce(txn(7, 1, "u"), acks=1, timeout_ms=100)
+    assert leader.log.log_end_offset == 3
+
+
+def test_verification_can_be_turned_off(tmp_path):
+    """transaction.partition.verification.enable=false: Kafka's behaviour before KIP-890."""
+    import dataclasses
+    from tests.actors.replica.test_replica import Cluster
+    c = Cluster(tmp_path, min_isr=1)
+    leader = c.start(1)
+    leader.config = dataclasses.replace(leader.config,
+                                        transaction_partition_verification=False)
+    leader.become_leader(0, 0, isr=[1], replicas=[1])
+    assert leader.start_txn_verification(7) is None
+    leader.produce(txn(7, 0, "t"), acks=1, timeout_ms=100)
+    assert leader.log.first_unstable_offset == 0
 
 
 def test_a_fetch_session_tells_a_moved_lso():
