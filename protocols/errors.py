@@ -109,6 +109,7 @@ TransactionCoordinatorFencedError = _error("TransactionCoordinatorFencedError", 
                                            "TRANSACTION_COORDINATOR_FENCED")
 TransactionalIdAuthorizationFailedError = _error("TransactionalIdAuthorizationFailedError", 53,
                                                  "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+OperationNotAttemptedError = _error("OperationNotAttemptedError", 55, "OPERATION_NOT_ATTEMPTED")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True)
 UnknownProducerIdError = _error("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID")
 ReassignmentInProgressError = _error("ReassignmentInProgressError", 60,

@@ -94,6 +94,7 @@ class BrokerActor:
         from actors.broker.listener.kafka_apis import KafkaApis
         from actors.broker.listener.metadata_apis import endpoint_of
         from actors.broker.listener.socket_server import SocketServer
+        from actors.broker.listener.txn_apis import TxnApis
         from actors.replica.fetch_session import FetchSessionCache
         from actors.replica.hosted_replica import wall_ms
         from protocols.kafka.listeners import advertised, parse_listeners
@@ -102,16 +103,18 @@ class BrokerActor:
         self.listeners = parse_listeners(b["listeners"])
         self._advertised_config = parse_listeners(b["advertised.listeners"],
                                                   "advertised.listeners")
+        admin = AdminApis(broker_id, lambda: self.state.image, self.lifecycle.ensure_controller,
+                          self._group_coordinator, broker_log=self.cfg.log,
+                          log_dir=str(self.dir))
         self.kafka_apis = KafkaApis(
             broker_id, lambda: self.state.image, self._auto_create_topic,
             b["auto.create.topics.enable"],
             host_of=self.replica_manager.host_of,
             groups=GroupApis(broker_id, self._group_coordinator, self.find_coordinator,
                              lambda b: endpoint_of(self.state.image, b)),
-            admin=AdminApis(broker_id, lambda: self.state.image,
-                            self.lifecycle.ensure_controller,
-                            self._group_coordinator, broker_log=self.cfg.log,
-                            log_dir=str(self.dir)),
+            admin=admin,
+            txn=TxnApis(lambda: self.state.image, self._txn_coordinator,
+                        admin.controller_call),
             # Wire consumers' fetch sessions (KIP-227), one cache per broker as in Kafka.
             fetch_sessions=FetchSessionCache(b["max.incremental.fetch.session.cache.slots"],
                                              wall_ms))

@@ -114,24 +114,6 @@ class AdminApis:
     async def _coordinator_call(self, method: str, *args) -> Any:
         return await call_coordinator(self.coordinator, method, *args)
 
-    # ---- producers -------------------------------------------------------------------------
-    async def init_producer_id(self, request: Request):
-        """An idempotent producer's id and epoch, from the controller (never reused). A
-        transactional id is refused: transactions are not built."""
-        body = request.body
-        if body.transactional_id is not None:
-            answer: Any = InvalidRequestError("Transactions are not supported by this cluster")
-        else:
-            answer = await self.controller_call("init_producer_id")
-        if isinstance(answer, KafkaError):
-            return build(response_class(request), {"throttle_time": 0,
-                                                   "error_code": answer.code,
-                                                   "producer_id": -1, "producer_epoch": -1})
-        producer_id, epoch = answer
-        return build(response_class(request), {"throttle_time": 0, "error_code": 0,
-                                               "producer_id": producer_id,
-                                               "producer_epoch": epoch})
-
     # ---- topics ----------------------------------------------------------------------------
     async def create_topics(self, request: Request):
         body = request.body

@@ -2,8 +2,8 @@
 server parses requests by and ``ApiVersions`` answers from.
 
 Only the APIs built here are in it, each at the versions of Kafka's schemas whose fields are
-all honoured. An API not in it (not built yet: transactions, ACLs, quotas, SASL among
-others) is answered as Kafka answers an unsupported request: the connection is closed
+all honoured. An API not in it (not built yet: transactional offset commits, ACLs, quotas,
+SASL among others) is answered as Kafka answers an unsupported request: the connection is closed
 (``protocols.kafka.codec``). Every key here has its handler in ``KafkaApis``' dispatch.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     # The idempotent producers each partition's leader keeps state for (KIP-664).
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     # ---- groups (group_apis) ----
-    # v4+ asks for many keys at once; key type 1 (transactions) is refused.
+    # v1 adds key type 1 (a transactional id's coordinator); v4+ asks for many keys at once.
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.SYNC_GROUP: (0, 5),
@@ -38,8 +38,16 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_FETCH: (1, 9),
     # KIP-496: an admin removes a group's offsets of topics it no longer reads.
     ApiKey.OFFSET_DELETE: (0, 0),
-    # ---- administration (admin_apis) ----
+    # ---- transactions (txn_apis) ----
     ApiKey.INIT_PRODUCER_ID: (0, 5),
+    # v4+ are the brokers' own (verifyOnly, many transactions): clients send v0-v3.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    # v5 answers a new producer id and epoch (transaction version 2, not offered).
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    # v1 filters by how long a transaction has been open (KIP-994).
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    # ---- administration (admin_apis) ----
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),

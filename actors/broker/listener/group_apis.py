@@ -46,11 +46,11 @@ async def call_coordinator(coordinator: Callable[[], Awaitable[Any]], method: st
 
 class GroupApis:
     def __init__(self, broker_id: int, coordinator: Callable[[], Awaitable[Any]],
-                 find: Callable[[str], Awaitable[bytes]],
+                 find: Callable[[str, int], Awaitable[bytes]],
                  endpoint: Callable[[int], tuple[str, int] | None]):
         self.broker_id = broker_id
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
-        self.find = find                 # BrokerActor.find_coordinator: broker id or error
+        self.find = find     # BrokerActor.find_coordinator(key, key type): broker id or error
         self.endpoint = endpoint         # a broker's (host, port) on this listener
 
     async def _call(self, method: str, *args) -> Any:
@@ -58,18 +58,12 @@ class GroupApis:
 
     # ---- FindCoordinator -------------------------------------------------------------------
     async def _coordinator_of(self, key: str, key_type: int) -> dict:
-        if key_type != GROUP_KEY_TYPE:
-            from protocols.errors import InvalidRequestError
-            error: KafkaError | None = InvalidRequestError(
-                "Only group coordinators (key type 0) are served: transactions are not built")
-            node = None
-        else:
-            try:
-                answer = decode(await self.find(key))
-            except Exception as e:
-                answer = CoordinatorNotAvailableError(str(e))
-            error = answer if isinstance(answer, KafkaError) else None
-            node = None if error else answer
+        try:
+            answer = decode(await self.find(key, key_type))
+        except Exception as e:
+            answer = CoordinatorNotAvailableError(str(e))
+        error = answer if isinstance(answer, KafkaError) else None
+        node = None if error else answer
         where = self.endpoint(node) if node is not None else None
         if node is not None and where is None:
             error = CoordinatorNotAvailableError(f"Broker {node} has no endpoint here")
@@ -80,6 +74,7 @@ class GroupApis:
     async def find_coordinator(self, request: Request):
         body = request.body
         key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
+        # A transactional id's coordinator (key type 1) is found from v1 on.
         if request.api_version >= 4:
             coordinators = [await self._coordinator_of(k, key_type)
                             for k in body.coordinator_keys]

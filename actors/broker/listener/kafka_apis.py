@@ -24,6 +24,7 @@ from actors.broker.listener.metadata_apis import (metadata_values, node_endpoint
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
                                                     leaders_named)
 from actors.broker.listener.reassignment_apis import ReassignmentApis
+from actors.broker.listener.txn_apis import TxnApis
 from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.api_keys import ApiKey
@@ -44,6 +45,7 @@ class KafkaApis:
                  auto_create: bool, listener: str = "PLAINTEXT",
                  host_of: Callable[[str, int], Any] = lambda topic, partition: None,
                  groups: GroupApis | None = None, admin: AdminApis | None = None,
+                 txn: TxnApis | None = None,
                  fetch_sessions: FetchSessionCache | None = None):
         self.broker_id = broker_id
         self.image = image
@@ -79,7 +81,6 @@ class KafkaApis:
         if admin is not None:
             reassignments = ReassignmentApis(image, admin.controller_call)
             self.handlers.update({
-                ApiKey.INIT_PRODUCER_ID: admin.init_producer_id,
                 ApiKey.CREATE_TOPICS: admin.create_topics,
                 ApiKey.DELETE_TOPICS: admin.delete_topics,
                 ApiKey.CREATE_PARTITIONS: admin.create_partitions,
@@ -94,6 +95,15 @@ class KafkaApis:
                 ApiKey.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.alter,
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list,
+            })
+
+        if txn is not None:
+            self.handlers.update({
+                ApiKey.INIT_PRODUCER_ID: txn.init_producer_id,
+                ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+                ApiKey.END_TXN: txn.end_txn,
+                ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
+                ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
             })
 
     async def handle(self, request: Request) -> Any:

@@ -1,0 +1,148 @@
+"""The transaction APIs of the Kafka listener (Kafka's KafkaApis handlers for them):
+InitProducerId, AddPartitionsToTxn, EndTxn, DescribeTransactions and ListTransactions.
+
+A transactional request goes to this broker's transaction coordinator
+(``actors.txn.actor``), which answers NOT_COORDINATOR for an id it does not coordinate (the
+client finds the coordinator again with FindCoordinator). InitProducerId without a
+transactional id is an idempotent producer's: its id comes from the controller.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any, Awaitable, Callable, Mapping
+
+from actors.broker.listener.group_apis import call_coordinator
+from protocols.errors import KafkaError, OperationNotAttemptedError, UnknownTopicOrPartitionError
+from protocols.kafka.codec import Request, build, response_class
+
+log = logging.getLogger(__name__)
+
+
+def _code(error: KafkaError | None) -> int:
+    return 0 if error is None else error.code
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) \
+        else int(value)
+
+
+class TxnApis:
+    def __init__(self, image: Callable[[], Mapping[str, Any]],
+                 coordinator: Callable[[], Awaitable[Any]],
+                 controller_call: Callable[..., Awaitable[Any]]):
+        self.image = image
+        self.coordinator = coordinator            # this broker's TransactionCoordinatorActor
+        self.controller_call = controller_call    # AdminApis.controller_call
+
+    async def _call(self, method: str, *args) -> Any:
+        return await call_coordinator(self.coordinator, method, *args)
+
+    # ---- InitProducerId --------------------------------------------------------------------
+    async def init_producer_id(self, request: Request):
+        """A producer's id and epoch: from the controller for an idempotent producer, from
+        the transactional id's coordinator (a new epoch, fencing older instances) for a
+        transactional one. v3+ carries the producer's current id and epoch when it
+        recovers from an error (KIP-360)."""
+        body = request.body
+        if body.transactional_id is None:
+            answer: Any = await self.controller_call("init_producer_id")
+        else:
+            producer_id = int(getattr(body, "producer_id", -1))
+            expected = None if producer_id < 0 else (producer_id, int(body.producer_epoch))
+            answer = await self._call("init_producer_id", body.transactional_id,
+                                      _ms(body.transaction_timeout), expected)
+        if isinstance(answer, KafkaError):
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "error_code": answer.code,
+                                                   "producer_id": -1, "producer_epoch": -1})
+        producer_id, epoch = answer
+        return build(response_class(request), {"throttle_time": 0, "error_code": 0,
+                                               "producer_id": producer_id,
+                                               "producer_epoch": epoch})
+
+    # ---- AddPartitionsToTxn ----------------------------------------------------------------
+    async def add_partitions_to_txn(self, request: Request):
+        """A producer's partitions join its transaction (v0-v3, the clients' versions). A
+        partition that does not exist fails the request: UNKNOWN_TOPIC_OR_PARTITION for it,
+        OPERATION_NOT_ATTEMPTED for the others, as Kafka answers."""
+        body = request.body
+        wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+        topics = self.image().get("topics", {})
+        unknown = {tp for tp in wanted if tp[1] not in topics.get(tp[0], {})}
+        if unknown:
+            errors: dict = {tp: UnknownTopicOrPartitionError(
+                f"Partition {tp[0]}-{tp[1]} does not exist") if tp in unknown
+                else OperationNotAttemptedError(
+                    "Not attempted: another partition of the request does not exist")
+                for tp in wanted}
+        else:
+            answer = await self._call(
+                "add_partitions_to_txn", body.v3_and_below_transactional_id,
+                int(body.v3_and_below_producer_id), int(body.v3_and_below_producer_epoch),
+                wanted)
+            errors = {tp: answer for tp in wanted}
+        by_topic: dict[str, list] = {}
+        for (topic, partition), error in errors.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "partition_error_code": _code(error)})
+        return build(response_class(request), {
+            "throttle_time": 0,
+            "results_by_topic_v3_and_below": [{"name": t, "results_by_partition": parts}
+                                              for t, parts in by_topic.items()]})
+
+    # ---- EndTxn ----------------------------------------------------------------------------
+    async def end_txn(self, request: Request):
+        body = request.body
+        answer = await self._call("end_txn", body.transactional_id, int(body.producer_id),
+                                  int(body.producer_epoch), bool(body.committed))
+        return build(response_class(request), {"throttle_time": 0, "error_code": _code(answer),
+                                               "producer_id": int(body.producer_id),
+                                               "producer_epoch": int(body.producer_epoch)})
+
+    # ---- administration --------------------------------------------------------------------
+    async def describe_transactions(self, request: Request):
+        """Each id's state at its coordinator (NOT_COORDINATOR where this broker is not
+        it: the admin client asks each id's coordinator)."""
+        states = []
+        for transactional_id in request.body.transactional_ids:
+            answer = await self._call("describe_transaction", transactional_id)
+            if isinstance(answer, KafkaError):
+                states.append({"error_code": answer.code, "transactional_id": transactional_id,
+                               "transaction_state": "", "transaction_timeout": 0,
+                               "transaction_start_time": -1, "producer_id": -1,
+                               "producer_epoch": -1, "topics": []})
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in answer["partitions"]:
+                by_topic.setdefault(topic, []).append(partition)
+            states.append({
+                "error_code": 0, "transactional_id": transactional_id,
+                "transaction_state": answer["state"],
+                "transaction_timeout": answer["transaction_timeout_ms"],
+                "transaction_start_time": answer["transaction_start_time_ms"],
+                "producer_id": answer["producer_id"],
+                "producer_epoch": answer["producer_epoch"],
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        return build(response_class(request), {"throttle_time": 0,
+                                               "transaction_states": states})
+
+    async def list_transactions(self, request: Request):
+        """The transactions this broker coordinates, filtered by state, producer id and
+        (v1) how long they have been open."""
+        body = request.body
+        answer = await self._call("list_transactions", list(body.producer_id_filters),
+                                  list(body.state_filters),
+                                  int(getattr(body, "duration_filter", -1)))
+        if isinstance(answer, KafkaError):
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "error_code": answer.code,
+                                                   "unknown_state_filters": [],
+                                                   "transaction_states": []})
+        unknown, listed = answer
+        return build(response_class(request), {
+            "throttle_time": 0, "error_code": 0, "unknown_state_filters": list(unknown),
+            "transaction_states": [{"transactional_id": t["transactional_id"],
+                                    "producer_id": t["producer_id"],
+                                    "transaction_state": t["state"]} for t in listed]})

@@ -1,0 +1,95 @@
+"""Kafka's transactional clients against rafka's listener (issue 41): confluent-kafka's
+(librdkafka's) transactional producer, commits and aborts interleaved, and read_committed
+consumers that never see an aborted record while read_uncommitted ones see every record;
+a second producer instance with the same transactional.id fences the first."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import rafka
+from tests.runtime.conftest import cluster_with
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+CONFIG = {"transaction.state.log.num.partitions": 3}
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_session, tmp_path_factory):
+    with cluster_with(tmp_path_factory.mktemp("transactions"), CONFIG) as c:
+        yield c
+
+
+def consume(cluster, topic: str, isolation: str, expected: int, timeout_s: float = 60,
+            settle_s: float = 2.0) -> list:
+    """(key, value) of every record a confluent-kafka consumer with ``isolation`` reads,
+    waiting ``settle_s`` after the ``expected``-th for any more."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": cluster.bootstrap_servers, "group.id": f"g-{topic}-{isolation}",
+        "auto.offset.reset": "earliest", "isolation.level": isolation,
+        "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    settled = None
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append((message.key(), message.value()))
+            if len(got) >= expected:
+                settled = settled or time.monotonic() + settle_s
+                if time.monotonic() > settled:
+                    break
+    finally:
+        consumer.close()
+    return got
+
+
+def test_confluent_kafka_transactions_commit_and_abort_and_read_committed_skips_aborts(
+        cluster):
+    cluster.admin().create_topics([rafka.NewTopic("txn-orders", 3, 3)])
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "transactional.id": "orders-app", "linger.ms": 5})
+    producer.init_transactions(30)
+    committed, aborted = [], []
+    for round_ in range(6):
+        producer.begin_transaction()
+        keys = [f"r{round_}-{i}".encode() for i in range(50)]
+        for key in keys:
+            producer.produce("txn-orders", key=key, value=b"v-" + key)
+        if round_ % 2 == 0:
+            producer.commit_transaction(30)
+            committed += keys
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+            aborted += keys
+    producer.flush(30)
+    read_committed = consume(cluster, "txn-orders", "read_committed", len(committed))
+    assert sorted(k for k, _ in read_committed) == sorted(committed)
+    read_uncommitted = consume(cluster, "txn-orders", "read_uncommitted",
+                               len(committed) + len(aborted))
+    assert sorted(k for k, _ in read_uncommitted) == sorted(committed + aborted)
+
+
+def test_a_new_instance_of_a_transactional_id_fences_the_old_one(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("txn-fenced", 1, 3)])
+    config = {"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": "fenced-app"}
+    old = confluent_kafka.Producer(config)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("txn-fenced", key=b"old", value=b"never committed")
+    old.flush(30)
+    new = confluent_kafka.Producer(config)
+    new.init_transactions(60)            # aborts the old instance's open transaction
+    new.begin_transaction()
+    new.produce("txn-fenced", key=b"new", value=b"committed")
+    new.commit_transaction(30)
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        old.commit_transaction(30)
+    assert raised.value.args[0].fatal() or "fenced" in str(raised.value).lower()
+    assert consume(cluster, "txn-fenced", "read_committed", 1) == [(b"new", b"committed")]
