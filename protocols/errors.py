@@ -144,6 +144,8 @@ GroupSubscribedToTopicError = _error("GroupSubscribedToTopicError", 86,
                                      "GROUP_SUBSCRIBED_TO_TOPIC")
 InvalidRecordError = _error("InvalidRecordError", 87, "INVALID_RECORD")
 ProducerFencedError = _error("ProducerFencedError", 90, "PRODUCER_FENCED")
+UnstableOffsetCommitError = _error("UnstableOffsetCommitError", 88, "UNSTABLE_OFFSET_COMMIT",
+                                   retriable=True)
 InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95, "INVALID_UPDATE_VERSION")
 UnknownTopicIdError = _error("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True)
 TransactionalIdNotFoundError = _error("TransactionalIdNotFoundError", 105,

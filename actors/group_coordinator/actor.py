@@ -51,7 +51,8 @@ class GroupCoordinatorActor:
             max_session_timeout_ms=broker_config["group.max.session.timeout.ms"],
             max_size=broker_config["group.max.size"]))
         self.timer = timer
-        self.partitions = LedPartitions(namespace, OFFSETS_TOPIC, broker_id, self.load_buffer)
+        self.partitions = LedPartitions(namespace, OFFSETS_TOPIC, broker_id, self.load_buffer,
+                                        transactional=True)
         self._replies: dict[int, asyncio.Future] = {}   # request id -> its answer
         self._me = None
 
@@ -83,8 +84,16 @@ class GroupCoordinatorActor:
         error = None
         try:
             replica = await self.partitions.replica(write.partition)
-            result = decode(await replica.produce.remote(
-                encode_batch(write.records), -1, self.commit_timeout_ms))
+            if write.transaction is None:
+                batch, transactional_id = encode_batch(write.records), None
+            else:
+                # The producer's own transactional batch, without sequence numbers (a
+                # coordinator's append; Kafka's AppendOrigin.COORDINATOR).
+                transactional_id, producer_id, epoch = write.transaction
+                batch = encode_batch(write.records, producer_id=producer_id,
+                                     producer_epoch=epoch, transactional=True)
+            result = decode(await replica.produce.remote(batch, -1, self.commit_timeout_ms,
+                                                         transactional_id))
             error = result.error
         except Exception as e:  # the replica moved or died under the request
             error = e
@@ -145,8 +154,22 @@ class GroupCoordinatorActor:
         return await self._serve(self.core.commit_offsets(
             group_id, member_id, generation_id, offsets, wall_ms(), group_instance_id))
 
-    async def fetch_offsets(self, group_id: str, partitions: list | None = None) -> bytes:
-        return encode(self.core.fetch_offsets(group_id, partitions))
+    async def fetch_offsets(self, group_id: str, partitions: list | None = None,
+                            require_stable: bool = False) -> bytes:
+        return encode(self.core.fetch_offsets(group_id, partitions, require_stable))
+
+    async def txn_commit_offsets(self, transactional_id: str, group_id: str,
+                                 producer_id: int, producer_epoch: int, member_id: str,
+                                 generation_id: int, offsets: list,
+                                 group_instance_id: str | None = None) -> bytes:
+        """TxnOffsetCommit (``GroupCoordinator.commit_offsets`` in a transaction)."""
+        return await self._serve(self.core.commit_offsets(
+            group_id, member_id, generation_id, offsets, wall_ms(), group_instance_id,
+            (transactional_id, producer_id, producer_epoch)))
+
+    async def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's marker is written on ``__consumer_offsets``-``partition``."""
+        self.core.complete_txn(partition, producer_id, commit)
 
     # ---- administration --------------------------------------------------------------------
     async def describe_group(self, group_id: str) -> bytes:

@@ -37,7 +37,8 @@ from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvai
                               InvalidCommitOffsetSizeError, InvalidGroupIdError, KafkaError,
                               NonEmptyGroupError, NotCoordinatorError,
                               NotLeaderOrFollowerError, RebalanceInProgressError,
-                              RecordTooLargeError, UnknownMemberIdError)
+                              RecordTooLargeError, UnknownMemberIdError,
+                              UnstableOffsetCommitError)
 from protocols.messages import JoinResponse, OffsetAndMetadata, SyncResponse
 from protocols.records import Record
 from protocols.topics import OFFSETS_TOPIC, TopicPartition
@@ -76,6 +77,10 @@ class Write:
     leader_epoch: int
     records: list[Record]
     then: Callable[[KafkaError | None], "Effects"] = field(repr=False)
+    # A transactional offset commit's (transactional id, producer id, producer epoch): the
+    # records go as that producer's transactional batch, committed or aborted by its
+    # transaction's marker on this partition.
+    transaction: tuple[str, int, int] | None = None
 
 
 @dataclass
@@ -98,6 +103,10 @@ class GroupCoordinator:
         self.group_config = group_config
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        # Offsets committed in transactions not yet ended: producer id -> group -> values
+        # (Kafka's pendingTransactionalOffsetCommits).
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition,
+                                                          OffsetAndMetadata]]] = {}
         # __consumer_offsets partitions led here (partition -> leader epoch), and those of
         # them still being read.
         self.owned: dict[int, int] = {}
@@ -130,10 +139,13 @@ class GroupCoordinator:
         gone = NotCoordinatorError(f"Broker {self.broker_id} no longer coordinates groups in "
                                    f"{OFFSETS_TOPIC}-{partition}")
         effects = Effects()
-        for group_id in [g for g in set(self.groups) | set(self.offsets)
+        with_txn_offsets = {g for groups in self.pending_txn_offsets.values() for g in groups}
+        for group_id in [g for g in set(self.groups) | set(self.offsets) | with_txn_offsets
                          if self.partition_for(g) == partition]:
             self.groups.pop(group_id, None)
             self.offsets.pop(group_id, None)
+            for pending in self.pending_txn_offsets.values():
+                pending.pop(group_id, None)
             self._tick_at.pop(group_id, None)
             self._stored.pop(group_id, None)
         for key in [k for k in self._parked if self.partition_for(k[0]) == partition]:
@@ -150,6 +162,8 @@ class GroupCoordinator:
         self.loading.discard(partition)
         for group_id, stored in replay(records).items():
             self.offsets[group_id] = dict(stored.offsets)
+            for producer_id, values in stored.pending.items():
+                self.pending_txn_offsets.setdefault(producer_id, {})[group_id] = dict(values)
             if stored.metadata is not None:
                 group = Group.from_stored(group_id, stored.metadata, self.group_config, now_ms)
                 self.groups[group_id] = group
@@ -186,13 +200,14 @@ class GroupCoordinator:
 
     # ---- writing, answering, timing ---------------------------------------------------------
     def _write(self, group_id: str, records: list[Record],
-               then: Callable[[KafkaError | None], Effects]) -> Effects:
+               then: Callable[[KafkaError | None], Effects],
+               transaction: tuple[str, int, int] | None = None) -> Effects:
         partition = self.partition_for(group_id)
         epoch = self.owned.get(partition)
         if epoch is None:
             return then(NotCoordinatorError(f"Broker {self.broker_id} is not the "
                                             f"coordinator of group {group_id}"))
-        return Effects(writes=[Write(partition, epoch, records, then)])
+        return Effects(writes=[Write(partition, epoch, records, then, transaction)])
 
     def on_write_done(self, write: Write, error: BaseException | None) -> Effects:
         """A write's outcome (None: appended and replicated). A partition that moved while
@@ -326,10 +341,13 @@ class GroupCoordinator:
     # ---- offsets ---------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, member_id: str, generation_id: int,
                        offsets: list, now_ms: int,
-                       group_instance_id: str | None = None) -> tuple[int, Effects]:
+                       group_instance_id: str | None = None,
+                       transaction: tuple[str, int, int] | None = None) -> tuple[int, Effects]:
         """OffsetCommit: ``offsets`` is ``[(topic, partition, offset, leader_epoch,
         metadata)]``; the answer is one error (or None) for the whole request, given once
-        the commit is in the log."""
+        the commit is in the log. With ``transaction`` (TxnOffsetCommit: transactional id,
+        producer id, epoch) the offsets are written in the producer's transaction and held
+        pending until its marker commits them here (or aborts them)."""
         request = self.new_request()
         try:
             self._check(group_id)
@@ -342,9 +360,12 @@ class GroupCoordinator:
                 # A group not managed here (assign() and admin tools: generation -1) is
                 # created to hold its offsets.
                 group = self.groups[group_id] = Group(group_id, self.group_config)
-            error = group.validate_commit(member_id, generation_id, group_instance_id)
-            if error is not None:
-                raise error
+            # A transactional commit names its member only from KIP-447's clients on.
+            if transaction is None or generation_id >= 0 or member_id \
+                    or group_instance_id is not None:
+                error = group.validate_commit(member_id, generation_id, group_instance_id)
+                if error is not None:
+                    raise error
         except KafkaError as e:
             return self._error(request, e)
         values = {TopicPartition(t, p): OffsetAndMetadata(o, e, m or "", now_ms)
@@ -353,17 +374,41 @@ class GroupCoordinator:
         def then(error: KafkaError | None) -> Effects:
             if error is not None:
                 return Effects(replies=[(request, error)])
-            self.offsets.setdefault(group_id, {}).update(values)
+            if transaction is None:
+                self.offsets.setdefault(group_id, {}).update(values)
+            else:
+                self.pending_txn_offsets.setdefault(transaction[1], {}).setdefault(
+                    group_id, {}).update(values)
             return Effects(replies=[(request, None)]).add(self._schedule_tick(group))
         if not values:
             return request, then(None)
         return request, self._write(group_id, [
             Record(offset_commit_key(group_id, *tp), offset_commit_value(v))
-            for tp, v in values.items()], then)
+            for tp, v in values.items()], then, transaction)
 
-    def fetch_offsets(self, group_id: str, partitions: list | None = None) -> list | KafkaError:
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended on ``__consumer_offsets``-``partition`` (its
+        marker is written there): its pending offsets of the partition's groups become
+        committed, or are dropped (Kafka's handleTxnCompletion)."""
+        pending = self.pending_txn_offsets.get(producer_id, {})
+        for group_id in [g for g in pending if self.partition_for(g) == partition]:
+            values = pending.pop(group_id)
+            if commit:
+                self.offsets.setdefault(group_id, {}).update(values)
+        if not pending:
+            self.pending_txn_offsets.pop(producer_id, None)
+
+    def _pending(self, group_id: str) -> set[TopicPartition]:
+        return {tp for groups in self.pending_txn_offsets.values()
+                for tp in groups.get(group_id, {})}
+
+    def fetch_offsets(self, group_id: str, partitions: list | None = None,
+                      require_stable: bool = False) -> list | KafkaError:
         """OffsetFetch: ``[(topic, partition, offset, leader_epoch, metadata)]``, offset -1
-        where nothing is committed; every committed partition when ``partitions`` is None."""
+        where nothing is committed; every committed partition when ``partitions`` is None.
+        With ``require_stable`` (KIP-447, read_committed consumers) a partition with an
+        offset pending in an open transaction is ``(topic, partition,
+        UnstableOffsetCommitError)``: the consumer asks again once it ends."""
         try:
             self._check(group_id)
         except KafkaError as e:
@@ -371,11 +416,17 @@ class GroupCoordinator:
         committed = self.offsets.get(group_id, {})
         wanted = committed.keys() if partitions is None else \
             [TopicPartition(*tp) for tp in partitions]
-        out = []
+        unstable = self._pending(group_id) if require_stable else set()
+        out: list = []
         for tp in wanted:
             v = committed.get(tp)
-            out.append((tp.topic, tp.partition, -1, -1, "") if v is None else
-                       (tp.topic, tp.partition, v.offset, v.leader_epoch, v.metadata))
+            if tp in unstable:
+                out.append((tp.topic, tp.partition, UnstableOffsetCommitError(
+                    f"Group {group_id} has an offset of {tp} pending in an open "
+                    "transaction")))
+            else:
+                out.append((tp.topic, tp.partition, -1, -1, "") if v is None else
+                           (tp.topic, tp.partition, v.offset, v.leader_epoch, v.metadata))
         return out
 
     # ---- administration --------------------------------------------------------------------

@@ -24,9 +24,12 @@ OFFSET_COMMIT_KEY, GROUP_METADATA_KEY = 1, 2
 
 @dataclass
 class StoredGroup:
-    """A group as loaded from the log: its committed offsets and its last metadata."""
+    """A group as loaded from the log: its committed offsets, its last metadata, and the
+    offsets transactions committed that their markers have not yet settled (producer id
+    -> values)."""
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
     metadata: dict | None = None
+    pending: dict[int, dict[TopicPartition, OffsetAndMetadata]] = field(default_factory=dict)
 
 
 def offset_commit_key(group_id: str, topic: str, partition: int) -> bytes:
@@ -46,21 +49,37 @@ def group_metadata_value(metadata: dict) -> bytes:
     return encode(metadata)
 
 
-def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, StoredGroup]:
-    """Fold ``(key, value)`` records, in offset order, into each group's state."""
+def replay(records: Iterable[tuple]) -> dict[str, StoredGroup]:
+    """Fold records, in offset order, into each group's state: ``(key, value)``, or as
+    ``coordinator_load.read_partition`` gives them with transactions, ``(key, value,
+    producer id, None)`` and markers ``(None, None, producer id, commit)``. A transaction's
+    offsets wait for its marker: COMMIT makes them committed, ABORT drops them."""
     groups: dict[str, StoredGroup] = {}
-    for key, value in records:
+    for record in records:
+        key, value = record[0], record[1]
+        producer_id, marker = (record[2], record[3]) if len(record) > 2 else (-1, None)
+        if marker is not None:
+            for group in groups.values():
+                settled = group.pending.pop(producer_id, None)
+                if settled and marker:
+                    group.offsets.update(settled)
+            continue
         if key is None:
             continue
         kind, group_id, *rest = decode(key)
         group = groups.setdefault(group_id, StoredGroup())
         if kind == OFFSET_COMMIT_KEY:
             tp = TopicPartition(*rest)
-            if value is None:
+            if producer_id >= 0:
+                if value is not None:
+                    group.pending.setdefault(producer_id, {})[tp] = \
+                        OffsetAndMetadata(*decode(value))
+            elif value is None:
                 group.offsets.pop(tp, None)
             else:
                 group.offsets[tp] = OffsetAndMetadata(*decode(value))
         elif kind == GROUP_METADATA_KEY:
             group.metadata = None if value is None else decode(value)
-    # A group with neither offsets nor metadata left was deleted.
-    return {g: s for g, s in groups.items() if s.offsets or s.metadata is not None}
+    # A group with neither offsets nor metadata left (nor a transaction's) was deleted.
+    return {g: s for g, s in groups.items() if s.offsets or s.metadata is not None
+            or s.pending}

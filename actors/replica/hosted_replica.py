@@ -175,12 +175,6 @@ class HostedReplica:
         return self.log.read(offset, max_bytes, max_offset=max_offset)
 
     # ---- client requests -------------------------------------------------------------------
-    async def produce(self, records: bytes, acks: int = -1, timeout_ms: int = 30_000) -> bytes:
-        result = self.produce_result(records, acks, timeout_ms)
-        if isinstance(result, asyncio.Future):
-            result = await result
-        return encode(result)
-
     def produce_result(self, records: bytes, acks: int, timeout_ms: int,
                        verified: dict | None = None
                        ) -> "ProduceResult | asyncio.Future[ProduceResult]":

@@ -27,7 +27,7 @@ from pathlib import Path
 import ray
 
 from actors.gcs import lookup
-from actors.names import broker_name
+from actors.names import broker_name, coordinator_name
 from actors.process import freeze_startup_objects, keep_freed_memory
 from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
                                     ReplicationListener)
@@ -39,10 +39,12 @@ from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfi
 from actors.timer.system_timer import AsyncioTimer
 from actors.txn.verifier import TxnVerifier
 from protocols.errors import KafkaError, KafkaStorageError, NotLeaderOrFollowerError
-from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceResult,
-                                decode_fetch_many_request, decode_produce_many_request,
-                                encode_fetch_many_response, encode_produce_many_response)
-from protocols.topics import TopicPartition
+from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceManyRequest,
+                                ProduceResult, decode_fetch_many_request,
+                                decode_produce_many_request, decode_produce_many_response,
+                                encode_fetch_many_response, encode_produce_many_request,
+                                encode_produce_many_response)
+from protocols.topics import OFFSETS_TOPIC, TopicPartition
 from protocols.wire import decode, encode
 from storage.log_dir_failure import LogDirFailureChannel
 
@@ -364,15 +366,26 @@ class ReplicaHostActor:
         waiting = [r for r in results if isinstance(r, asyncio.Future)]
         if waiting:
             await asyncio.gather(*waiting)
-        return encode([(r.result() if isinstance(r, asyncio.Future) else r).error
-                       for r in results])
+        errors = [(r.result() if isinstance(r, asyncio.Future) else r).error for r in results]
+        # Offsets committed in the transaction are settled by the group coordinator that
+        # leads the partition, on this broker, before the coordinator hears the marker is
+        # written (Kafka's onTransactionCompleted).
+        settled = [(partition, producer_id, commit)
+                   for (topic, partition, producer_id, _, _, commit), error
+                   in zip(markers, errors) if topic == OFFSETS_TOPIC and error is None]
+        if settled:
+            coordinator = await lookup(coordinator_name(self.broker_id), self.namespace)
+            if coordinator is not None:
+                await asyncio.gather(*[coordinator.complete_txn.remote(*s) for s in settled])
+        return encode(errors)
 
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
-                      timeout_ms: int = 30_000) -> bytes:
-        replica = self._replica(topic, partition)
-        if replica is None:
-            return encode(ProduceResult(error=self._absent(topic, partition)))
-        return await replica.produce(records, acks, timeout_ms)
+                      timeout_ms: int = 30_000, transactional_id: str | None = None) -> bytes:
+        """One partition's ``produce_many`` (a coordinator's appends, tests')."""
+        [(_, _, result)] = decode_produce_many_response(await self.produce_many(
+            encode_produce_many_request(ProduceManyRequest(
+                acks, timeout_ms, ((topic, partition, records),), transactional_id))))
+        return encode(result)
 
     async def fetch(self, topic: str, partition: int, request: bytes) -> bytes:
         replica = self._replica(topic, partition)

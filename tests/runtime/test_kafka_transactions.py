@@ -93,3 +93,60 @@ def test_a_new_instance_of_a_transactional_id_fences_the_old_one(cluster):
         old.commit_transaction(30)
     assert raised.value.args[0].fatal() or "fenced" in str(raised.value).lower()
     assert consume(cluster, "txn-fenced", "read_committed", 1) == [(b"new", b"committed")]
+
+
+def test_confluent_kafka_consume_transform_produce_commits_offsets_in_the_transaction(
+        cluster):
+    """Exactly-once's loop (KIP-98, KIP-447): read, write, and commit the read offsets in
+    one transaction. The group's committed offsets move only when the transaction
+    commits; an aborted round leaves them, and its output, as they were."""
+    cluster.admin().create_topics([rafka.NewTopic("etl-in", 1, 3),
+                                   rafka.NewTopic("etl-out", 1, 3)])
+    plain = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(30):
+        plain.produce("etl-in", key=str(i).encode(), value=f"in-{i}".encode())
+    plain.flush(30)
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": cluster.bootstrap_servers, "group.id": "etl",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "isolation.level": "read_committed"})
+    consumer.subscribe(["etl-in"])
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "transactional.id": "etl-app"})
+    producer.init_transactions(30)
+    tp = confluent_kafka.TopicPartition("etl-in", 0)
+
+    def one_round(commit: bool) -> list:
+        batch = []
+        deadline = time.monotonic() + 30
+        while len(batch) < 10 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                batch.append(message)
+        assert len(batch) == 10
+        producer.begin_transaction()
+        for message in batch:
+            producer.produce("etl-out", key=message.key(), value=message.value().upper())
+        producer.send_offsets_to_transaction(
+            [confluent_kafka.TopicPartition("etl-in", 0, batch[-1].offset() + 1)],
+            consumer.consumer_group_metadata(), 30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+        return batch
+
+    def committed_offset() -> int:
+        return consumer.committed([tp], 30)[0].offset
+
+    one_round(True)
+    assert committed_offset() == 10
+    one_round(False)
+    assert committed_offset() == 10          # the aborted round's offsets are dropped
+    consumer.seek(confluent_kafka.TopicPartition("etl-in", 0, 10))
+    one_round(True)
+    assert committed_offset() == 20
+    consumer.close()
+    out = consume(cluster, "etl-out", "read_committed", 20)
+    assert sorted(k for k, _ in out) == sorted(str(i).encode() for i in range(20))
+    assert all(v == f"IN-{int(k)}".encode() for k, v in out)

@@ -2,8 +2,7 @@
 server parses requests by and ``ApiVersions`` answers from.
 
 Only the APIs built here are in it, each at the versions of Kafka's schemas whose fields are
-all honoured. An API not in it (not built yet: transactional offset commits, ACLs, quotas,
-SASL among others) is answered as Kafka answers an unsupported request: the connection is closed
+all honoured. An API not in it (not built yet: ACLs, quotas, SASL among others) is answered as Kafka answers an unsupported request: the connection is closed
 (``protocols.kafka.codec``). Every key here has its handler in ``KafkaApis``' dispatch.
 """
 from __future__ import annotations
@@ -38,10 +37,13 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_FETCH: (1, 9),
     # KIP-496: an admin removes a group's offsets of topics it no longer reads.
     ApiKey.OFFSET_DELETE: (0, 0),
+    # v3+ names the member and generation (KIP-447: fencing by the group's metadata).
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     # ---- transactions (txn_apis) ----
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     # v4+ are the brokers' own (verifyOnly, many transactions): clients send v0-v3.
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     # v5 answers a new producer id and epoch (transaction version 2, not offered).
     ApiKey.END_TXN: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),

@@ -159,26 +159,52 @@ class GroupApis:
                                              "error_code": code} for p in t.partitions]}
             for t in body.topics]})
 
-    async def _group_offsets(self, group_id: str, topics) -> dict:
+    async def txn_offset_commit(self, request: Request):
+        """TxnOffsetCommit: offsets committed in the producer's transaction (held pending
+        by the group coordinator until the transaction's marker settles them)."""
+        body = request.body
+        offsets = [(t.name, p.partition_index, int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "")
+                   for t in body.topics for p in t.partitions]
+        answer = await self._call(
+            "txn_commit_offsets", body.transactional_id, body.group_id, int(body.producer_id),
+            int(body.producer_epoch), getattr(body, "member_id", "") or "",
+            int(getattr(body, "generation_id", -1)), offsets,
+            getattr(body, "group_instance_id", None))
+        code = _code(answer)
+        return build(response_class(request), {"throttle_time": 0, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                             "error_code": code} for p in t.partitions]}
+            for t in body.topics]})
+
+    async def _group_offsets(self, group_id: str, topics, require_stable: bool) -> dict:
         partitions = None if topics is None else [
             (t.name, p) for t in topics for p in (getattr(t, "partition_indexes", None) or ())]
-        answer = await self._call("fetch_offsets", group_id, partitions)
+        answer = await self._call("fetch_offsets", group_id, partitions, require_stable)
         if isinstance(answer, KafkaError):
             return {"group_id": group_id, "error_code": answer.code, "topics": []}
         by_topic: dict[str, list] = {}
-        for topic, partition, offset, epoch, metadata in answer:
-            by_topic.setdefault(topic, []).append({
-                "partition_index": partition, "committed_offset": offset,
-                "committed_leader_epoch": epoch, "metadata": metadata, "error_code": 0})
+        for topic, partition, *found in answer:
+            if len(found) == 1:        # an offset pending in an open transaction
+                entry = {"committed_offset": -1, "committed_leader_epoch": -1,
+                         "metadata": "", "error_code": found[0].code}
+            else:
+                offset, epoch, metadata = found
+                entry = {"committed_offset": offset, "committed_leader_epoch": epoch,
+                         "metadata": metadata, "error_code": 0}
+            by_topic.setdefault(topic, []).append({"partition_index": partition, **entry})
         return {"group_id": group_id, "error_code": 0,
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     async def offset_fetch(self, request: Request):
         body = request.body
+        # v7+: a read_committed consumer asks for stable offsets only (KIP-447).
+        stable = bool(getattr(body, "require_stable", False))
         if request.api_version >= 8:
-            groups = [await self._group_offsets(g.group_id, g.topics) for g in body.groups]
+            groups = [await self._group_offsets(g.group_id, g.topics, stable)
+                      for g in body.groups]
             return build(response_class(request), {"throttle_time": 0, "groups": groups})
-        one = await self._group_offsets(body.group_id, body.topics)
+        one = await self._group_offsets(body.group_id, body.topics, stable)
         return build(response_class(request), {"throttle_time": 0, **one})
 
     async def offset_delete(self, request: Request):

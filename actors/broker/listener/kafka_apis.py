@@ -77,6 +77,7 @@ class KafkaApis:
                 ApiKey.OFFSET_COMMIT: groups.offset_commit,
                 ApiKey.OFFSET_FETCH: groups.offset_fetch,
                 ApiKey.OFFSET_DELETE: groups.offset_delete,
+                ApiKey.TXN_OFFSET_COMMIT: groups.txn_offset_commit,
             })
         if admin is not None:
             reassignments = ReassignmentApis(image, admin.controller_call)
@@ -101,6 +102,7 @@ class KafkaApis:
             self.handlers.update({
                 ApiKey.INIT_PRODUCER_ID: txn.init_producer_id,
                 ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+                ApiKey.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
                 ApiKey.END_TXN: txn.end_txn,
                 ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
                 ApiKey.LIST_TRANSACTIONS: txn.list_transactions,

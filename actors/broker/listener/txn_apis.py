@@ -1,5 +1,6 @@
 """The transaction APIs of the Kafka listener (Kafka's KafkaApis handlers for them):
-InitProducerId, AddPartitionsToTxn, EndTxn, DescribeTransactions and ListTransactions.
+InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions and
+ListTransactions (TxnOffsetCommit goes to the group coordinator: ``group_apis``).
 
 A transactional request goes to this broker's transaction coordinator
 (``actors.txn.actor``), which answers NOT_COORDINATOR for an id it does not coordinate (the
@@ -91,6 +92,17 @@ class TxnApis:
             "throttle_time": 0,
             "results_by_topic_v3_and_below": [{"name": t, "results_by_partition": parts}
                                               for t, parts in by_topic.items()]})
+
+    # ---- AddOffsetsToTxn -------------------------------------------------------------------
+    async def add_offsets_to_txn(self, request: Request):
+        """The group's offsets will be committed in the transaction (TxnOffsetCommit, to
+        the group's coordinator): its ``__consumer_offsets`` partition joins it."""
+        body = request.body
+        answer = await self._call("add_offsets_to_txn", body.transactional_id,
+                                  int(body.producer_id), int(body.producer_epoch),
+                                  body.group_id)
+        return build(response_class(request), {"throttle_time": 0,
+                                               "error_code": _code(answer)})
 
     # ---- EndTxn ----------------------------------------------------------------------------
     async def end_txn(self, request: Request):

@@ -271,3 +271,84 @@ def test_delete_offset_of_non_empty_non_consumer_group():
     answer = shell.replies[shell.call(core.delete_offsets("g", [("u", 0)]))]
     assert isinstance(answer, NonEmptyGroupError)
     assert core.fetch_offsets("g") == [("u", 0, 10, -1, "")]
+
+
+# ---- transactional offset commits (GroupMetadataManagerTest's txn cases, KIP-447) ----------
+
+TXN = ("app", 77, 3)      # transactional id, producer id, producer epoch
+
+
+def txn_commit(shell: Shell, offset: int, group_id: str = "g", txn=TXN) -> int:
+    return shell.call(shell.core.commit_offsets(group_id, "", -1,
+                                                [("t", 0, offset, -1, "")], 0,
+                                                transaction=txn))
+
+
+def test_txn_offsets_are_pending_until_the_marker_commits_them():
+    """testTransactionalCommitOffsetCommitted / ...Aborted: a read_committed consumer's
+    OffsetFetch (require_stable) hears UNSTABLE_OFFSET_COMMIT meanwhile."""
+    core, shell = coordinator()
+    shell.call(core.commit_offsets("g", "", -1, [("t", 0, 5, -1, "")], 0))
+    shell.complete_writes()
+    request = txn_commit(shell, 9)
+    [write] = shell.writes
+    assert write.transaction == TXN
+    shell.complete_writes()
+    assert shell.replies[request] is None
+    assert core.fetch_offsets("g", [("t", 0)]) == [("t", 0, 5, -1, "")]
+    [(_, _, unstable)] = core.fetch_offsets("g", [("t", 0)], require_stable=True)
+    assert unstable.name == "UNSTABLE_OFFSET_COMMIT"
+    core.complete_txn(0, 77, commit=False)                  # aborted: dropped
+    assert core.fetch_offsets("g", [("t", 0)], require_stable=True) == [("t", 0, 5, -1, "")]
+    txn_commit(shell, 11)
+    shell.complete_writes()
+    core.complete_txn(0, 77, commit=True)                   # committed: the group's offset
+    assert core.fetch_offsets("g", [("t", 0)], require_stable=True) == [("t", 0, 11, -1, "")]
+    assert core.pending_txn_offsets == {}
+
+
+def test_a_failed_txn_offset_write_leaves_nothing_pending():
+    core, shell = coordinator()
+    request = txn_commit(shell, 9)
+    shell.complete_writes(NotLeaderOrFollowerError("moved"))
+    assert isinstance(shell.replies[request], NotCoordinatorError)
+    assert core.pending_txn_offsets == {}
+
+
+def test_txn_offset_commit_of_a_member_is_fenced_by_its_generation():
+    """KIP-447: a TxnOffsetCommit naming a member and generation is checked like an
+    OffsetCommit (a zombie of an older generation is ILLEGAL_GENERATION)."""
+    core, shell = coordinator()
+    member = stable_member(shell)
+    generation = core.groups["g"].generation_id
+    request = shell.call(core.commit_offsets("g", member, generation + 1,
+                                             [("t", 0, 1, -1, "")], 0, transaction=TXN))
+    assert isinstance(shell.replies[request], IllegalGenerationError)
+    assert shell.writes == [] and core.pending_txn_offsets == {}
+    request = shell.call(core.commit_offsets("g", member, generation,
+                                             [("t", 0, 1, -1, "")], 0, transaction=TXN))
+    shell.complete_writes()
+    assert shell.replies[request] is None and 77 in core.pending_txn_offsets
+
+
+def test_a_new_coordinator_loads_pending_and_settled_txn_offsets():
+    """What the old coordinator wrote, read back with the transactions' markers
+    (coordinator_load's transactional records): committed ones are offsets, aborted ones
+    are gone, open ones are pending."""
+    from protocols.wire import decode
+    core, shell = coordinator()
+    txn_commit(shell, 9, txn=("a", 70, 0))
+    txn_commit(shell, 12, txn=("b", 71, 0))
+    txn_commit(shell, 15, group_id="h", txn=("c", 72, 0))
+    written = shell.writes
+    shell.complete_writes()
+    records = [(r.key, r.value, w.transaction[1], None) for w in written for r in w.records]
+    records += [(None, None, 70, True), (None, None, 71, False)]   # 72's is still open
+    fresh = GroupCoordinator(2, 1, GroupConfig())
+    fresh.on_election(0, 6)
+    fresh.on_loaded(0, 6, records, now_ms=0)
+    assert fresh.fetch_offsets("g", [("t", 0)]) == [("t", 0, 9, -1, "")]
+    assert list(fresh.pending_txn_offsets) == [72]
+    fresh.complete_txn(0, 72, commit=True)
+    assert fresh.fetch_offsets("h", [("t", 0)]) == [("t", 0, 15, -1, "")]
+    assert decode(records[0][0])[1] == "g"
