@@ -114,7 +114,7 @@ class BrokerActor:
                              lambda b: endpoint_of(self.state.image, b)),
             admin=admin,
             txn=TxnApis(lambda: self.state.image, self._txn_coordinator,
-                        admin.controller_call),
+                        admin.controller_call, self.replica_manager.host_of),
             # Wire consumers' fetch sessions (KIP-227), one cache per broker as in Kafka.
             fetch_sessions=FetchSessionCache(b["max.incremental.fetch.session.cache.slots"],
                                              wall_ms))

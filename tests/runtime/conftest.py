@@ -17,7 +17,9 @@ FAST = {"broker.session.timeout.ms": 6000, "broker.heartbeat.interval.ms": 500,
         # Consumer groups: a small __consumer_offsets (quick to create and load) and a
         # short first-rebalance delay.
         "offsets.topic.num.partitions": 3, "offsets.topic.replication.factor": 2,
-        "group.initial.rebalance.delay.ms": 500}
+        "group.initial.rebalance.delay.ms": 500,
+        # Transactions: a small __transaction_state likewise.
+        "transaction.state.log.num.partitions": 3}
 
 
 @contextmanager

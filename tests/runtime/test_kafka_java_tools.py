@@ -184,3 +184,52 @@ def test_kafka_producer_perf_test_writes_every_record(cluster, kafka):
     ends = consumer.end_offsets([("perf-j", 0), ("perf-j", 1)])
     consumer.close()
     assert sum(ends.values()) == 20000
+
+
+def test_java_transactions_read_committed_console_consumer_and_kafka_transactions(
+        cluster, kafka):
+    """kafka-producer-perf-test with a transactional id (Kafka's Java transactional
+    producer, a commit every 100 ms), kafka-console-consumer --isolation-level
+    read_committed reading every record, and kafka-transactions listing and describing the
+    producer's transactional id."""
+    cluster.admin().create_topics([rafka.NewTopic("txn-j", 2, 3)])
+    out = kafka.run("ProducerPerformance", "--topic", "txn-j", "--num-records", "5000",
+                    "--record-size", "100", "--throughput", "-1", "--transactional-id",
+                    "perf-txn", "--transaction-duration-ms", "100", "--producer-props",
+                    f"bootstrap.servers={cluster.bootstrap_servers}", "acks=all").stdout
+    assert re.search(r"^5000 records sent, [\d.]+ records/sec", out, re.M), out
+    read = kafka.tool("consumer.ConsoleConsumer", "--topic", "txn-j", "--from-beginning",
+                      "--max-messages", "5000", "--isolation-level", "read_committed",
+                      "--timeout-ms", "60000").stdout
+    assert len([line for line in read.splitlines() if len(line) == 100]) == 5000
+    listed = kafka.tool("TransactionsCommand", "list").stdout
+    assert re.search(r"^perf-txn\s+\d+\s+\d+\s+CompleteCommit\s*$", listed, re.M), listed
+    described = kafka.tool("TransactionsCommand", "describe", "--transactional-id",
+                           "perf-txn").stdout
+    assert re.search(r"\bperf-txn\s+\d+\s+\d+\s+CompleteCommit\b", described), described
+
+
+def test_kafka_transactions_aborts_a_hanging_transaction(cluster, kafka):
+    """kafka-transactions.sh abort: a transaction left open (its producer gone quiet, a
+    long transaction.timeout.ms) holds read_committed consumers at its first offset; the
+    tool finds its producer with DescribeProducers and writes the ABORT marker through
+    the partition's leader (WriteTxnMarkers), and the last stable offset moves on."""
+    import confluent_kafka
+    cluster.admin().create_topics([rafka.NewTopic("hang-j", 1, 3)])
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                         "transactional.id": "hanging",
+                                         "transaction.timeout.ms": 900_000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("hang-j", key=b"k", value=b"left open")
+    producer.flush(30)
+    consumer = rafka.Consumer(cluster, {"isolation.level": "read_committed"})
+    try:
+        assert consumer.end_offsets([("hang-j", 0)]) == {("hang-j", 0): 0}
+        kafka.tool("TransactionsCommand", "abort", "--topic", "hang-j", "--partition", "0",
+                   "--start-offset", "0")
+        wait_until(lambda: consumer.end_offsets([("hang-j", 0)]) == {("hang-j", 0): 2}, 30,
+                   "the last stable offset past the abort")
+    finally:
+        consumer.close()
+        producer.abort_transaction(30)   # the producer's own abort after the tool's

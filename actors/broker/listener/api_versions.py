@@ -46,6 +46,8 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     # v5 answers a new producer id and epoch (transaction version 2, not offered).
     ApiKey.END_TXN: (0, 4),
+    # Kafka 4 serves v1+; kafka-transactions.sh abort sends it to a partition's leader.
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     # v1 filters by how long a transaction has been open (KIP-994).
     ApiKey.LIST_TRANSACTIONS: (0, 1),

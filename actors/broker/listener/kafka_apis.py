@@ -104,6 +104,7 @@ class KafkaApis:
                 ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
                 ApiKey.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
                 ApiKey.END_TXN: txn.end_txn,
+                ApiKey.WRITE_TXN_MARKERS: txn.write_txn_markers,
                 ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
                 ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
             })

@@ -14,10 +14,14 @@ import logging
 from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.listener.group_apis import call_coordinator
-from protocols.errors import KafkaError, OperationNotAttemptedError, UnknownTopicOrPartitionError
+from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OperationNotAttemptedError,
+                              UnknownTopicOrPartitionError)
 from protocols.kafka.codec import Request, build, response_class
+from protocols.wire import decode
 
 log = logging.getLogger(__name__)
+# Kafka's leader writes markers with acks=all within request.timeout.ms.
+MARKER_TIMEOUT_MS = 30_000
 
 
 def _code(error: KafkaError | None) -> int:
@@ -32,8 +36,10 @@ def _ms(value: Any) -> int:
 class TxnApis:
     def __init__(self, image: Callable[[], Mapping[str, Any]],
                  coordinator: Callable[[], Awaitable[Any]],
-                 controller_call: Callable[..., Awaitable[Any]]):
+                 controller_call: Callable[..., Awaitable[Any]],
+                 host_of: Callable[[str, int], Any] = lambda topic, partition: None):
         self.image = image
+        self.host_of = host_of                    # the replica host of a partition here
         self.coordinator = coordinator            # this broker's TransactionCoordinatorActor
         self.controller_call = controller_call    # AdminApis.controller_call
 
@@ -112,6 +118,45 @@ class TxnApis:
         return build(response_class(request), {"throttle_time": 0, "error_code": _code(answer),
                                                "producer_id": int(body.producer_id),
                                                "producer_epoch": int(body.producer_epoch)})
+
+    # ---- WriteTxnMarkers -------------------------------------------------------------------
+    async def write_txn_markers(self, request: Request):
+        """Markers written by this broker's leaders: what a transaction coordinator asks
+        (rafka's own go between actors), and what ``kafka-transactions.sh abort`` sends to
+        end a hanging transaction. Each answered per partition, once in its ISR."""
+        markers = request.body.markers
+        topics = self.image().get("topics", {})
+        results: dict[tuple[int, str, int], KafkaError | None] = {}
+        by_host: dict[int, tuple[Any, list]] = {}
+        for m in markers:
+            for t in m.topics:
+                for partition in t.partition_indexes:
+                    key = (int(m.producer_id), t.name, int(partition))
+                    host = self.host_of(t.name, int(partition))
+                    if int(partition) not in topics.get(t.name, {}):
+                        results[key] = UnknownTopicOrPartitionError(
+                            f"Partition {t.name}-{partition} does not exist")
+                    elif host is None:
+                        results[key] = NotLeaderOrFollowerError(
+                            f"This broker has no replica of {t.name}-{partition}")
+                    else:
+                        by_host.setdefault(id(host), (host, []))[1].append((key, (
+                            t.name, int(partition), int(m.producer_id),
+                            int(m.producer_epoch), int(m.coordinator_epoch),
+                            bool(m.transaction_result))))
+        for host, entries in by_host.values():
+            try:
+                errors = decode(await host.write_txn_markers_many.remote(
+                    [marker for _, marker in entries], MARKER_TIMEOUT_MS))
+            except Exception as e:   # the host died under the request
+                errors = [NotLeaderOrFollowerError(repr(e))] * len(entries)
+            results.update((key, error) for (key, _), error in zip(entries, errors))
+        return build(response_class(request), {"markers": [
+            {"producer_id": int(m.producer_id), "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": int(p),
+                     "error_code": _code(results[(int(m.producer_id), t.name, int(p))])}
+                    for p in t.partition_indexes]} for t in m.topics]} for m in markers]})
 
     # ---- administration --------------------------------------------------------------------
     async def describe_transactions(self, request: Request):
