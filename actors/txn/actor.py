@@ -65,6 +65,9 @@ class TransactionCoordinatorActor:
         self.partitions = LedPartitions(namespace, TRANSACTION_STATE_TOPIC, broker_id,
                                         b["transaction.state.log.load.buffer.size"])
         self._replies: dict[int, asyncio.Future] = {}   # request id -> its answer
+        # Data partitions' leader replicas, as markers last found them.
+        self._leaders: dict[TopicPartition, Any] = {}
+        self._broker_handle = None
         self._refill: asyncio.Task | None = None
         self._scheduled: asyncio.Task | None = None
         self._stopping = False
@@ -80,6 +83,10 @@ class TransactionCoordinatorActor:
             loop.create_task(self._write(write))
         for send in effects.markers:
             loop.create_task(self._send_markers(send))
+        for transactional_id, request, deadline in effects.waits:
+            loop.call_later(max(0.0, (deadline - wall_ms()) / 1000), lambda t=transactional_id,
+                            r=request: self._perform(self.core.completion_wait_over(
+                                t, r, wall_ms())))
 
     async def _serve(self, call: tuple[int, Effects]) -> bytes:
         """A request's answer: its reply among the effects, or once its write is done."""
@@ -116,6 +123,7 @@ class TransactionCoordinatorActor:
             leaders = [NotLeaderOrFollowerError(f"Could not read the metadata: {e!r}")] \
                 * len(partitions)
         by_host: dict[str, tuple[Any, list[TopicPartition]]] = {}
+        located = []
         for tp, leader in zip(partitions, leaders):
             if isinstance(leader, KafkaError):
                 results[tp] = leader
@@ -124,12 +132,14 @@ class TransactionCoordinatorActor:
             elif leader < 0:
                 results[tp] = NotLeaderOrFollowerError(f"{tp} has no leader")
             else:
-                try:
-                    handle = await locate_replica_async(self.namespace, tp.topic, tp.partition,
-                                                        leader)
-                except KafkaError as e:
-                    results[tp] = e
-                    continue
+                located.append((tp, leader))
+        handles = await asyncio.gather(*[self._leader(tp, leader) for tp, leader in located],
+                                       return_exceptions=True)
+        for (tp, _), handle in zip(located, handles):
+            if isinstance(handle, BaseException):
+                results[tp] = handle if isinstance(handle, KafkaError) \
+                    else NotLeaderOrFollowerError(repr(handle))
+            else:
                 by_host.setdefault(handle.host_id, (handle.host, []))[1].append(tp)
 
         async def write(host: Any, tps: list[TopicPartition]) -> None:
@@ -141,11 +151,26 @@ class TransactionCoordinatorActor:
             except Exception as e:   # the host died under the request: retried
                 errors = [NotLeaderOrFollowerError(f"{e!r}")] * len(tps)
             results.update(zip(tps, errors))
+            for tp, error in zip(tps, errors):
+                if error is not None:        # located afresh for the retry
+                    self._leaders.pop(tp, None)
         await asyncio.gather(*[write(host, tps) for host, tps in by_host.values()])
         self._perform(self.core.on_markers_done(send, results, wall_ms()))
 
+    async def _leader(self, tp: TopicPartition, leader: int):
+        """The leader replica's handle (its host), kept while that broker leads it."""
+        cached = self._leaders.get(tp)
+        if cached is not None and cached.broker_id == leader:
+            return cached
+        handle = self._leaders[tp] = await locate_replica_async(
+            self.namespace, tp.topic, tp.partition, leader)
+        return handle
+
     def _broker(self):
-        return ray.get_actor(broker_name(self.broker_id), namespace=self.namespace)
+        if self._broker_handle is None:
+            self._broker_handle = ray.get_actor(broker_name(self.broker_id),
+                                                namespace=self.namespace)
+        return self._broker_handle
 
     async def _producer_ids(self) -> None:
         """A block of producer ids from the controller, through this broker."""
@@ -163,13 +188,15 @@ class TransactionCoordinatorActor:
     # ---- partition ownership (from the broker) ---------------------------------------------
     async def on_election(self, partition: int, coordinator_epoch: int) -> None:
         self._schedule_periodic_work()
-        if self.core.on_election(partition, coordinator_epoch):
+        effects, load = self.core.on_election(partition, coordinator_epoch)
+        if load:
             self.partitions.load(partition, coordinator_epoch, lambda records: self._perform(
                 self.core.on_loaded(partition, coordinator_epoch, records, wall_ms())))
+        self._perform(effects)
 
     async def on_resignation(self, partition: int, coordinator_epoch: int | None = None) -> None:
         self.partitions.forget(partition)
-        self.core.on_resignation(partition, coordinator_epoch)
+        self._perform(self.core.on_resignation(partition, coordinator_epoch))
 
     async def wait_loaded(self, partition: int) -> bool:
         await self.partitions.wait_loaded(partition)

@@ -62,6 +62,8 @@ class TxnConfig:
     transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     offsets_partitions: int = 50                       # offsets.topic.num.partitions
     retry_backoff_ms: int = 100                        # between rounds of markers
+    # How long AddPartitionsToTxn may wait for the last transaction's completion.
+    completion_wait_ms: int = 1000
 
 
 class InitProducerIdResult(NamedTuple):
@@ -120,11 +122,14 @@ class Effects:
     replies: list[tuple[int, Any]] = field(default_factory=list)
     writes: list[TxnWrite] = field(default_factory=list)
     markers: list[MarkerSend] = field(default_factory=list)
+    # (transactional id, request, deadline ms): call completion_wait_over then.
+    waits: list[tuple[str, int, int]] = field(default_factory=list)
 
     def add(self, other: "Effects") -> "Effects":
         self.replies += other.replies
         self.writes += other.writes
         self.markers += other.markers
+        self.waits += other.waits
         return self
 
 
@@ -186,6 +191,8 @@ class TransactionCoordinator:
         self.producer_ids: deque[int] = deque()
         # Transactions whose markers are being written: the completion to write after them.
         self._completing: dict[str, TxnTransitMetadata] = {}
+        # Requests waiting for a transaction's completion: id -> request -> how to serve it.
+        self._awaiting_completion: dict[str, dict[int, Callable[[int], Effects]]] = {}
         self._ids = itertools.count(1)
 
     def new_request(self) -> int:
@@ -212,28 +219,32 @@ class TransactionCoordinator:
     def owns(self, partition: int) -> bool:
         return partition in self.owned
 
-    def on_election(self, partition: int, coordinator_epoch: int) -> bool:
-        """This broker now leads the partition: whether to load it."""
+    def on_election(self, partition: int, coordinator_epoch: int) -> tuple[Effects, bool]:
+        """This broker now leads the partition: (effects, whether to load it)."""
         if self.owned.get(partition) == coordinator_epoch:
-            return False
-        self.on_resignation(partition)
+            return Effects(), False
+        effects = self.on_resignation(partition)
         self.owned[partition] = coordinator_epoch
         self.loading.add(partition)
-        return True
+        return effects, True
 
-    def on_resignation(self, partition: int, coordinator_epoch: int | None = None) -> None:
+    def on_resignation(self, partition: int, coordinator_epoch: int | None = None) -> Effects:
         """The partition moved away: its transactions go (a write or marker in flight for
-        them then finds the partition gone and is dropped). A resignation for an older
-        epoch than the one led is stale and ignored."""
+        them then finds the partition gone and is dropped; a request waiting hears
+        NOT_COORDINATOR). A resignation for an older epoch than the one led is stale and
+        ignored."""
         current = self.owned.get(partition)
         if coordinator_epoch is not None and current is not None \
                 and coordinator_epoch < current:
-            return
+            return Effects()
         self.owned.pop(partition, None)
         self.loading.discard(partition)
+        effects = Effects()
         for transactional_id in [t for t in self.txns if self.partition_for(t) == partition]:
             del self.txns[transactional_id]
             self._completing.pop(transactional_id, None)
+            effects.add(self._release_waiting(transactional_id, 0))
+        return effects
 
     def on_loaded(self, partition: int, coordinator_epoch: int,
                   records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> Effects:
@@ -386,26 +397,61 @@ class TransactionCoordinator:
                               producer_epoch: int, partitions: Iterable[TopicPartition],
                               now_ms: int) -> tuple[int, Effects]:
         """The producer is about to write to ``partitions`` in its transaction: they join
-        it (the answer is None, or the one error for all of them)."""
+        it (the answer is None, or the one error for all of them).
+
+        The producer's next transaction usually asks while its last one's markers are still
+        being written. Kafka answers CONCURRENT_TRANSACTIONS and the client retries after
+        its backoff (librdkafka's grows to a second); here the request waits for the
+        completion instead, up to ``completion_wait_ms`` (``Effects.waits``: the shell calls
+        ``completion_wait_over`` then), and is served as it would have been on retry."""
         request = self.new_request()
-        reply = self._reply_to(request)
         partitions = frozenset(TopicPartition(*tp) for tp in partitions)
+        return request, self._add_partitions(request, transactional_id, producer_id,
+                                             producer_epoch, partitions, now_ms, True)
+
+    def _add_partitions(self, request: int, transactional_id: str, producer_id: int,
+                        producer_epoch: int, partitions: frozenset, now_ms: int,
+                        may_wait: bool) -> Effects:
+        reply = self._reply_to(request)
         if not transactional_id:
-            return request, reply(InvalidRequestError(
-                "The transactional id must not be empty"))
+            return reply(InvalidRequestError("The transactional id must not be empty"))
         try:
             metadata = self._producer_state(transactional_id, producer_id, producer_epoch)
+            if may_wait and transactional_id in self._completing \
+                    and metadata.pending_state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                self._awaiting_completion.setdefault(transactional_id, {})[request] = \
+                    lambda now: self._add_partitions(request, transactional_id, producer_id,
+                                                     producer_epoch, partitions, now, False)
+                return Effects(waits=[(transactional_id, request,
+                                       now_ms + self.config.completion_wait_ms)])
             if metadata.pending_state is not None \
                     or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(
                     f"Transactional id {transactional_id} is completing a transaction; retry")
         except KafkaError as e:
-            return request, reply(e)
+            return reply(e)
         if metadata.state is S.ONGOING and partitions <= metadata.topic_partitions:
-            return request, reply(None)
+            return reply(None)
         transit = metadata.prepare_add_partitions(partitions, now_ms)
-        return request, self._write(metadata, transit, now_ms,
-                                    lambda error, _now: reply(error))
+        return self._write(metadata, transit, now_ms, lambda error, _now: reply(error))
+
+    def completion_wait_over(self, transactional_id: str, request: int,
+                             now_ms: int) -> Effects:
+        """A request waiting for a transaction's completion waited long enough: served as
+        things are (CONCURRENT_TRANSACTIONS if still completing)."""
+        waiting = self._awaiting_completion.get(transactional_id, {})
+        serve = waiting.pop(request, None)
+        if not waiting:
+            self._awaiting_completion.pop(transactional_id, None)
+        return Effects() if serve is None else serve(now_ms)
+
+    def _release_waiting(self, transactional_id: str, now_ms: int) -> Effects:
+        """The transaction completed (or left this coordinator): the requests waiting for it
+        are served now."""
+        effects = Effects()
+        for serve in self._awaiting_completion.pop(transactional_id, {}).values():
+            effects.add(serve(now_ms))
+        return effects
 
     def add_offsets_to_txn(self, transactional_id: str, producer_id: int,
                            producer_epoch: int, group_id: str, now_ms: int
@@ -554,7 +600,7 @@ class TransactionCoordinator:
                     or self.txns.get(transactional_id) is not metadata:
                 # Done, or another coordinator finishes it (from the log's PrepareX).
                 self._completing.pop(transactional_id, None)
-                return Effects()
+                return self._release_waiting(transactional_id, now)
             # The partition could not take the record: try again (Kafka retries while its
             # coordinator leads the partition); a refused write left nothing pending.
             again = complete if metadata.pending_state is not None \
@@ -583,7 +629,7 @@ class TransactionCoordinator:
             elif isinstance(outcome, _ABANDON_MARKERS):
                 # The producer or the coordinator was fenced at the partition: a newer
                 # coordinator (or epoch) finishes this transaction.
-                return Effects()
+                return self._release_waiting(send.transactional_id, now_ms)
             else:
                 retry.add(TopicPartition(*tp))
         if retry:

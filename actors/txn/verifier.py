@@ -22,12 +22,17 @@ from protocols.records import transactional_producers
 from protocols.topics import TRANSACTION_KEY_TYPE, TopicPartition
 from protocols.wire import decode
 
+MAX_CACHED_IDS = 10_000
+
 
 class TxnVerifier:
     def __init__(self, namespace: str, broker_id: int):
         self.namespace = namespace
         self.broker_id = broker_id
         self._coordinators: dict[int, Any] = {}   # broker id -> its txn coordinator
+        self._broker: Any = None                  # this host's broker
+        # Transactional id -> its coordinator, as last found (oldest dropped first).
+        self._by_id: dict[str, Any] = {}
 
     async def verify(self, req: ProduceManyRequest, replicas: dict) -> list:
         """Per partition of the request, in order: None (no transactional records), the
@@ -79,16 +84,29 @@ class TxnVerifier:
                 transactional_id, producer_id, epoch, partitions))
             errors = [error for _, _, error in answer]
             if any(isinstance(e, NotCoordinatorError) for e in errors):
-                self._coordinators.clear()  # the id moved: found afresh next time
+                self._by_id.pop(transactional_id, None)   # the id moved: found afresh
             return errors
         except Exception as e:
             self._coordinators.clear()     # found afresh next time
+            self._by_id.clear()
+            self._broker = None
             error = e if isinstance(e, KafkaError) else CoordinatorNotAvailableError(
                 f"The transaction coordinator of {transactional_id} did not answer: {e!r}")
             return [error] * len(partitions)
 
     async def _coordinator(self, transactional_id: str) -> Any:
-        broker = await lookup(broker_name(self.broker_id), self.namespace)
+        handle = self._by_id.get(transactional_id)
+        if handle is None:
+            handle = await self._find(transactional_id)
+            if len(self._by_id) >= MAX_CACHED_IDS:
+                self._by_id.pop(next(iter(self._by_id)))
+            self._by_id[transactional_id] = handle
+        return handle
+
+    async def _find(self, transactional_id: str) -> Any:
+        broker = self._broker
+        if broker is None:
+            broker = self._broker = await lookup(broker_name(self.broker_id), self.namespace)
         if broker is None:
             raise CoordinatorNotAvailableError(f"Broker {self.broker_id} is not running")
         answer = decode(await broker.find_coordinator.remote(transactional_id,

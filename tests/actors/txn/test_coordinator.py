@@ -41,11 +41,12 @@ class Driver:
         self.core.add_producer_ids(PID, 100)
         self.replies: dict[int, object] = {}
         self.markers: list[MarkerSend] = []
+        self.waits: list[tuple] = []
         self.written: list[TxnWrite] = []
         self.write_errors: list[BaseException | None] = []   # next writes' outcomes
         self.now = NOW
         if loaded:
-            assert self.core.on_election(PARTITION, COORD_EPOCH)
+            assert self.core.on_election(PARTITION, COORD_EPOCH)[1]
             self.perform(self.core.on_loaded(PARTITION, COORD_EPOCH, [], NOW))
 
     def put(self, metadata: TransactionMetadata) -> TransactionMetadata:
@@ -56,6 +57,7 @@ class Driver:
         for request, answer in effects.replies:
             self.replies[request] = answer
         self.markers += effects.markers
+        self.waits += effects.waits
         for write in effects.writes:
             self.written.append(write)
             error = self.write_errors.pop(0) if self.write_errors else None
@@ -397,7 +399,6 @@ def test_a_transaction_from_start_to_end(commit):
             send.partitions) == (PID, 0, commit, COORD_EPOCH, frozenset({TP1, TP2}))
     # A retry of the EndTxn while the markers are out.
     assert isinstance(d.end(commit, epoch=0), ConcurrentTransactionsError)
-    assert isinstance(d.add([TP1], epoch=0), ConcurrentTransactionsError)
     # One partition's marker lands, the other's leader moved: only that one is sent again.
     d.markers = []
     d.perform(d.core.on_markers_done(send, {TP1: None, TP2: NotLeaderOrFollowerError()},
@@ -412,6 +413,32 @@ def test_a_transaction_from_start_to_end(commit):
     assert d.end(commit, epoch=0) is None          # a retry after completion
     assert d.add([TP1], epoch=0) is None           # and the next transaction
     assert d.core.txns[TXN].state is S.ONGOING
+
+
+def test_the_next_transactions_add_partitions_waits_for_the_last_ones_completion():
+    """Where Kafka answers CONCURRENT_TRANSACTIONS (and the client backs off), the request
+    waits for the markers and the completion, then is served; past completion_wait_ms it
+    gets Kafka's answer; a coordinator that resigns meanwhile answers NOT_COORDINATOR."""
+    d = Driver()
+    d.init()
+    d.add([TP1], epoch=0)
+    d.end(True, epoch=0)
+    request, effects = d.core.add_partitions_to_txn(TXN, PID, 0, [TP2], d.now)
+    d.perform(effects)
+    assert request not in d.replies and d.waits == [(TXN, request, d.now + 1000)]
+    d.deliver_markers()                            # CompleteCommit written: served
+    assert d.replies[request] is None
+    assert (d.core.txns[TXN].state, d.core.txns[TXN].topic_partitions) == (S.ONGOING, {TP2})
+    d.end(False, epoch=0)
+    request, effects = d.core.add_partitions_to_txn(TXN, PID, 0, [TP1], d.now)
+    d.perform(effects)
+    d.perform(d.core.completion_wait_over(TXN, request, d.now + 1000))
+    assert isinstance(d.replies[request], ConcurrentTransactionsError)
+    request, effects = d.core.add_partitions_to_txn(TXN, PID, 0, [TP1], d.now)
+    d.perform(effects)
+    d.perform(d.core.on_resignation(PARTITION))
+    assert isinstance(d.replies[request], NotCoordinatorError)
+    assert d.core.completion_wait_over(TXN, request, d.now) == Effects()
 
 
 def test_end_txn_with_no_partitions_completes_at_once():
@@ -460,7 +487,7 @@ def test_end_txn_write_lost_to_a_new_coordinator_epoch_answers_not_coordinator()
     d.put(txn_metadata(S.ONGOING, partitions=[TP1]))
     request, effects = d.core.end_txn(TXN, PID, EPOCH, True, NOW)
     [write] = effects.writes
-    assert d.core.on_election(PARTITION, COORD_EPOCH + 1)
+    assert d.core.on_election(PARTITION, COORD_EPOCH + 1)[1]
     answer = d.core.on_write_done(write, None, NOW).replies
     assert [(r, type(a)) for r, a in answer] == [(request, NotCoordinatorError)]
 
@@ -479,7 +506,7 @@ def test_a_new_coordinator_loads_and_finishes_a_prepared_commit():
     old.add([TP1, TP2], epoch=0)
     old.end(True, epoch=0)            # the old coordinator dies before any marker
     new = Driver(loaded=False)
-    assert new.core.on_election(PARTITION, COORD_EPOCH + 1)
+    assert new.core.on_election(PARTITION, COORD_EPOCH + 1)[1]
     assert isinstance(new.init(), CoordinatorLoadInProgressError)
     new.perform(new.core.on_loaded(PARTITION, COORD_EPOCH + 1, records_of(old), NOW))
     [send] = new.markers
