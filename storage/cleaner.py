@@ -62,6 +62,35 @@ class CleanableRange:
         return self.dirty_bytes / total if total else 0.0
 
 
+class AbortedTransactions:
+    """Which data batches belong to aborted transactions, met in offset order (Kafka's
+    CleanedTransactionMetadata): from the aborted transactions every segment's
+    ``.txnindex`` lists (an entry sits in its marker's segment, which may come after the
+    transaction's data). A compaction neither counts their keys as the latest nor keeps
+    their records; the markers stay."""
+
+    def __init__(self, log_: Log):
+        self._pending = sorted((t.first_offset, t.producer_id, t.last_offset)
+                               for seg in log_.segments
+                               for t in seg.txn_index.all_aborted_txns())
+        self._next = 0
+        self._open: dict[int, int] = {}   # producer id -> its aborted transaction's marker
+
+    def contains(self, batch: RecordBatch) -> bool:
+        while self._next < len(self._pending) \
+                and self._pending[self._next][0] <= batch.base_offset:
+            _, producer_id, marker = self._pending[self._next]
+            self._open[producer_id] = marker
+            self._next += 1
+        marker = self._open.get(batch.producer_id)
+        if marker is None:
+            return False
+        if batch.base_offset >= marker:
+            del self._open[batch.producer_id]   # the marker itself, or past it
+            return False
+        return batch.is_transactional and not batch.is_control
+
+
 def cleanable_range(log_: Log, first_dirty_offset: int | None,
                     now_ms: int) -> CleanableRange:
     segments = log_.segments
@@ -69,6 +98,10 @@ def cleanable_range(log_: Log, first_dirty_offset: int | None,
     if first_dirty < log_.log_start_offset or first_dirty > log_.log_end_offset:
         first_dirty = log_.log_start_offset  # the log moved under the checkpoint
     uncleanable = min(log_.active_segment.base_offset, log_.high_watermark)
+    # Nothing from an open transaction's first offset on: its records may yet be aborted
+    # (Kafka's firstUnstableOffset bound).
+    if log_.first_unstable_offset is not None:
+        uncleanable = min(uncleanable, log_.first_unstable_offset)
     lag = log_.config.min_compaction_lag_ms
     if lag > 0:
         for seg in segments:
@@ -149,6 +182,7 @@ class Cleaner:
         offset_map: dict[bytes, int] = {}
         segments = log_.segments
         end = r.first_dirty_offset
+        aborted = AbortedTransactions(log_)
         for i, seg in enumerate(segments):
             nxt = segments[i + 1].base_offset if i + 1 < len(segments) else log_.log_end_offset
             if nxt <= r.first_dirty_offset:
@@ -158,7 +192,7 @@ class Cleaner:
             if offset_map and len(offset_map) >= self.max_map_entries:
                 break
             for _, batch in seg.log.batches():
-                if batch.is_control:
+                if aborted.contains(batch) or batch.is_control:
                     continue
                 for record in batch.records():
                     if record.offset >= r.first_dirty_offset and record.key is not None:
@@ -202,14 +236,20 @@ class Cleaner:
                 # Offsets stay, and markers are kept: the aborted transactions stay indexed.
                 for txn in seg.txn_index.all_aborted_txns():
                     cleaned.txn_index.append(txn)
+            aborted = AbortedTransactions(log_)
             for seg_index, seg in enumerate(group):
                 drop_tombstones = seg.largest_timestamp <= horizon
                 batches = list(seg.log.batches())
                 for b_index, (_, batch) in enumerate(batches):
                     is_last = seg_index == len(group) - 1 and b_index == len(batches) - 1
                     stats.bytes_read += batch.size_in_bytes
-                    data = self._filter_batch(batch, offset_map, first_dirty, drop_tombstones,
-                                              is_last, stats)
+                    if aborted.contains(batch):
+                        # An aborted transaction's records go (the last batch of the group
+                        # stays whole: it keeps the segment's last offset).
+                        data = bytes(batch.buffer) if is_last else None
+                    else:
+                        data = self._filter_batch(batch, offset_map, first_dirty,
+                                                  drop_tombstones, is_last, stats)
                     if data is None:
                         continue
                     info = BatchInfo(batch.last_offset, batch.max_timestamp, len(data))

@@ -180,3 +180,48 @@ def test_log_manager_runs_the_cleaner_and_checkpoints_the_dirty_offset(tmp_path,
     assert done[tp].end_offset == 24
     assert (tmp_path / "cleaner-offset-checkpoint").read_text() == "0\n1\nusers 0 24\n"
     assert manager.clean_logs() == {}
+
+
+# ---- transactions (LogCleanerTest's transactional cases) ------------------------------------
+
+def put_txn(log: Log, producer_id: int, seq: int, key: str, value: str) -> int:
+    data = encode_batch([Record(key.encode(), value.encode(), T0)], producer_id=producer_id,
+                        producer_epoch=0, base_sequence=seq, transactional=True)
+    return log.append_as_leader(data, 0).first_offset
+
+
+def test_an_aborted_transactions_records_are_removed_and_never_the_latest(tmp_path, clock):
+    """testAbortedTransactionsAreRemoved / testCommittedTransactionSpanningSegments: a key's
+    value written in an aborted transaction does not supersede the committed one before it;
+    the aborted record goes, the marker stays, the committed transaction's value wins."""
+    log = Log.open(tmp_path / "compacted-0", COMPACT, clock=clock)
+    put(log, "k", "committed-plain")                     # 0
+    put_txn(log, 7, 0, "k", "aborted")                   # 1
+    log.append_end_txn_marker(7, 0, 0, False, 0)         # 2: ABORT
+    put_txn(log, 8, 0, "j", "txn-committed")             # 3
+    log.append_end_txn_marker(8, 0, 0, True, 0)          # 4: COMMIT
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    Cleaner().clean(log)
+    records = all_records(log)
+    assert (0, b"k", b"committed-plain") in records
+    assert all(v != b"aborted" for _, _, v in records)
+    assert (3, b"j", b"txn-committed") in records
+    markers = [b.base_offset for b in iter_batches(log.read_info(0, 1 << 20).records)
+               if b.is_control]
+    assert markers == [2, 4]
+    assert log.collect_aborted_transactions(0, log.log_end_offset)   # still indexed
+
+
+def test_nothing_from_an_open_transaction_on_is_cleaned(tmp_path, clock):
+    """The first unstable offset bounds the cleanable range, like the high watermark: an
+    open transaction's records may yet be aborted."""
+    log = Log.open(tmp_path / "compacted-0", COMPACT, clock=clock)
+    put(log, "k", "v0")                                  # 0
+    put_txn(log, 7, 0, "k", "open")                      # 1: 7's transaction stays open
+    put(log, "x", "y")                                   # 2
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    assert cleanable_range(log, None, clock()).first_uncleanable_offset == 1
+    Cleaner().clean(log)
+    assert [o for o, _, _ in all_records(log)] == [0, 1, 2]
