@@ -436,13 +436,26 @@ class ConsumerCoordinator:
 
     def committed(self, partitions: Iterable[TopicPartition], timeout_s: float
                   ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets. A read_committed consumer asks for stable ones
+        only (KIP-447's require_stable): an offset still pending in an open transaction is
+        asked for again, after retry.backoff.ms, until its transaction ends or the time is
+        up, as Kafka's consumer does on UNSTABLE_OFFSET_COMMIT."""
         wanted = [TopicPartition(*tp) for tp in partitions]
-        answer = self._call("fetch_offsets", self.group_id, [list(tp) for tp in wanted],
-                            deadline=time.monotonic() + timeout_s)
-        if isinstance(answer, KafkaError):
-            raise answer
-        return {TopicPartition(t, p): (None if o < 0 else OffsetAndMetadata(o, e, m))
-                for t, p, o, e, m in answer}
+        stable = self.config["isolation.level"] == "read_committed"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answer = self._call("fetch_offsets", self.group_id, [list(tp) for tp in wanted],
+                                stable, deadline=deadline)
+            if isinstance(answer, KafkaError):
+                raise answer
+            unstable = [e for _, _, *found in answer if len(found) == 1 for e in found]
+            if not unstable:
+                return {TopicPartition(t, p): (None if o < 0 else OffsetAndMetadata(o, e, m))
+                        for t, p, o, e, m in answer}
+            if time.monotonic() + self._retry_s() > deadline:
+                raise KafkaTimeoutError(f"Committed offsets of group {self.group_id} still "
+                                        f"pending in a transaction: {unstable[0]}")
+            time.sleep(self._retry_s())
 
     # ---- close -----------------------------------------------------------------------------
     def close(self, timeout_s: float) -> None:

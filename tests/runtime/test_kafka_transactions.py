@@ -146,6 +146,22 @@ def test_confluent_kafka_consume_transform_produce_commits_offsets_in_the_transa
     consumer.seek(confluent_kafka.TopicPartition("etl-in", 0, 10))
     one_round(True)
     assert committed_offset() == 20
+    # rafka's own consumer at read_committed asks for stable offsets (KIP-447): while a
+    # transaction holds the group's offset pending it waits, then reads the settled one.
+    from protocols.errors import KafkaTimeoutError
+    stable = rafka.Consumer(cluster, {"group.id": "etl", "isolation.level": "read_committed"})
+    plain = rafka.Consumer(cluster, {"group.id": "etl"})
+    producer.begin_transaction()
+    producer.produce("etl-out", key=b"x", value=b"X")
+    producer.send_offsets_to_transaction([confluent_kafka.TopicPartition("etl-in", 0, 25)],
+                                         consumer.consumer_group_metadata(), 30)
+    with pytest.raises(KafkaTimeoutError, match="pending in a transaction"):
+        stable.committed([("etl-in", 0)], timeout_ms=1000)
+    assert plain.committed([("etl-in", 0)])[("etl-in", 0)].offset == 20
+    producer.abort_transaction(30)
+    assert stable.committed([("etl-in", 0)])[("etl-in", 0)].offset == 20
+    stable.close()
+    plain.close()
     consumer.close()
     out = consume(cluster, "etl-out", "read_committed", 20)
     assert sorted(k for k, _ in out) == sorted(str(i).encode() for i in range(20))
