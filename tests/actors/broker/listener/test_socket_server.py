@@ -14,6 +14,7 @@ from actors.broker.listener.api_versions import SUPPORTED
 from actors.broker.listener.group_apis import GroupApis
 from actors.broker.listener.kafka_apis import KafkaApis
 from actors.broker.listener.socket_server import SocketServer
+from actors.broker.listener.txn_apis import TxnApis
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.listeners import Endpoint
 from tests.kafka_wire import request_bytes
@@ -120,12 +121,14 @@ def test_a_request_sent_before_processing_is_enabled_is_answered_once_it_is():
 
 def test_every_api_served_has_one_handler_and_every_handler_an_api_served():
     """KafkaApis' dispatch table and the versions table ApiVersions answers from name the
-    same APIs, once the listener has the group coordinator and the controller to ask."""
+    same APIs, once the listener has the group and transaction coordinators and the
+    controller to ask."""
     async def nothing():
         return None
-    groups = GroupApis(0, nothing, lambda group: nothing(), lambda broker: None)
+    groups = GroupApis(0, nothing, lambda key, key_type: nothing(), lambda broker: None)
     admin = AdminApis(0, lambda: IMAGE, nothing, nothing)
+    txn = TxnApis(lambda: IMAGE, nothing, admin.controller_call)
     apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False, groups=groups,
-                     admin=admin)
+                     admin=admin, txn=txn)
     assert set(apis.handlers) == set(SUPPORTED)
     assert all(isinstance(key, ApiKey) for key in SUPPORTED)
