@@ -38,7 +38,8 @@ from actors.replica.hosted_replica import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
 from actors.txn.verifier import TxnVerifier
-from protocols.errors import KafkaError, KafkaStorageError, NotLeaderOrFollowerError
+from protocols.errors import (CoordinatorNotAvailableError, KafkaError, KafkaStorageError,
+                              NotLeaderOrFollowerError)
 from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceManyRequest,
                                 ProduceResult, decode_fetch_many_request,
                                 decode_produce_many_request, decode_produce_many_response,
@@ -77,6 +78,7 @@ class ReplicaHostActor:
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
         self.verifier = TxnVerifier(namespace, broker_id)
+        self._group_coordinator = None   # this broker's, for markers on __consumer_offsets
         # Where follower hosts fetch from, and producers and consumers send their requests
         # (actors.replica.channel): started on first ask.
         self.listener = ReplicationListener({
@@ -370,13 +372,25 @@ class ReplicaHostActor:
         # Offsets committed in the transaction are settled by the group coordinator that
         # leads the partition, on this broker, before the coordinator hears the marker is
         # written (Kafka's onTransactionCompleted).
-        settled = [(partition, producer_id, commit)
-                   for (topic, partition, producer_id, _, _, commit), error
-                   in zip(markers, errors) if topic == OFFSETS_TOPIC and error is None]
+        # A marker whose offsets could not be settled is answered as not written: the
+        # transaction coordinator sends it again (a second marker changes nothing).
+        settled = [i for i, ((topic, *_), error) in enumerate(zip(markers, errors))
+                   if topic == OFFSETS_TOPIC and error is None]
         if settled:
-            coordinator = await lookup(coordinator_name(self.broker_id), self.namespace)
-            if coordinator is not None:
-                await asyncio.gather(*[coordinator.complete_txn.remote(*s) for s in settled])
+            try:
+                if self._group_coordinator is None:
+                    self._group_coordinator = await lookup(coordinator_name(self.broker_id),
+                                                           self.namespace)
+                if self._group_coordinator is None:
+                    raise CoordinatorNotAvailableError(
+                        f"Broker {self.broker_id} runs no group coordinator")
+                await asyncio.gather(*[self._group_coordinator.complete_txn.remote(
+                    markers[i][1], markers[i][2], markers[i][5]) for i in settled])
+            except Exception as e:
+                self._group_coordinator = None
+                for i in settled:
+                    errors[i] = CoordinatorNotAvailableError(
+                        f"The group coordinator did not take the marker's offsets: {e!r}")
         return encode(errors)
 
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,

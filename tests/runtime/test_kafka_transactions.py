@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 
+import confluent_kafka
 import pytest
 
 import rafka
 from tests.runtime.conftest import cluster_with
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
-confluent_kafka = pytest.importorskip("confluent_kafka")
 
 CONFIG = {"transaction.state.log.num.partitions": 3}
 
