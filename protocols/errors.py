@@ -82,6 +82,8 @@ InvalidSessionTimeoutError = _error("InvalidSessionTimeoutError", 26, "INVALID_S
 RebalanceInProgressError = _error("RebalanceInProgressError", 27, "REBALANCE_IN_PROGRESS")
 InvalidCommitOffsetSizeError = _error("InvalidCommitOffsetSizeError", 28,
                                       "INVALID_COMMIT_OFFSET_SIZE")
+TopicAuthorizationFailedError = _error("TopicAuthorizationFailedError", 29,
+                                       "TOPIC_AUTHORIZATION_FAILED")
 InvalidTimestampError = _error("InvalidTimestampError", 32, "INVALID_TIMESTAMP")
 UnsupportedVersionError = _error("UnsupportedVersionError", 35, "UNSUPPORTED_VERSION")
 TopicAlreadyExistsError = _error("TopicAlreadyExistsError", 36, "TOPIC_ALREADY_EXISTS")

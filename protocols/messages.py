@@ -9,6 +9,7 @@ from typing import Any
 import msgpack
 
 from protocols.errors import KafkaError
+from protocols.topics import TopicPartition
 from protocols.wire import decode, encode, message, refusing_malformed
 
 # ListOffsets' timestamp sentinels (Kafka's ListOffsetsRequest): instead of a time, ask for the
@@ -284,3 +285,11 @@ class OffsetAndMetadata:
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp: int = -1
+
+
+def offsets_to_commit(offsets) -> dict:
+    """What a commit call is given (``{(topic, partition): offset or OffsetAndMetadata}``)
+    as ``{TopicPartition: OffsetAndMetadata}``."""
+    return {TopicPartition(*tp): (om if isinstance(om, OffsetAndMetadata)
+                                  else OffsetAndMetadata(int(om)))
+            for tp, om in offsets.items()}

@@ -20,6 +20,7 @@ _EXPORTS = {
     "Consumer": "rafka.consumer.consumer", "OffsetAndTimestamp": "rafka.consumer.consumer",
     "ConsumerRecord": "rafka.consumer.consumer_record",
     "CommitFailedError": "rafka.consumer.coordinator",
+    "ConsumerGroupMetadata": "rafka.consumer.coordinator",
     "ConsumerRebalanceListener": "rafka.consumer.coordinator",
     "RecordMetadata": "rafka.producer.futures",
     "Producer": "rafka.producer.producer",
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from rafka.cluster import Cluster
     from rafka.consumer.consumer import Consumer, OffsetAndTimestamp
     from rafka.consumer.consumer_record import ConsumerRecord
-    from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListener
+    from rafka.consumer.coordinator import (CommitFailedError, ConsumerGroupMetadata,
+                                            ConsumerRebalanceListener)
     from rafka.producer.futures import RecordMetadata
     from rafka.producer.producer import Producer
 
@@ -52,7 +54,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["Admin", "Cluster", "ClusterDescription", "CommitFailedError", "Consumer",
-           "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerRebalanceListener",
+           "ConsumerGroupDescription", "ConsumerGroupListing", "ConsumerGroupMetadata",
+           "ConsumerRebalanceListener",
            "ConsumerRecord", "ListOffsetsResult", "MemberDescription", "NewTopic",
            "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionInfo", "Producer",
            "RecordMetadata", "TopicDescription"]

@@ -467,7 +467,11 @@ class PartitionReplica:
         if not self.config.transaction_partition_verification \
                 or self.log.producer_state.has_ongoing_txn(producer_id):
             return None
-        guard = self._verification[producer_id] = object()
+        # Batches of the transaction arriving together (several requests in flight) share
+        # the guard, as Kafka's VerificationStateEntry is shared: only a marker voids it.
+        guard = self._verification.get(producer_id)
+        if guard is None:
+            guard = self._verification[producer_id] = object()
         return guard
 
     def _check_verified(self, producer_id: int, guard: object | None) -> None:

@@ -1,7 +1,8 @@
-"""Requests to one group's coordinator actor: FindCoordinator (any broker answers it; the
-first one asked creates ``__consumer_offsets``), then the request itself, looking the
-coordinator up again on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE and retrying
-COORDINATOR_LOAD_IN_PROGRESS, as Kafka clients do. Used by the consumer and the admin."""
+"""Requests to one group's coordinator actor, or one transactional id's: FindCoordinator
+(any broker answers it; the first one asked creates ``__consumer_offsets`` or
+``__transaction_state``), then the request itself, looking the coordinator up again on
+NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE and retrying COORDINATOR_LOAD_IN_PROGRESS, as
+Kafka clients do. Used by the consumer, the admin and the transactional producer."""
 from __future__ import annotations
 
 import logging
@@ -9,10 +10,11 @@ import threading
 import time
 from typing import Any
 
-from actors.names import coordinator_name
+from actors.names import coordinator_name, txn_coordinator_name
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                               KafkaError, KafkaTimeoutError, NotCoordinatorError,
                               RequestTimedOutError)
+from protocols.topics import GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE
 from protocols.wire import decode
 from rafka.client.retry import retry_until
 
@@ -26,10 +28,14 @@ RETRY_SAME = (CoordinatorLoadInProgressError, RequestTimedOutError)
 
 class CoordinatorClient:
     def __init__(self, cluster, metadata, group_id: str, request_timeout_ms: int = 30_000,
-                 retry_backoff_ms: int = 100):
+                 retry_backoff_ms: int = 100, key_type: int = GROUP_KEY_TYPE):
         self.cluster = cluster
         self.metadata = metadata
-        self.group_id = group_id
+        self.group_id = group_id        # the key: a group id, or a transactional id
+        self.key_type = key_type
+        self._name_of = txn_coordinator_name if key_type == TRANSACTION_KEY_TYPE \
+            else coordinator_name
+        self._what = "transactional id" if key_type == TRANSACTION_KEY_TYPE else "group"
         self.request_s = request_timeout_ms / 1000
         self.retry_s = retry_backoff_ms / 1000
         self._lock = threading.Lock()
@@ -46,8 +52,9 @@ class CoordinatorClient:
             error: Any = None
             for broker_id in self.metadata.brokers():
                 try:
+                    broker = self.cluster.broker(broker_id)
                     answer = decode(ray.get(
-                        self.cluster.broker(broker_id).find_coordinator.remote(self.group_id),
+                        broker.find_coordinator.remote(self.group_id, self.key_type),
                         timeout=self.request_s))
                 except Exception as e:
                     error = e
@@ -56,7 +63,7 @@ class CoordinatorClient:
                     error = answer
                     break
                 try:
-                    handle = ray.get_actor(coordinator_name(answer),
+                    handle = ray.get_actor(self._name_of(answer),
                                            namespace=self.cluster.namespace)
                 except ValueError:
                     error = CoordinatorNotAvailableError(f"coordinator {answer} is starting")
@@ -66,14 +73,14 @@ class CoordinatorClient:
                 return handle
             self.metadata.refresh()
             if time.monotonic() > deadline:
-                raise KafkaTimeoutError(f"No coordinator for group {self.group_id} found in "
+                raise KafkaTimeoutError(f"No coordinator for {self._what} {self.group_id} found in "
                                         f"time: {error}")
             time.sleep(self.retry_s)
 
     def unknown(self, why: Any = "") -> None:
         with self._lock:
             if self._handle is not None:
-                log.info("group %s: coordinator %d unknown (%s)", self.group_id,
+                log.info("%s %s: coordinator %d unknown (%s)", self._what, self.group_id,
                          self.coordinator_id, why)
             self._handle, self.coordinator_id = None, -1
 

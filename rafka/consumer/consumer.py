@@ -29,13 +29,14 @@ from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError)
 from protocols.messages import (EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP,
-                                OffsetAndMetadata)
+                                OffsetAndMetadata, offsets_to_commit)
 from protocols.topics import TopicPartition, validate_topic_name
 from rafka.client.list_offsets import list_offsets
 from rafka.client.metadata import ClientMetadata
 from rafka.consumer.arrow_table import arrow_table
 from rafka.consumer.consumer_record import ConsumerRecord
-from rafka.consumer.coordinator import ConsumerCoordinator, ConsumerRebalanceListener
+from rafka.consumer.coordinator import (ConsumerCoordinator, ConsumerGroupMetadata,
+                                        ConsumerRebalanceListener)
 from rafka.consumer.fetcher import Fetcher
 from rafka.consumer.subscription_state import PartitionState
 
@@ -179,27 +180,26 @@ class Consumer:
                 for tp in wanted if (st := self._parts.get(tp)) is not None
                 and st.position is not None}
 
-    @staticmethod
-    def _offsets_arg(offsets: Mapping) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {TopicPartition(*tp): (om if isinstance(om, OffsetAndMetadata)
-                                      else OffsetAndMetadata(int(om)))
-                for tp, om in offsets.items()}
-
     def commit(self, offsets: Mapping | None = None, timeout_ms: int | None = None) -> None:
         """Commit ``offsets`` (``{tp: offset or OffsetAndMetadata}``; default: the positions
         of every assigned partition) and wait. CommitFailedError when the group has
         rebalanced meanwhile."""
         group = self._require_group()
         group.complete_async_commits()
-        chosen = self._current_offsets() if offsets is None else self._offsets_arg(offsets)
+        chosen = self._current_offsets() if offsets is None else offsets_to_commit(offsets)
         timeout = self.config["request.timeout.ms"] if timeout_ms is None else timeout_ms
         group.commit_sync(chosen, timeout / 1000)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation and member this consumer is (Kafka's groupMetadata()): for a
+        transactional producer's ``send_offsets_to_transaction``."""
+        return self._require_group().group_metadata()
 
     def commit_async(self, offsets: Mapping | None = None, callback=None) -> None:
         """Commit without waiting; ``callback(offsets, error_or_None)`` runs in a later poll
         (or commit / close)."""
         group = self._require_group()
-        chosen = self._current_offsets() if offsets is None else self._offsets_arg(offsets)
+        chosen = self._current_offsets() if offsets is None else offsets_to_commit(offsets)
         group.commit_async(chosen, callback)
 
     def committed(self, partitions, timeout_ms: int | None = None):

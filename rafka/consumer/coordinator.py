@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from protocols.assignors import Subscription, assignor_for
@@ -40,6 +41,17 @@ class CommitFailedError(KafkaError):
     """Kafka's CommitFailedException: the group rebalanced and the partitions may now be
     another member's; the commit cannot be retried."""
     name = "COMMIT_FAILED"
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """Kafka's ConsumerGroupMetadata: what a transactional producer's
+    ``send_offsets_to_transaction`` is given, so that the group's coordinator refuses the
+    offsets of a member the group has moved past (KIP-447's fencing by generation)."""
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 class ConsumerRebalanceListener:
@@ -361,6 +373,11 @@ class ConsumerCoordinator:
             self.membership.unsubscribed()
 
     # ---- offsets ---------------------------------------------------------------------------
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        with self._lock:
+            return ConsumerGroupMetadata(self.group_id, self.membership.generation,
+                                         self.membership.member_id, self.instance_id)
+
     def _commit_args(self, offsets: dict) -> tuple:
         in_group = bool(self.topics or self.pattern)
         with self._lock:

@@ -23,6 +23,7 @@ batching of Arrow columns is ``rafka.producer.arrow_plan``'s.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Mapping
@@ -34,18 +35,22 @@ import pyarrow.compute as pc
 from protocols.arrow_records import (as_binary, as_headers, encode_bodies, header_field,
                                      timestamp_column)
 from protocols.config import ConfigDef, at_least, between, one_of
-from protocols.errors import (InvalidConfigError, KafkaError, KafkaTimeoutError,
-                              RecordTooLargeError)
+from protocols.errors import (IllegalStateError, InvalidConfigError, KafkaError,
+                              KafkaTimeoutError, RecordTooLargeError)
 from protocols.partitioner import StickyPartitionCache, partition_for_key
 from protocols.records import MemoryRecordsBuilder
-from protocols.topics import TopicPartition
+from protocols.topics import TRANSACTION_KEY_TYPE, TopicPartition
 from rafka.client.metadata import ClientMetadata
 from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
 from rafka.producer.arrow_plan import encode_groups, plan_batches, rows
 from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.producer.sender_thread import SenderThread, now_ms
+from rafka.producer.transaction_manager import State as TxnState
+from rafka.producer.transaction_manager import TransactionManager
+from rafka.producer.transactions import Transactions, coordinator_client
 
+log = logging.getLogger(__name__)
 
 PRODUCER_CONFIG = (
     ConfigDef()
@@ -69,6 +74,8 @@ PRODUCER_CONFIG = (
     .define("key.serializer", "callable", None)
     .define("value.serializer", "callable", None)
     .define("compression.level", "int", -1, between(-1, 22))
+    .define("transactional.id", "string", None, nullable=True)
+    .define("transaction.timeout.ms", "int", 60_000, at_least(1))
 )
 
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
@@ -92,6 +99,10 @@ class Producer:
                     raise InvalidConfigError("Must set max.in.flight.requests.per.connection "
                                              "to at most 5 to use the idempotent producer.")
                 self.idempotent = False
+        self.transactional_id = c["transactional.id"] or None
+        if self.transactional_id is not None and not self.idempotent:
+            raise InvalidConfigError("Cannot set a transactional.id without also enabling "
+                                     "idempotence.")
         self.cluster = cluster
         self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"])
         self._partitions_by_topic = self.metadata.partitions_by_topic
@@ -118,8 +129,17 @@ class Producer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._closed = False
+        # The transaction's state (``transaction_manager``), shared with the sender thread
+        # under ``self._lock``, and the calls to its coordinators (``transactions``).
+        self._txn = None if self.transactional_id is None else \
+            TransactionManager(self.transactional_id, c["transaction.timeout.ms"])
+        txn_client = None if self._txn is None else coordinator_client(
+            cluster, self.metadata, self.transactional_id, c, TRANSACTION_KEY_TYPE)
         self._sender = SenderThread(cluster.namespace, c, self.acks, self.idempotent,
-                                    self.metadata, self.accumulator, self._cond)
+                                    self.metadata, self.accumulator, self._cond,
+                                    self._txn, txn_client)
+        self._txn_calls = None if self._txn is None else Transactions(
+            self, self._txn, txn_client)
 
     # ---- the application's side ------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
@@ -166,6 +186,9 @@ class Producer:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         accumulator = self.accumulator
         with self._lock:
+            if self._txn is not None:
+                self._txn.check_send()
+                self._txn.maybe_add_partition(tp)
             used = accumulator.used_bytes
             if used and used + size > accumulator.buffer_memory:
                 self._wait_for_room(size)
@@ -197,6 +220,9 @@ class Producer:
         headers column), encoded column by column too."""
         if self._closed:
             raise KafkaError("Cannot send after the producer is closed.")
+        if self._txn is not None:
+            with self._lock:
+                self._txn.check_send()
         if not self._value_ser_default:
             values = [self._value_ser(v) for v in _python_values(values)]
         value_array = as_binary(values)
@@ -249,6 +275,9 @@ class Producer:
                     tp = self._tps[(topic, p)] = TopicPartition(topic, p)
                 builder = MemoryRecordsBuilder.from_encoded(body)
                 with self._lock:
+                    if self._txn is not None:
+                        self._txn.check_send()
+                        self._txn.maybe_add_partition(tp)
                     if not self.accumulator.has_room_for(builder.size_in_bytes):
                         self._wait_for_room(builder.size_in_bytes)
                     batch = self.accumulator.append_built(tp, builder)
@@ -282,6 +311,46 @@ class Producer:
             finally:
                 self.accumulator.flushing -= 1
 
+    # ---- transactions (Kafka's KafkaProducer transactional API: ``transactions``) ---------
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its coordinator: a producer id and a new epoch,
+        fencing every older producer with the same id, whose open transaction is aborted
+        (or completed, if it was committing). Call it once, first. ``timeout`` in seconds
+        (default max.block.ms); on KafkaTimeoutError it may be called again."""
+        self._transactions().init(timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: what is sent until commit or abort belongs to it."""
+        self._transactions().begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping, group_metadata: Any,
+                                    timeout: float | None = None) -> None:
+        """Commit a consumer group's ``offsets`` (``{tp: offset or OffsetAndMetadata}``, the
+        next records to read) in this transaction: they count only if it commits.
+        ``group_metadata``: the consumer's ``group_metadata()`` (its coordinator then
+        refuses the offsets of a member the group has moved past: CommitFailedError), or a
+        group id."""
+        self._transactions().send_offsets(offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it: its records become
+        visible to read_committed consumers and its offsets the group's. Raises the error
+        that made the transaction abortable (then call ``abort_transaction``), or
+        KafkaTimeoutError (then call it again)."""
+        self._transactions().commit(timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent are dropped (their futures fail with
+        TransactionAbortedError), those sent are never shown to read_committed consumers,
+        offsets sent in it are forgotten."""
+        self._transactions().abort(timeout)
+
+    def _transactions(self) -> Transactions:
+        if self._txn_calls is None:
+            raise IllegalStateError("Transactional method invoked on a non-transactional "
+                                    "producer.")
+        return self._txn_calls
+
     def partitions_for(self, topic: str) -> list[int]:
         return self.metadata.partitions_for(topic, self.config["max.block.ms"])
 
@@ -290,6 +359,16 @@ class Producer:
         unsent after that fail."""
         if self._closed:
             return
+        if self._txn is not None and self._txn.state in (
+                TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
+                TxnState.ABORTING_TRANSACTION):
+            # As Kafka's producer does on close: an open transaction is aborted rather than
+            # left to transaction.timeout.ms, holding back read_committed consumers.
+            try:
+                self._txn_calls.abort(10.0 if timeout is None else timeout)
+            except KafkaError as e:
+                log.warning("transactional id %s: the open transaction could not be aborted "
+                            "on close: %r", self.transactional_id, e)
         try:
             self.flush(timeout)
         except KafkaTimeoutError:

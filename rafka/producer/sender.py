@@ -50,6 +50,10 @@ class SenderState:
     delivery_timeout_ms: int
     producer_id: int = -1
     producer_epoch: int = -1
+    # A transactional producer's id and epoch come from its transaction coordinator
+    # (``init_transactions``), never from the sender; a failed batch is the transaction's
+    # to handle (``TransactionManager``: abort, then a new epoch).
+    transactional: bool = False
     next_sequence: dict[TopicPartition, int] = field(default_factory=dict)
     in_flight_per_host: dict[str, int] = field(default_factory=dict)
     _drain_start: int = 0
@@ -59,7 +63,7 @@ class SenderState:
     def needs_producer_id(self) -> bool:
         """An idempotent producer without an id: new batches wait for one (batches that
         already carry a sequence, retries, go on)."""
-        return self.idempotent and self.producer_id < 0
+        return self.idempotent and self.producer_id < 0 and not self.transactional
 
     def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """InitProducerId's answer: sequences start again at 0 under the new id."""
@@ -68,13 +72,16 @@ class SenderState:
 
     # ---- what to send ----------------------------------------------------------------------
     def drain(self, ready: list[TopicPartition], leader_of: LeaderOf,
-              accumulator: RecordAccumulator) -> tuple[list[Request], list[TopicPartition]]:
+              accumulator: RecordAccumulator,
+              allowed: Callable[[TopicPartition], bool] | None = None
+              ) -> tuple[list[Request], list[TopicPartition]]:
         """Kafka's RecordAccumulator.drain: for each leader host, one request with the
         first batch of each of its ready partitions, up to max.request.size (the first batch
         always goes), while fewer than max.in.flight.requests.per.connection requests are
         in flight to that host. The starting partition rotates, so none starves behind a
-        full request. Returns the requests (counted in flight) and the ready partitions
-        whose leader is unknown (their metadata is stale)."""
+        full request. A transactional producer's partition waits until it is in the
+        transaction (``allowed``). Returns the requests (counted in flight) and the ready
+        partitions whose leader is unknown (their metadata is stale)."""
         requests: dict[str, Request] = {}
         unknown: list[TopicPartition] = []
         if ready:
@@ -82,6 +89,8 @@ class SenderState:
             ready = ready[self._drain_start:] + ready[:self._drain_start]
         waiting_for_id = self.needs_producer_id
         for tp in ready:
+            if allowed is not None and not allowed(tp):
+                continue
             leader = leader_of(tp)
             if leader is None:
                 unknown.append(tp)
@@ -126,7 +135,7 @@ class SenderState:
         if (retriable and batch.attempts <= self.retries
                 and now_ms - batch.created_ms < self.delivery_timeout_ms and not closing):
             return Outcome.RETRY
-        if self.idempotent and batch.base_sequence >= 0:
+        if self.idempotent and batch.base_sequence >= 0 and not self.transactional:
             self.producer_id = self.producer_epoch = -1
             self.next_sequence.clear()
         return Outcome.FAIL

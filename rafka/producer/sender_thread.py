@@ -3,7 +3,9 @@ accumulator into one request per leader replica host, sends them over the hosts'
 (``rafka.client.network_client``), waits for the answers and completes, retries, splits or
 fails each batch as ``SenderState`` (``rafka.producer.sender``, the pure decisions) says.
 InitProducerId is asked for without blocking the thread: until the id comes, only new
-idempotent batches wait.
+idempotent batches wait. A transactional producer's new partitions join its transaction
+(AddPartitionsToTxn, asked by this thread) before their batches go; once the transaction
+must abort, the batches not yet sent are failed (Kafka's abortUndrainedBatches).
 
 The accumulator and its condition are shared with the application's threads (``send``,
 ``flush``); everything else here is the sender thread's alone.
@@ -27,6 +29,8 @@ from rafka.client.metadata import ClientMetadata
 from rafka.client.network_client import ClientRequest, NetworkClient
 from rafka.producer.accumulator import ProducerBatch, RecordAccumulator
 from rafka.producer.sender import Outcome, SenderState
+from rafka.producer.transaction_manager import (State, TransactionAbortedError,
+                                                TransactionManager, coordinator_error)
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,8 @@ def now_ms() -> int:
 class SenderThread:
     def __init__(self, namespace: str, config: Mapping[str, Any], acks: int, idempotent: bool,
                  metadata: ClientMetadata, accumulator: RecordAccumulator,
-                 cond: threading.Condition):
+                 cond: threading.Condition, transactions: TransactionManager | None = None,
+                 txn_client: Any = None):
         c = self.config = config
         self.namespace = namespace   # the cluster's: where the controller is looked up
         self.acks = acks
@@ -50,7 +55,13 @@ class SenderThread:
         # The sender's decisions; only the sender thread touches it.
         self.state = SenderState(c["max.in.flight.requests.per.connection"],
                                  c["max.request.size"], idempotent, c["retries"],
-                                 c["delivery.timeout.ms"])
+                                 c["delivery.timeout.ms"],
+                                 transactional=transactions is not None)
+        # The transaction: shared with the application's threads, under ``cond``.
+        self.transactions = transactions
+        self.transactional_id = None if transactions is None else transactions.transactional_id
+        self.txn_client = txn_client      # CoordinatorClient of the transactional id
+        self._add_retry_at = 0.0
         self.in_flight: list[_InFlight] = []
         # The connections to leader hosts: the sender thread's alone (Kafka's NetworkClient).
         self.network = NetworkClient()
@@ -94,19 +105,64 @@ class SenderThread:
         with self.cond:
             self.cond.notify_all()
 
+    def _maybe_add_partitions(self) -> None:
+        """The transaction's new partitions join it (one AddPartitionsToTxn for them all),
+        asked here so that their batches go as soon as it is answered. A transaction that
+        must abort has its unsent batches failed instead."""
+        txn = self.transactions
+        with self.cond:
+            if txn.state in (State.ABORTABLE_ERROR, State.ABORTING_TRANSACTION,
+                             State.FATAL_ERROR):
+                if self.accumulator.queued():
+                    self._abort_undrained(txn.last_error)
+                return
+            if time.monotonic() < self._add_retry_at:
+                return
+            tps = txn.partitions_to_add()
+            producer_id, epoch = txn.producer_id, txn.producer_epoch
+        if not tps:
+            return
+        answer = coordinator_error(self.txn_client.call(
+            "add_partitions_to_txn", self.transactional_id, producer_id, epoch,
+            [(tp.topic, tp.partition) for tp in tps],
+            deadline=time.monotonic() + self.config["request.timeout.ms"] / 1000))
+        with self.cond:
+            if txn.on_partitions_added(tps, answer):
+                self._add_retry_at = time.monotonic() + self._retry_backoff_s
+            elif answer is not None:
+                log.warning("transactional id %s: AddPartitionsToTxn failed: %r",
+                            self.transactional_id, answer)
+            self.cond.notify_all()
+
+    def _abort_undrained(self, error: BaseException | None) -> None:
+        """Fail every batch not yet sent (call it holding ``cond``)."""
+        error = error or TransactionAbortedError(
+            "Failing batch since transaction was aborted")
+        for queue in self.accumulator.batches.values():
+            while queue:
+                batch = queue.popleft()
+                batch.closed = True     # no record joins it any more
+                self.fail(batch, error)
+        self.cond.notify_all()
+
     def run(self) -> None:
         while True:
             self._maybe_init_producer_id()
+            if self.transactions is not None:
+                self._maybe_add_partitions()
             with self.cond:
                 if self.closed and not self.in_flight:
                     self.network.close()
                     return
                 now = now_ms()
                 for batch in self.accumulator.expired(now):
-                    self.fail(batch, KafkaTimeoutError(
+                    error = KafkaTimeoutError(
                         f"Expiring {batch.record_count} record(s) for {batch.tp}: "
                         f"{now - batch.created_ms} ms has passed since batch creation "
-                        "(delivery.timeout.ms)"))
+                        "(delivery.timeout.ms)")
+                    self.fail(batch, error)
+                    if self.transactions is not None:
+                        self.transactions.on_batch_failed(error, batch.base_sequence >= 0)
                 ready, next_ms = self.accumulator.ready(now)
                 to_send = self._drain(ready) if not self.closed else []
                 self.sending += len(to_send)
@@ -137,6 +193,10 @@ class SenderThread:
                             wait_s = min(wait_s, max(0.001, self._producer_id_retry_at
                                                      - time.monotonic()))
                         self.cond.wait(wait_s)
+                    elif self.transactions is not None and not to_send and not self.closed:
+                        # Ready batches whose partitions are still joining the transaction.
+                        self.cond.wait(max(0.001, min(0.05, self._add_retry_at
+                                                      - time.monotonic())))
 
     def _drain(self, ready: list[TopicPartition]) -> list:
         """``SenderState.drain`` over the accumulator; a partition without a known leader
@@ -144,7 +204,8 @@ class SenderThread:
         def leader_of(tp: TopicPartition):
             leader = self.metadata.leader(tp)
             return None if leader is None else (leader.handle.host_id, leader.handle.host)
-        requests, unknown = self.state.drain(ready, leader_of, self.accumulator)
+        allowed = None if self.transactions is None else self.transactions.send_allowed
+        requests, unknown = self.state.drain(ready, leader_of, self.accumulator, allowed)
         for tp in unknown:
             self.metadata.forget(tp)
         return requests
@@ -156,10 +217,12 @@ class SenderThread:
             data = batch.builder.build(compression=c["compression.type"],
                                        producer_id=batch.producer_id,
                                        producer_epoch=batch.producer_epoch,
-                                       base_sequence=batch.base_sequence)
+                                       base_sequence=batch.base_sequence,
+                                       transactional=self.transactional_id is not None)
             batch.attempts += 1
             partitions.append((batch.tp.topic, batch.tp.partition, data))
-        produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions))
+        produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions),
+                                     self.transactional_id)
         try:
             future = self.network.send(request.host_id, request.host, API_PRODUCE,
                                         encode_produce_many_request(produce),
@@ -245,6 +308,9 @@ class SenderThread:
                 self.cond.notify_all()
         else:
             self.fail(batch, error)
+            if self.transactions is not None:
+                with self.cond:
+                    self.transactions.on_batch_failed(error, batch.base_sequence >= 0)
 
     def fail(self, batch: ProducerBatch, error: BaseException) -> None:
         self.accumulator.release(batch)

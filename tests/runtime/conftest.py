@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import time
 from contextlib import contextmanager
+from typing import Callable
 
 import pytest
 
@@ -38,3 +40,20 @@ def cluster(ray_session, tmp_path):
     """A fresh 3-broker cluster with its own name and data directory."""
     with cluster_with(tmp_path) as c:
         yield c
+
+
+def collect(poll: Callable[[], list], expected: int, timeout_s: float = 60,
+            settle_s: float = 2.0) -> list:
+    """What ``poll`` returns, call after call, until ``expected`` items came and
+    ``settle_s`` more passed without the test ending (any extra item is kept: the caller's
+    assertion sees it), or until ``timeout_s``."""
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    settled = None
+    while time.monotonic() < deadline:
+        got.extend(poll())
+        if len(got) >= expected:
+            settled = settled or time.monotonic() + settle_s
+            if time.monotonic() > settled:
+                break
+    return got

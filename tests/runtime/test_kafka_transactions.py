@@ -10,7 +10,7 @@ import confluent_kafka
 import pytest
 
 import rafka
-from tests.runtime.conftest import cluster_with
+from tests.runtime.conftest import cluster_with, collect
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -32,21 +32,15 @@ def consume(cluster, topic: str, isolation: str, expected: int, timeout_s: float
         "auto.offset.reset": "earliest", "isolation.level": isolation,
         "enable.auto.commit": False})
     consumer.subscribe([topic])
-    got: list = []
-    deadline = time.monotonic() + timeout_s
-    settled = None
+
+    def poll() -> list:
+        message = consumer.poll(0.5)
+        return [] if message is None or message.error() is not None \
+            else [(message.key(), message.value())]
     try:
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append((message.key(), message.value()))
-            if len(got) >= expected:
-                settled = settled or time.monotonic() + settle_s
-                if time.monotonic() > settled:
-                    break
+        return collect(poll, expected, timeout_s, settle_s)
     finally:
         consumer.close()
-    return got
 
 
 def test_confluent_kafka_transactions_commit_and_abort_and_read_committed_skips_aborts(

@@ -96,6 +96,9 @@ def test_a_transactions_first_batch_needs_its_verification(pair):
     with pytest.raises(InvalidTxnStateError):
         leader.produce(txn(7, 0, "t"), acks=1, timeout_ms=100, verified={7: stale})
     guard = leader.start_txn_verification(7)
+    # A second request of the transaction, in flight with the first, shares its guard
+    # (Kafka's VerificationStateEntry): neither voids the other.
+    assert leader.start_txn_verification(7) is guard
     leader.produce(txn(7, 0, "t"), acks=1, timeout_ms=100, verified={7: guard})
     assert leader.log.first_unstable_offset == 1
     assert leader.start_txn_verification(7) is None   # open here: no more verification
