@@ -1,8 +1,9 @@
 """``rafka.Admin``: Kafka's AdminClient operations against a rafka cluster.
 
 Topic, partition, reassignment, election and config operations go to the controller actor;
-offsets and record deletion go to each partition's leader replica. Errors are Kafka's
-(``TopicAlreadyExistsError``, ``InvalidReplicationFactorError``, ...).
+offsets and record deletion go to each partition's leader replica; groups and transactions to
+their coordinators. Errors are Kafka's (``TopicAlreadyExistsError``,
+``InvalidReplicationFactorError``, ...).
 """
 from __future__ import annotations
 
@@ -78,6 +79,37 @@ class ConsumerGroupDescription:
     coordinator: int
     generation_id: int
     members: list[MemberDescription]
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator_id: int
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    coordinator_id: int
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int | None     # None: no transaction open
+    topic_partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """One producer a partition's leader keeps state for (Kafka's DescribeProducers)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int                    # -1: no marker written for it yet
+    current_transaction_start_offset: int | None
 
 
 def _raise_if_error(value: Any) -> Any:
@@ -300,3 +332,92 @@ class Admin:
             out[tp] = result.low_watermark
         return out
 
+    # ---- transactions ----------------------------------------------------------------------
+    def _txn_coordinators(self) -> list[tuple[int, Any]]:
+        """(broker id, its transaction coordinator's handle) of every live broker."""
+        import ray
+        out = []
+        for b in sorted(self.cluster.metadata()["brokers"]):
+            try:
+                out.append((b, ray.get(self.cluster.broker(b).txn_coordinator.remote(),
+                                       timeout=self.timeout_s)))
+            except Exception:      # the broker is going away
+                continue
+        return out
+
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                          duration_filter_ms: int = -1) -> list[TransactionListing]:
+        """Every transactional id every coordinator holds (Kafka's listTransactions), with
+        its filters: states (``Ongoing``, ``PrepareCommit``, ...), producer ids, and open
+        for longer than ``duration_filter_ms``. A coordinator still loading is asked again."""
+        import ray
+        from protocols.errors import CoordinatorLoadInProgressError
+        states, producer_ids = list(states), [int(p) for p in producer_ids]
+        out = []
+        for broker_id, coordinator in self._txn_coordinators():
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                answer = decode(ray.get(coordinator.list_transactions.remote(
+                    producer_ids, states, duration_filter_ms), timeout=self.timeout_s))
+                if not isinstance(answer, CoordinatorLoadInProgressError) \
+                        or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            unknown, listed = _raise_if_error(answer)
+            if unknown:
+                from protocols.errors import InvalidRequestError
+                raise InvalidRequestError(f"Unknown transaction states: {', '.join(unknown)}")
+            out += [TransactionListing(t["transactional_id"], t["producer_id"], t["state"],
+                                       broker_id) for t in listed]
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]
+                              ) -> dict[str, TransactionDescription]:
+        """Each id's state at its coordinator (TRANSACTIONAL_ID_NOT_FOUND for one it does
+        not know)."""
+        from rafka.client.coordinator_client import CoordinatorClient
+        from rafka.client.metadata import ClientMetadata
+        from protocols.topics import TRANSACTION_KEY_TYPE
+        out = {}
+        for transactional_id in transactional_ids:
+            client = CoordinatorClient(self.cluster, ClientMetadata(self.cluster),
+                                       transactional_id, key_type=TRANSACTION_KEY_TYPE)
+            d = _raise_if_error(client.call("describe_transaction", transactional_id,
+                                            deadline=time.monotonic() + self.timeout_s))
+            start = d["transaction_start_time_ms"]
+            out[transactional_id] = TransactionDescription(
+                client.coordinator_id, transactional_id, d["state"], d["producer_id"],
+                d["producer_epoch"], d["transaction_timeout_ms"],
+                None if start < 0 else start,
+                [TopicPartition(*tp) for tp in d["partitions"]])
+        return out
+
+    def describe_producers(self, partitions: Iterable[tuple[str, int]]
+                           ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader keeps state for, with the first offset of
+        any transaction they have open there (Kafka's describeProducers)."""
+        import ray
+        out = {}
+        for tp in partitions:
+            tp = TopicPartition(*tp)
+            _, handle = self.cluster.leader(tp.topic, tp.partition)
+            [found] = decode(ray.get(handle.host.describe_producers_many.remote(
+                [(tp.topic, tp.partition)]), timeout=self.timeout_s))
+            out[tp] = [ProducerState(pid, epoch, seq, ts, coordinator_epoch,
+                                     None if first < 0 else first)
+                       for pid, epoch, seq, ts, coordinator_epoch, first
+                       in _raise_if_error(found)]
+        return out
+
+    def abort_transaction(self, topic: str, partition: int, producer_id: int,
+                          producer_epoch: int, coordinator_epoch: int) -> None:
+        """Write an ABORT marker for the producer's open transaction on one partition (Kafka's
+        abortTransaction: a hanging transaction, one its coordinator will never end). A
+        coordinator epoch older than the partition's last marker is refused
+        (TRANSACTION_COORDINATOR_FENCED)."""
+        import ray
+        _, handle = self.cluster.leader(topic, partition)
+        [error] = decode(ray.get(handle.host.write_txn_markers_many.remote(
+            [(topic, partition, int(producer_id), int(producer_epoch),
+              max(0, int(coordinator_epoch)), False)], 30_000), timeout=self.timeout_s))
+        _raise_if_error(error)

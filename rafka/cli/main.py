@@ -50,6 +50,8 @@ SUBCOMMANDS: list[Subcommand] = [
           "topics"),
     _lazy("consumer-groups", "list, describe, reset offsets of and delete consumer groups "
           "(kafka-consumer-groups.sh)", "consumer_groups"),
+    _lazy("transactions", "list, describe and abort transactions, find hanging ones "
+          "(kafka-transactions.sh)", "transactions"),
     _lazy("console-producer", "send lines from stdin (kafka-console-producer.sh)",
           "console_producer"),
     _lazy("console-consumer", "print records (kafka-console-consumer.sh)", "console_consumer"),

@@ -236,3 +236,65 @@ def test_consumer_groups_lists_describes_and_resets_offsets(cluster):
     assert out.returncode == 0, out.stderr
     out = rafka_cli(cluster, "consumer-groups", "--describe", "--group", "readers")
     assert out.returncode == 1 and "does not exist" in out.stderr
+
+
+def tab_table(text: str) -> list[list[str]]:
+    """A kafka-transactions.sh table (ToolsUtils.prettyPrintTable): cells end with a tab."""
+    return [[cell.strip() for cell in line.split("\t")[:-1]] for line in text.splitlines()]
+
+
+def test_transactions_lists_describes_and_aborts_an_open_transaction(cluster):
+    """kafka-transactions.sh's commands, columns and messages, on a transaction that
+    rafka's producer leaves open."""
+    from protocols.topics import TopicPartition
+    cluster.admin().create_topics([rafka.NewTopic("tx-tools", 1, 3)])
+    producer = rafka.Producer(cluster, {"transactional.id": "tools-app"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("tx-tools", b"open").result(30)
+    pid = producer._txn.producer_id
+    out = rafka_cli(cluster, "transactions", "list")
+    assert out.returncode == 0, out.stderr
+    rows = tab_table(out.stdout)
+    assert rows[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    assert [r for r in rows[1:] if r[0] == "tools-app"][0][2:] == [str(pid), "Ongoing"]
+    out = rafka_cli(cluster, "transactions", "describe", "--transactional-id", "tools-app")
+    assert out.returncode == 0, out.stderr
+    header, row = tab_table(out.stdout)
+    described = dict(zip(header, row))
+    assert (described["TransactionalId"], described["TransactionState"],
+            described["TopicPartitions"], described["TransactionTimeoutMs"]) == \
+        ("tools-app", "Ongoing", "tx-tools-0", "60000")
+    out = rafka_cli(cluster, "transactions", "describe-producers", "--topic", "tx-tools",
+                    "--partition", "0")
+    assert out.returncode == 0, out.stderr
+    header, row = tab_table(out.stdout)
+    assert dict(zip(header, row))["CurrentTransactionStartOffset"] == "0"
+    # Not hanging: its coordinator will write the marker.
+    out = rafka_cli(cluster, "transactions", "find-hanging", "--topic", "tx-tools",
+                    "--max-transaction-timeout", "0")
+    assert out.returncode == 0, out.stderr
+    assert len(tab_table(out.stdout)) == 1
+    out = rafka_cli(cluster, "transactions", "abort", "--topic", "tx-tools", "--partition", "0")
+    assert out.returncode == 1 and "--start-offset (for brokers on 3.0 or above)" in out.stderr
+    out = rafka_cli(cluster, "transactions", "abort", "--topic", "tx-tools", "--partition",
+                    "0", "--start-offset", "7")
+    assert out.returncode == 1
+    assert "Could not find any open transactions starting at offset 7" in out.stderr
+    out = rafka_cli(cluster, "transactions", "abort", "--topic", "tx-tools", "--partition",
+                    "0", "--start-offset", "0")
+    assert out.returncode == 0, out.stderr
+    # The ABORT marker ended it at the partition: the LSO moved past it, the record is
+    # never read at read_committed.
+    tp = TopicPartition("tx-tools", 0)
+    reader = rafka.Consumer(cluster, {"isolation.level": "read_committed",
+                                      "auto.offset.reset": "earliest"})
+    reader.assign([tp])
+    assert reader.end_offsets([tp]) == {tp: 2}
+    assert reader.poll(1000) == []
+    reader.close()
+    producer.abort_transaction()
+    producer.close()
+    out = rafka_cli(cluster, "transactions", "describe", "--transactional-id", "nobody")
+    assert out.returncode == 1
+    assert "Failed to describe transaction state of transactional-id `nobody`" in out.stderr
