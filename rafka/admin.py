@@ -224,11 +224,14 @@ class Admin:
             self._call("alter_topic_config", name, dict(config))
 
     # ---- offsets and records ---------------------------------------------------------------
-    def list_offsets(self, specs: Mapping[tuple[str, int], int | str]
+    def list_offsets(self, specs: Mapping[tuple[str, int], int | str],
+                     isolation_level: str = "read_uncommitted"
                      ) -> dict[TopicPartition, ListOffsetsResult]:
         """``{(topic, partition): "earliest" | "latest" | timestamp_ms}`` -> offsets (latest is
-        the high watermark; by time, the first offset at or after it, -1 if none). One
-        request per leader host (``rafka.client.list_offsets``)."""
+        the high watermark, or at ``read_committed`` the last stable offset, as Kafka's
+        ListOffsetsOptions has it; by time, the first offset at or after it, -1 if none).
+        One request per leader host (``rafka.client.list_offsets``)."""
+        from protocols.messages import ISOLATION_LEVELS
         from rafka.client.metadata import ClientMetadata
         from rafka.client.list_offsets import list_offsets
         wanted = {TopicPartition(*tp): int({"earliest": EARLIEST_TIMESTAMP,
@@ -237,7 +240,8 @@ class Admin:
         # A retriable answer (a new leader still learning its high watermark, say) is asked
         # again; an unknown partition fails at once, as Kafka's admin client fails it.
         found = list_offsets(ClientMetadata(self.cluster), wanted, self.timeout_s,
-                             backoff_s=0.05, unknown_fails=True)
+                             backoff_s=0.05, unknown_fails=True,
+                             isolation_level=ISOLATION_LEVELS[isolation_level])
         return {tp: ListOffsetsResult(*found[tp]) for tp in wanted}
 
     # ---- consumer groups -------------------------------------------------------------------
@@ -284,15 +288,25 @@ class Admin:
         return out
 
     def list_consumer_group_offsets(self, group_id: str,
-                                    partitions: Iterable[tuple[str, int]] | None = None
+                                    partitions: Iterable[tuple[str, int]] | None = None,
+                                    require_stable: bool = False
                                     ) -> dict[TopicPartition, Any]:
         """The group's committed ``OffsetAndMetadata`` per partition (all committed
-        partitions when ``partitions`` is None)."""
+        partitions when ``partitions`` is None). With ``require_stable`` (Kafka's
+        ListConsumerGroupOffsetsOptions.requireStable), an offset pending in an open
+        transaction is asked for again until the transaction ends."""
         from protocols.messages import OffsetAndMetadata
         wanted = None if partitions is None else [list(tp) for tp in partitions]
-        rows, _ = self._group_call(group_id, "fetch_offsets", wanted)
-        return {TopicPartition(t, p): OffsetAndMetadata(o, e, m)
-                for t, p, o, e, m in rows if o >= 0}
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            rows, _ = self._group_call(group_id, "fetch_offsets", wanted, require_stable)
+            unstable = [found[0] for _, _, *found in rows if len(found) == 1]
+            if not unstable:
+                return {TopicPartition(t, p): OffsetAndMetadata(o, e, m)
+                        for t, p, o, e, m in rows if o >= 0}
+            if time.monotonic() > deadline:
+                raise unstable[0]
+            time.sleep(0.05)
 
     def alter_consumer_group_offsets(self, group_id: str,
                                      offsets: Mapping[tuple[str, int], int]) -> None:

@@ -19,13 +19,15 @@ def partition_counts(cluster) -> dict[str, int]:
     return {t: len(ps) for t, ps in cluster.metadata()["topics"].items()}
 
 
-def earliest_and_latest(cluster, partitions: list[TopicPartition]) -> tuple[dict, dict]:
-    """(earliest, latest) offset of each partition; latest is the high watermark."""
+def earliest_and_latest(cluster, partitions: list[TopicPartition],
+                        isolation_level: str = "read_uncommitted") -> tuple[dict, dict]:
+    """(earliest, latest) offset of each partition; latest is the high watermark, or at
+    ``read_committed`` the last stable offset (what such a reader can reach)."""
     admin = cluster.admin()
     earliest = {tp: r.offset for tp, r in admin.list_offsets(
         {tp: "earliest" for tp in partitions}).items()}
     latest = {tp: r.offset for tp, r in admin.list_offsets(
-        {tp: "latest" for tp in partitions}).items()}
+        {tp: "latest" for tp in partitions}, isolation_level).items()}
     return earliest, latest
 
 
@@ -49,6 +51,12 @@ def _polled(cluster, r: OffsetRange, timeout_s: float, poll, config: dict | None
         while position < r.until_offset:
             answer = poll(consumer)
             if not len(answer):
+                # At read_committed a fetch may hold only an aborted transaction and its
+                # marker: nothing to hand out, yet the position moves on past them.
+                moved = consumer.position(tp)
+                if moved > position:
+                    position, deadline = moved, time.monotonic() + timeout_s
+                    continue
                 if time.monotonic() > deadline:
                     raise KafkaTimeoutError(f"Timed out reading {tp.topic}-{tp.partition} "
                                             f"[{position}, {r.until_offset}) after "

@@ -97,28 +97,45 @@ def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest"
 
 
 def write_topic(dataset, cluster, topic: str | None = None,
-                producer_config: Mapping[str, Any] | None = None) -> int:
+                producer_config: Mapping[str, Any] | None = None, *,
+                exactly_once: bool = False, transactional_id_prefix: str | None = None) -> int:
     """Produce every row of ``dataset`` (``value`` required; ``key``, ``topic``,
     ``partition``, ``headers`` optional: Spark's Kafka sink's columns, ``rafka.connectors.arrow_sink``)
     a block at a time through ``Producer.send_batch``; ``topic``, when given, is every
     row's topic (it overrides a topic column, as Spark's sink's option does). Returns the
-    number of records acknowledged."""
+    number of records acknowledged.
+
+    ``exactly_once``: each write task's rows go in one transaction with a marker of what it
+    wrote (``rafka.connectors.exactly_once``), so a task Ray retries (after its worker died,
+    even after it committed) writes nothing twice. Its transactional ids and marker group
+    are named ``transactional_id_prefix`` (default ``rafka-ray-<uuid>``, new per call; the
+    same prefix given to a second run of the same pipeline writes only what the first
+    did not)."""
+    import uuid
+
     from ray.data import Datasink
 
     cluster_name = cluster.name
     config = dict(producer_config or {"acks": "all"})
+    prefix = transactional_id_prefix or f"rafka-ray-{uuid.uuid4()}"
 
     class TopicDatasink(Datasink):
         def write(self, blocks: Iterable, ctx) -> int:
             import pyarrow as pa
 
             import rafka
+            tables = (block if isinstance(block, pa.Table) else pa.Table.from_pandas(block)
+                      for block in blocks)
+            if exactly_once:
+                from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
+                return write_exactly_once(rafka.Cluster.connect(cluster_name), config,
+                                          ExactlyOnceTask(prefix, ctx.task_idx, 1), tables,
+                                          topic)
             producer = rafka.Producer(rafka.Cluster.connect(cluster_name), config)
             futures = []
             count = 0
             try:
-                for block in blocks:
-                    table = block if isinstance(block, pa.Table) else pa.Table.from_pandas(block)
+                for table in tables:
                     futures.extend(send_rows(producer, target, partition, rows)
                                    for target, partition, rows in split_rows(table, topic))
                     count += table.num_rows

@@ -7,13 +7,23 @@ option, when given, overrides the ``topic`` column (Spark's rule). The options p
 ``kafka.`` are producer configs; ``acks`` defaults to ``all``. Every record is acknowledged
 before its task ends: the first failed record fails the task (at least once, as Spark's
 Kafka sink).
+
+With ``exactlyOnce=true`` each task writes its rows in a transaction with a marker of what
+it wrote (``rafka.connectors.exactly_once``): a task retried, a zombie attempt, or a
+micro-batch run again after a driver restart from its checkpoint writes nothing twice. The
+transactional ids and the marker's group are named ``transactionalIdPrefix`` (default
+``rafka-spark-<query id>`` for a streaming query, whose id its checkpoint keeps, and
+``rafka-spark-job-<uuid>`` for one batch write).
 """
 from __future__ import annotations
+
+import uuid
 
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
 from rafka.connectors.arrow_sink import TOPIC_REQUIRED, send_rows, split_rows
+from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
 from rafka.spark.connection import connect
 from rafka.spark.offsets import SparkSourceError, kafka_options
 
@@ -38,7 +48,32 @@ def check_producer_options(options) -> None:
     """Unknown or invalid ``kafka.*`` producer configs fail the query on the driver, not in
     its tasks."""
     from rafka.producer.producer import PRODUCER_CONFIG
-    PRODUCER_CONFIG.parse(producer_config(options))
+    config = PRODUCER_CONFIG.parse(producer_config(options))
+    if config["transactional.id"]:
+        raise SparkSourceError("Kafka option 'transactional.id' is not supported: set "
+                               "option exactlyOnce to true, and the sink writes each task in "
+                               "a transaction of its own (transactionalIdPrefix names them)")
+
+
+def exactly_once(options) -> bool:
+    value = str(options.get("exactlyOnce", "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise SparkSourceError(f"Invalid value '{options.get('exactlyOnce')}' for option "
+                               "'exactlyOnce', must be true or false")
+    return value == "true"
+
+
+def _task(options, default_prefix: str | None) -> ExactlyOnceTask:
+    """The running Spark task's part of an exactly-once write: its partition id, and for a
+    streaming query its micro-batch (Spark's local properties name both)."""
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    batch_id = context.getLocalProperty("streaming.sql.batchId")
+    if default_prefix is None:
+        default_prefix = f"rafka-spark-{context.getLocalProperty('sql.streaming.queryId')}"
+    prefix = options.get("transactionalIdPrefix") or default_prefix
+    return ExactlyOnceTask(prefix, context.partitionId(),
+                           1 if batch_id is None else int(batch_id) + 1)
 
 
 def check_schema(schema, options) -> None:
@@ -59,11 +94,16 @@ def check_schema(schema, options) -> None:
                                    f"be a(n) {' or '.join(allowed)}")
 
 
-def write_batches(options, batches) -> Committed:
-    """A task's share of the rows, every record acknowledged before it returns."""
+def write_batches(options, batches, default_prefix: str | None = None) -> Committed:
+    """A task's share of the rows, every record acknowledged before it returns (in one
+    transaction with ``exactlyOnce``)."""
     import rafka
 
     topic_option = options.get("topic")
+    if exactly_once(options):
+        return Committed(write_exactly_once(connect(options), producer_config(options),
+                                            _task(options, default_prefix), batches,
+                                            topic_option))
     producer = rafka.Producer(connect(options), producer_config(options))
     count = 0
     futures = []
@@ -85,9 +125,11 @@ def write_batches(options, batches) -> Committed:
 class RafkaBatchWriter(DataSourceArrowWriter):
     def __init__(self, options):
         self.options = options
+        # Made on the driver, the same in every attempt of every task of this write.
+        self.job_prefix = f"rafka-spark-job-{uuid.uuid4()}"
 
     def write(self, iterator):
-        return write_batches(self.options, iterator)
+        return write_batches(self.options, iterator, self.job_prefix)
 
 
 class RafkaStreamWriter(DataSourceStreamArrowWriter):
@@ -101,4 +143,6 @@ class RafkaStreamWriter(DataSourceStreamArrowWriter):
         pass   # every record was acknowledged before its task finished
 
     def abort(self, messages, batchId) -> None:
-        pass   # at-least-once, as Spark's Kafka sink: what was sent stays
+        # At least once, as Spark's Kafka sink: what was sent stays. With exactlyOnce, what
+        # a task committed stays too, and the batch run again skips it.
+        pass

@@ -33,7 +33,7 @@ from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_opt
                                  from_json, parse_offsets, parse_subscription, rate_limit,
                                  resolve, to_json)
 from rafka.spark.sink import (RafkaBatchWriter, RafkaStreamWriter, check_producer_options,
-                              check_schema)
+                              check_schema, exactly_once)
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int")
@@ -73,6 +73,12 @@ def _starting(options, cluster, partitions, earliest, latest, default: str) -> d
                 for tp, r in consumer_offsets.items()}
     spec = parse_offsets(options.get("startingOffsets"), default, option="startingOffsets")
     return resolve(spec, partitions, earliest, latest, option="startingOffsets")
+
+
+def _isolation(options) -> str:
+    """``kafka.isolation.level``: at read_committed a read ends at the last stable offset,
+    as Spark's Kafka source's admin-based offset reader has it."""
+    return consumer_options(options).get("isolation.level", "read_uncommitted")
 
 
 def _check_consumer_options(options) -> None:
@@ -121,7 +127,7 @@ class RafkaBatchReader(DataSourceReader):
         cluster = connect(options)
         partitions = narrow(self.pushed,
                             parse_subscription(options).select(partition_counts(cluster)))
-        earliest, latest = earliest_and_latest(cluster, partitions)
+        earliest, latest = earliest_and_latest(cluster, partitions, _isolation(options))
         start = _starting(options, cluster, partitions, earliest, latest, "earliest")
         end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
                                  allow_earliest=False)
@@ -167,7 +173,8 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _now(self):
         cluster = connect(self.options)
         partitions = self.subscription.select(partition_counts(cluster))
-        return cluster, partitions, *earliest_and_latest(cluster, partitions)
+        return cluster, partitions, *earliest_and_latest(cluster, partitions,
+                                                         _isolation(self.options))
 
     def initialOffset(self) -> dict:
         cluster, partitions, earliest, latest = self._now()
@@ -238,12 +245,14 @@ class RafkaDataSource(DataSource):
         _append_only(overwrite)
         check_schema(schema, self.options)
         check_producer_options(self.options)
+        exactly_once(self.options)
         return RafkaBatchWriter(self.options)
 
     def streamWriter(self, schema, overwrite):
         _append_only(overwrite)
         check_schema(schema, self.options)
         check_producer_options(self.options)
+        exactly_once(self.options)
         return RafkaStreamWriter(self.options)
 
 

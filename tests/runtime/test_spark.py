@@ -229,3 +229,29 @@ def test_streaming_write_copies_a_topic_and_data_loss_fails_unless_allowed(spark
     rest = reader(spark, cluster, subscribe="src", startingOffsets=from_zero,
                   failOnDataLoss="false").collect()
     assert min(r.offset for r in rest if r.partition == 0) == 10 and len(rest) == 20
+
+
+def test_read_committed_reads_what_transactions_committed(spark, cluster):
+    """kafka.isolation.level=read_committed, as Spark's Kafka source takes it: a read ends
+    at the last stable offset (an open transaction's records wait), aborted records are
+    never returned, and a range that ends in an aborted transaction and its marker is read
+    to its end."""
+    cluster.admin().create_topics([rafka.NewTopic("txn-read", 1, 3)])
+    producer = rafka.Producer(cluster, {"transactional.id": "spark-read-app"})
+    producer.init_transactions()
+    for round_, commit in enumerate([True, False, True, False]):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.send("txn-read", f"r{round_}-{i}".encode())
+        producer.flush()         # in the log, aborted or not
+        producer.commit_transaction() if commit else producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send("txn-read", b"still open").result(30)
+    committed = reader(spark, cluster, subscribe="txn-read",
+                       **{"kafka.isolation.level": "read_committed"}).collect()
+    assert sorted(r.value.decode() for r in committed) == sorted(
+        f"r{n}-{i}" for n in (0, 2) for i in range(10))
+    everything = reader(spark, cluster, subscribe="txn-read").collect()
+    assert len(everything) == 41
+    producer.abort_transaction()
+    producer.close()

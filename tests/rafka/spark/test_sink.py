@@ -70,3 +70,15 @@ def test_a_null_topic_without_the_option_fails_the_task():
     with pytest.raises(SinkError, match="null topic present in the data"):
         list(split_rows(batch, None))
     assert rows(split_rows(batch, "t")) == [("t", None, [b"a"])]
+
+
+def test_exactly_once_option_and_the_transactional_id_it_replaces():
+    from rafka.spark.sink import check_producer_options, exactly_once
+    assert exactly_once({}) is False
+    assert exactly_once({"exactlyOnce": "TRUE"}) is True
+    with pytest.raises(SparkSourceError, match="Invalid value 'yes' for option 'exactlyOnce'"):
+        exactly_once({"exactlyOnce": "yes"})
+    # Spark's Kafka sink takes no transactional.id either; here exactlyOnce names one per
+    # task.
+    with pytest.raises(SparkSourceError, match="'transactional.id' is not supported"):
+        check_producer_options({"kafka.transactional.id": "mine"})

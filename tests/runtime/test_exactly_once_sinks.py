@@ -1,0 +1,135 @@
+"""Exactly-once writes (issue 41, step 5) on a real cluster: a write task run again after
+it committed writes nothing, a new attempt fences a zombie one, a Spark micro-batch run again
+from its checkpoint after a driver restart writes nothing twice (and, as the control, does
+without the option), and Ray Data's write_topic given the same prefix twice."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import rafka
+from protocols.errors import ProducerFencedError
+from protocols.topics import TopicPartition
+from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
+from tests.runtime.conftest import collect
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+def committed_values(cluster, topic: str, partitions: int, expected: int) -> list[bytes]:
+    consumer = rafka.Consumer(cluster, {"isolation.level": "read_committed",
+                                        "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    try:
+        return collect(lambda: [r.value for r in consumer.poll(200)], expected, 60, 1.5)
+    finally:
+        consumer.close()
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table({"key": [f"k{i}".encode() for i in range(start, start + n)],
+                     "value": [f"v{i}".encode() for i in range(start, start + n)]})
+
+
+def test_a_task_run_again_after_its_commit_writes_nothing(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("eo-retry", 2, 3)])
+    task = ExactlyOnceTask("eo-retry-sink", 0, 1)
+    assert write_exactly_once(cluster, {}, task, [rows(0, 50), rows(50, 50)], "eo-retry") == 100
+    # The executor died after the commit, before Spark or Ray heard of it: run again.
+    assert write_exactly_once(cluster, {}, task, [rows(0, 50), rows(50, 50)], "eo-retry") == 0
+    # The next micro-batch of the same task writes.
+    later = ExactlyOnceTask("eo-retry-sink", 0, 2)
+    assert write_exactly_once(cluster, {}, later, [rows(100, 10)], "eo-retry") == 10
+    values = committed_values(cluster, "eo-retry", 2, 110)
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(110))
+
+
+def test_a_new_attempt_fences_a_zombie_attempt(cluster):
+    cluster.admin().create_topics([rafka.NewTopic("eo-zombie", 1, 3)])
+    task = ExactlyOnceTask("eo-zombie-sink", 3, 1)
+    zombie = rafka.Producer(cluster, {"transactional.id": task.transactional_id})
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("eo-zombie", b"zombie").result(30)
+    # Spark gave up on the slow attempt and started another.
+    assert write_exactly_once(cluster, {}, task, [rows(0, 20)], "eo-zombie") == 20
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    zombie.close()
+    assert sorted(committed_values(cluster, "eo-zombie", 1, 20)) == \
+        sorted(f"v{i}".encode() for i in range(20))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_spark_micro_batch_run_again_from_its_checkpoint(spark_session, cluster, tmp_path,
+                                                        exactly_once):
+    """The driver dies after the batch's tasks committed and before the batch's commit
+    reached the checkpoint (its commits/ file removed): on restart Spark runs the batch
+    again. With exactlyOnce nothing is written twice; without, everything is (the control:
+    Spark's own Kafka sink duplicates the same way)."""
+    suffix = "eo" if exactly_once else "alo"
+    src, dst = f"spark-{suffix}-src", f"spark-{suffix}-dst"
+    cluster.admin().create_topics([rafka.NewTopic(src, 3, 3), rafka.NewTopic(dst, 3, 3)])
+    with rafka.Producer(cluster) as producer:
+        for i in range(300):
+            producer.send(src, f"v{i}".encode(), key=f"k{i % 13}".encode())
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        query = (spark_session.readStream.format("rafka").option("cluster", cluster.name)
+                 .option("subscribe", src).option("startingOffsets", "earliest").load()
+                 .selectExpr("key", "value")
+                 .writeStream.format("rafka").option("cluster", cluster.name)
+                 .option("topic", dst).option("exactlyOnce", str(exactly_once).lower())
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(180)
+        assert query.exception() is None
+
+    run()
+    commits = sorted(Path(checkpoint, "commits").iterdir(), key=lambda p: p.name)
+    last = [p for p in commits if p.name.isdigit()][-1]
+    last.unlink()
+    Path(last.parent, f".{last.name}.crc").unlink(missing_ok=True)
+    run()
+    values = committed_values(cluster, dst, 3, 600 if not exactly_once else 300)
+    if exactly_once:
+        assert sorted(values) == sorted(f"v{i}".encode() for i in range(300))
+    else:
+        assert len(values) == 600
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_batch_write_exactly_once(spark_session, cluster):
+    cluster.admin().create_topics([rafka.NewTopic("spark-eo-batch", 2, 3)])
+    df = spark_session.createDataFrame([(f"k{i}", f"v{i}") for i in range(100)],
+                                       "key string, value string")
+    (df.write.format("rafka").option("cluster", cluster.name)
+     .option("topic", "spark-eo-batch").option("exactlyOnce", "true").mode("append").save())
+    assert sorted(committed_values(cluster, "spark-eo-batch", 2, 100)) == \
+        sorted(f"v{i}".encode() for i in range(100))
+
+
+def test_ray_data_write_topic_exactly_once(cluster):
+    import ray.data
+
+    import rafka.ray
+    cluster.admin().create_topics([rafka.NewTopic("eo-ray", 2, 3)])
+    ds = ray.data.from_items([{"key": f"k{i}".encode(), "value": f"v{i}".encode()}
+                              for i in range(200)], override_num_blocks=4)
+    assert rafka.ray.write_topic(ds, cluster, "eo-ray", exactly_once=True,
+                                 transactional_id_prefix="eo-ray-job") == 200
+    # The same pipeline run again under the same prefix: every task finds its marker.
+    assert rafka.ray.write_topic(ds, cluster, "eo-ray", exactly_once=True,
+                                 transactional_id_prefix="eo-ray-job") == 0
+    assert sorted(committed_values(cluster, "eo-ray", 2, 200)) == \
+        sorted(f"v{i}".encode() for i in range(200))
+    markers = cluster.admin().list_consumer_group_offsets("eo-ray-job")
+    assert sorted(tp.partition for tp in markers) == [0, 1, 2, 3]
+    assert all(json.loads(om.metadata)["sequence"] == 1 for om in markers.values())
