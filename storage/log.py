@@ -152,6 +152,7 @@ class Log:
         self._create_and_load(recovery_point, log_start_offset, clean_shutdown)
         hw = self.log_start_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(hw, self.log_start_offset), self._log_end_offset)
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
         return self
 
     def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
@@ -191,6 +192,7 @@ class Log:
                 self._complete_txn(state.update_from_batch(batch), replay=True)
             offset = info.next_offset
         state.map_end_offset = end_offset
+        state.on_high_watermark_updated(self._high_watermark)
 
     def _complete_txn(self, completed: CompletedTxn | None, replay: bool = False) -> None:
         """A transaction a marker just ended: an aborted one is indexed in the segment
@@ -276,6 +278,7 @@ class Log:
         """Set the HW (kept within [log start, LEO]); the replica layer decides its value."""
         with self._lock:
             self._high_watermark = min(max(offset, self.log_start_offset), self._log_end_offset)
+            self.producer_state.on_high_watermark_updated(self._high_watermark)
             return self._high_watermark
 
     def segment_for(self, offset: int) -> LogSegment | None:

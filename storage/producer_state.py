@@ -118,10 +118,16 @@ class ProducerStateManager:
         # Transactions in progress: first offset -> producer id (the lowest first offset is
         # the partition's first unstable offset).
         self.ongoing_txns: dict[int, int] = {}
+        # Transactions whose marker is in the log but not yet below the high watermark:
+        # first offset -> the marker's offset. They stay unstable until the HW passes the
+        # marker (Kafka's unreplicatedTxns), so that no read_committed consumer reads a
+        # transaction whose marker a leader change could still take away.
+        self.unreplicated_txns: dict[int, int] = {}
 
     def clear(self, map_end_offset: int = 0) -> None:
         self.producers.clear()
         self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
         self.map_end_offset = map_end_offset
 
     def has_ongoing_txn(self, producer_id: int) -> bool:
@@ -270,8 +276,18 @@ class ProducerStateManager:
 
     # ---- transactions --------------------------------------------------------------------
     def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest transaction in progress (None: none)."""
-        return min(self.ongoing_txns) if self.ongoing_txns else None
+        """The first offset of the oldest transaction in progress, or ended by a marker the
+        high watermark has not passed yet (None: none)."""
+        firsts = [*self.ongoing_txns, *self.unreplicated_txns]
+        return min(firsts) if firsts else None
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Transactions whose marker is now below the HW are stable (Kafka's
+        removeUnreplicatedTransactions)."""
+        if self.unreplicated_txns:
+            self.unreplicated_txns = {first: marker for first, marker
+                                      in self.unreplicated_txns.items()
+                                      if marker >= high_watermark}
 
     def last_stable_offset(self, completed: CompletedTxn) -> int:
         """The partition's LSO once ``completed`` ends (what its aborted-index entry
@@ -281,6 +297,7 @@ class ProducerStateManager:
 
     def complete_txn(self, completed: CompletedTxn) -> None:
         self.ongoing_txns.pop(completed.first_offset, None)
+        self.unreplicated_txns[completed.first_offset] = completed.last_offset
 
     # ---- snapshots ---------------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:

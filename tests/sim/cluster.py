@@ -49,7 +49,7 @@ from actors.replica.partition import (FetchRequest, PartitionReplica, Purgatorie
 from actors.timer.system_timer import SystemTimer
 from protocols.errors import (InvalidRequestError, KafkaError, StaleControllerEpochError)
 from protocols.messages import FetchManyRequest, FetchManyResponse, LeaderAndIsr
-from protocols.records import Record, encode_batch, iter_batches
+from protocols.records import CONTROL_MASK, Record, encode_batch, iter_batches
 from storage import Log
 from tests.sim.network import Network
 
@@ -112,7 +112,7 @@ class Broker:
 class Simulation:
     def __init__(self, seed: int, root: Path | None = None, *, brokers: int = 3,
                  partitions: int = 2, epochs: bool = True, steps: int = 150,
-                 liveness: bool = False):
+                 liveness: bool = False, transactions: bool = False):
         self.seed = seed
         # Also require every follower to catch up after the final heal (``--liveness``):
         # not yet part of the default run, as some seeds leave a restarted broker's
@@ -159,6 +159,11 @@ class Simulation:
                       for p in self.partitions}
         self._send_all(CONTROLLER, self.controller.create_topic(TOPIC, assignment=assignment))
         self.run_until(self.clock() + 50)
+        # Transactional producers and a transaction coordinator (``tests.sim.transactions``).
+        self.txn = None
+        if transactions:
+            from tests.sim.transactions import TxnWorld
+            self.txn = TxnWorld(self)
 
     # ---- processes -------------------------------------------------------------------------
     def close(self) -> None:
@@ -222,7 +227,9 @@ class Simulation:
 
     # ---- delivery --------------------------------------------------------------------------
     def deliver(self, m) -> None:
-        if m.kind == "control":
+        if m.kind.startswith("txn_"):
+            self.txn.deliver(m)
+        elif m.kind == "control":
             self._on_control(m)
         elif m.dst == CONTROLLER:
             self._on_controller_request(m)
@@ -626,12 +633,15 @@ class Simulation:
         self._send_all(CONTROLLER, self.controller._update_metadata())
 
     def _endpoints(self) -> list:
-        return self.broker_ids + [CONTROLLER]
+        from tests.sim.transactions import TXN
+        return self.broker_ids + [CONTROLLER] + ([TXN] if self.txn is not None else [])
 
     # ---- invariants ------------------------------------------------------------------------
     def check(self) -> None:
         for p in self.partitions:
             self._check_partition(p)
+        if self.txn is not None:
+            self.txn.check()
 
     def _check_partition(self, p: int) -> None:
         leader = self._current_leader(p)
@@ -644,6 +654,8 @@ class Simulation:
             while offset < leader.log.log_end_offset:
                 info = leader.log.read_info(offset, 1 << 20)
                 for batch in iter_batches(info.records):
+                    if batch.header().attributes & CONTROL_MASK:
+                        continue     # transaction markers: the same bytes every time
                     for r in batch.records():
                         records[r.offset] = r.value
                 offset = info.next_offset
@@ -681,7 +693,9 @@ class Simulation:
         roll = rng.random()
         b = rng.choice(self.broker_ids)
         p = rng.choice(self.partitions)
-        if roll < 0.18:
+        if self.txn is not None and rng.random() < 0.35:
+            action, run = self.txn.action()
+        elif roll < 0.18:
             action, run = f"produce all p{p}", lambda: self.produce(p, -1)
         elif roll < 0.24:
             action, run = f"produce 1 p{p}", lambda: self.produce(p, 1)
@@ -734,6 +748,8 @@ class Simulation:
         for _ in range(40):
             self.advance(250)
             self.check()
+        if self.txn is not None:
+            self.txn.check(final=True)
         # Liveness: with every broker up and every link fine, each follower catches up with
         # its leader and the HW reaches the log end (a fetcher that stopped naming a
         # partition's position would leave it behind for good).

@@ -62,13 +62,15 @@ class Network:
         return link
 
     def send(self, src: Endpoint, dst: Endpoint, kind: str, payload: Any,
-             dst_life: int | None = None) -> None:
+             dst_life: int | None = None, delay_ms: int = 0) -> None:
+        """``delay_ms``: the sender holds the message that long first (a backoff)."""
         self.sent += 1
         link = self.link(src, dst)
         if link.down:
             self.lost += 1
             return
-        arrival = self.clock() + link.latency_ms + self.rng.randint(0, link.jitter_ms)
+        arrival = self.clock() + delay_ms + link.latency_ms + \
+            self.rng.randint(0, link.jitter_ms)
         if link.fifo:
             arrival = max(arrival, link.last_arrival_ms)
             link.last_arrival_ms = arrival

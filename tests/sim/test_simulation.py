@@ -9,6 +9,7 @@ import pytest
 from tests.sim.cluster import InvariantViolation, Simulation
 
 SEEDS = int(os.environ.get("RAFKA_SIM_SEEDS", "500"))
+TXN_SEEDS = int(os.environ.get("RAFKA_SIM_TXN_SEEDS", "150"))
 
 
 @pytest.mark.slow
@@ -26,6 +27,28 @@ def test_invariants_hold_for_every_seed():
         assert exercised[what] > 0, f"no seed exercised {what}: {dict(exercised)}"
     assert not failed, f"{len(failed)} of {SEEDS} seeds failed; replay with " \
         f"`python -m tests.sim.run --seed N`:\n" + "\n".join(failed[:5])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_transaction_invariants_hold_for_every_seed():
+    """Transactional producers, a transaction coordinator failing over, producers fenced
+    (``tests.sim.transactions``): markers agree across partitions and with what producers
+    were told, read_committed returns committed transactions only and whole, the LSO never
+    passes an open transaction. (The long form: ``python -m tests.sim.run --seeds 10000
+    --transactions``.)"""
+    failed, exercised = [], Counter()
+    for seed in range(1_000_000, 1_000_000 + TXN_SEEDS):
+        try:
+            exercised += Simulation(seed, transactions=True).run().stats
+        except InvariantViolation as e:
+            failed.append(str(e))
+    for what in ("txn committed", "txn aborted", "txn coordinator failovers",
+                 "txn client ProducerFencedError", "txn markers appended",
+                 "txn batches refused by verification"):
+        assert exercised[what] > 0, f"no seed exercised {what}: {dict(exercised)}"
+    assert not failed, f"{len(failed)} of {TXN_SEEDS} seeds failed; replay with " \
+        f"`python -m tests.sim.run --transactions --seed N`:\n" + "\n".join(failed[:5])
 
 
 def test_the_simulator_finds_loss_without_leader_epochs():

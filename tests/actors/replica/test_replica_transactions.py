@@ -100,7 +100,7 @@ def test_a_transactions_first_batch_needs_its_verification(pair):
     # (Kafka's VerificationStateEntry): neither voids the other.
     assert leader.start_txn_verification(7) is guard
     leader.produce(txn(7, 0, "t"), acks=1, timeout_ms=100, verified={7: guard})
-    assert leader.log.first_unstable_offset == 1
+    assert leader.log.producer_state.ongoing_txns == {1: 7}
     assert leader.start_txn_verification(7) is None   # open here: no more verification
     leader.produce(txn(7, 1, "u"), acks=1, timeout_ms=100)
     assert leader.log.log_end_offset == 3
