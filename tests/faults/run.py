@@ -31,6 +31,11 @@ Nemeses (chosen at random per the seed, one at a time, each held 2-6 s unless sa
   then starts the host's Ray node again (on the same disk, at the same address), where Ray
   restarts its broker. The other nemeses stay shorter than that detection.
 
+``--workload transactions`` runs a consume-transform-produce pipeline instead
+(``tests.faults.txn_workload``: a read_committed consumer and a transactional producer
+committing the group's offsets in each transaction), checked for each acknowledged input in
+the output exactly once.
+
 ``--acks 1`` runs the workload with acks=1 and no idempotence: what a leader acknowledged
 before a fault took it away may be lost, as Kafka documents; such runs report it rather
 than fail on it.
@@ -176,7 +181,7 @@ def inject(hosts: Hosts, nemesis: str, rng: random.Random, log: list,
 
 
 def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
-            acks: str = "all", keep_logs: Path | None = None) -> dict:
+            acks: str = "all", keep_logs: Path | None = None, workload: str = "plain") -> dict:
     """A run of the workload with nemeses drawn at random per the seed."""
     rng = random.Random(seed)
 
@@ -187,13 +192,16 @@ def one_run(seed: int, nemeses: list[str], seconds: float, brokers: int,
             inject(hosts, rng.choice(nemeses), rng, log, log_dirs)
             time.sleep(rng.uniform(0.5, 2))
     summary = run_workload(faults, seconds, brokers, acks,
-                           keep_logs and keep_logs / f"seed-{seed}")
+                           keep_logs and keep_logs / f"seed-{seed}", workload)
     summary.update(seed=seed)
     return summary
 
 
+WORKLOADS = {"plain": "tests.faults.workload", "transactions": "tests.faults.txn_workload"}
+
+
 def run_workload(faults, seconds: float, brokers: int, acks: str = "all",
-                 keep_logs: Path | None = None) -> dict:
+                 keep_logs: Path | None = None, workload: str = "plain") -> dict:
     """Bring up the hosts, start the workload on the head, call ``faults(hosts, work,
     log_dirs, log)`` once it sends (it injects and heals, noting each fault in ``log``),
     then tell the workload all is healed; its summary, with ``faults`` the log. With
@@ -205,7 +213,7 @@ def run_workload(faults, seconds: float, brokers: int, acks: str = "all",
         log_dirs = [hosts.root / path for path in disks]
         driver = subprocess.Popen(
             ["ip", "netns", "exec", hosts.head.name, sys.executable, "-m",
-             "tests.faults.workload", "--dir", str(work), "--seconds", str(seconds),
+             WORKLOADS[workload], "--dir", str(work), "--seconds", str(seconds),
              "--brokers", str(brokers), "--acks", acks],
             env=dict(hosts.env, RAY_ADDRESS=hosts.ray_address), cwd=str(REPO),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -246,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", type=int, default=4, help="hosts, one broker each")
     parser.add_argument("--acks", choices=("all", "1"), default="all",
                         help="acks=1 runs (no idempotence) report losses, not fail on them")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="plain",
+                        help="plain: an idempotent producer and a group (the default); "
+                             "transactions: a consume-transform-produce pipeline whose "
+                             "output must hold each input once (tests.faults.txn_workload)")
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="copy each run's Ray logs (every host's) to DIR/seed-<seed>")
     args = parser.parse_args(argv)
@@ -257,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in range(args.runs):
         try:
             s = one_run(args.seed + n, nemeses, args.seconds, args.brokers, args.acks,
-                        args.keep_logs)
+                        args.keep_logs, args.workload)
         except Exception as e:  # noqa: BLE001 - the run could not be checked: say why, go on
             harness_errors += 1
             print(f"run {n + 1}/{args.runs} seed {args.seed + n}: not checked: "
@@ -271,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['recovery_s']} s after healing, every broker back {s['brokers_back_s']} s "
               f"after; brokers restarted {s['brokers_restarted']}; controller epoch "
               f"{s['controllers'][0]['epoch']} -> {s['controllers'][1]['epoch']}"
+              + (f"; pipeline: {s['transactions']} transactions, {s['aborts']} aborted, "
+                 f"{s['pipeline_restarts']} restarts, caught up {s['caught_up']}"
+                 if s.get("workload") == "transactions" else "")
               + (f"; not back: {json.dumps(s['brokers_not_back'])}"
                  if s.get("brokers_not_back") else "")
               + (f"; read {s['read']}; lost (partition, offset, seq) {s['lost_examples']} "

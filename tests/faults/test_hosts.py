@@ -55,6 +55,20 @@ def test_a_short_fault_run_loses_repeats_and_diverges_nothing():
     assert s["diverged"] == [] and s["recovery_s"] < 60, s
 
 
+def test_a_short_transactional_fault_run_copies_each_input_once():
+    """The short form of ``python -m tests.faults.run --workload transactions``: a
+    consume-transform-produce pipeline (read_committed consumer, transactional producer
+    committing the group's offsets in each transaction) through 12 s of nemeses on four
+    hosts; its output, read at read_committed, holds each acknowledged input exactly once."""
+    require_root("make network namespaces, a host each")
+    from tests.faults.run import NEMESES, one_run
+    s = one_run(seed=5, nemeses=[n for n in NEMESES if n != "isolate"], seconds=12,
+                brokers=4, workload="transactions")
+    assert s["faults"] and s["acknowledged"] > 1000 and s["caught_up"], s
+    assert (s["lost"], s["duplicated"], s["phantom"], s["diverged"]) == (0, 0, 0, []), s
+    assert s["transactions"] > 0, s
+
+
 def test_a_broker_cut_off_past_its_session_fences_no_controller_after_healing():
     """Found by the harness's ``isolate`` runs: a worker host cut off from all others for
     longer than a broker session (here 15 s, past the workload's 6 s, short of Ray's ~50 s

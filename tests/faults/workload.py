@@ -58,12 +58,7 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
     import rafka
     cluster.admin().create_topics([rafka.NewTopic("jepsen", PARTITIONS, 3, config={
         "min.insync.replicas": 2}), rafka.NewTopic("jepsen-probe", 1, 3)])
-    nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in __import__("ray").nodes()}
-    state = {"brokers": {b: {"pid": cluster.broker_pid(b), "node": nodes.get(n)}
-                         for b, n in cluster.broker_nodes.items()},
-             "controller": controller(cluster)}
-    (work / "state.tmp").write_text(json.dumps(state))
-    os.replace(work / "state.tmp", work / "state.json")
+    state = write_state(cluster, work)
 
     sent: dict[int, object] = {}            # sequence -> future
     commits: list[dict[int, int]] = []
@@ -81,22 +76,7 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
         i += 1
         if i % 200 == 0:
             time.sleep(0.02)                # ~10k records/s at most: a steady stream
-    deadline = time.monotonic() + 300
-    while not (work / "healed").exists():
-        assert time.monotonic() < deadline, "the faults were never healed"
-        time.sleep(0.1)
-    healed_at = time.monotonic()
-    # The recovery probes start at the heal, beside the flush: records sent to a partition
-    # that was offline wait up to delivery.timeout.ms, and probing only after the flush
-    # counted that wait as time to serve again.
-    probes: dict = {}
-
-    def probe(key: str, how) -> None:
-        probes[key] = how(cluster, healed_at)
-    probers = [threading.Thread(target=probe, args=args, daemon=True)
-               for args in (("recovery_s", serves_again), ("back", all_brokers_back))]
-    for t in probers:
-        t.start()
+    probes = Probes(cluster, await_heal(work))
     producer.flush(120)
     acked: dict[int, tuple[int, int]] = {}
     failed = 0
@@ -107,21 +87,64 @@ def run(cluster, work: Path, seconds: float, acks: str = "all") -> dict:
         except Exception:                  # noqa: BLE001 - an outcome, recorded
             failed += 1
     producer.close()
-    for t in probers:
-        t.join()
-    recovery_s, (brokers_back_s, not_back) = probes["recovery_s"], probes["back"]
-    # Brokers running in another process than at the start: killed, or halted (a full log
-    # directory), and started again by Ray.
-    restarted = sorted(b for b, info in state["brokers"].items()
-                       if cluster.broker_pid(b) != info["pid"])
+    recovered = probes.results(state)
     stop.set()
     reader.join(60)
     return {"acks": acks, "sent": len(sent), "acknowledged": len(acked), "failed": failed,
-            "recovery_s": round(recovery_s, 2), "brokers_back_s": round(brokers_back_s, 2),
-            "brokers_restarted": restarted, "brokers_not_back": not_back,
-            "controllers": [state["controller"], controller(cluster)],
-            **check(cluster, sent, acked, commits),
+            **recovered, **check(cluster, sent, acked, commits),
             "consumer_errors": errors[:3]}
+
+
+def write_state(cluster, work: Path) -> dict:
+    """``state.json`` for the nemeses: each broker's pid and node, and the controller."""
+    nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in __import__("ray").nodes()}
+    state = {"brokers": {b: {"pid": cluster.broker_pid(b), "node": nodes.get(n)}
+                         for b, n in cluster.broker_nodes.items()},
+             "controller": controller(cluster)}
+    (work / "state.tmp").write_text(json.dumps(state))
+    os.replace(work / "state.tmp", work / "state.json")
+    return state
+
+
+def await_heal(work: Path) -> float:
+    """When the harness said every fault is healed (the file ``healed``)."""
+    deadline = time.monotonic() + 300
+    while not (work / "healed").exists():
+        assert time.monotonic() < deadline, "the faults were never healed"
+        time.sleep(0.1)
+    return time.monotonic()
+
+
+class Probes:
+    """The recovery probes, started at the heal beside the flush: records sent to a
+    partition that was offline wait up to delivery.timeout.ms, and probing only after the
+    flush counted that wait as time to serve again."""
+
+    def __init__(self, cluster, healed_at: float):
+        self.cluster = cluster
+        self.found: dict = {}
+        self.threads = [threading.Thread(target=self._probe, args=(key, how, healed_at),
+                                         daemon=True)
+                        for key, how in (("recovery_s", serves_again),
+                                         ("back", all_brokers_back))]
+        for t in self.threads:
+            t.start()
+
+    def _probe(self, key: str, how, healed_at: float) -> None:
+        self.found[key] = how(self.cluster, healed_at)
+
+    def results(self, state: dict) -> dict:
+        """The summary's recovery keys, once the probes are done."""
+        for t in self.threads:
+            t.join()
+        recovery_s, (brokers_back_s, not_back) = self.found["recovery_s"], self.found["back"]
+        # Brokers running in another process than at the start: killed, or halted (a full
+        # log directory), and started again by Ray.
+        restarted = sorted(b for b, info in state["brokers"].items()
+                           if self.cluster.broker_pid(b) != info["pid"])
+        return {"recovery_s": round(recovery_s, 2), "brokers_back_s": round(brokers_back_s, 2),
+                "brokers_restarted": restarted, "brokers_not_back": not_back,
+                "controllers": [state["controller"], controller(self.cluster)]}
 
 
 def controller(cluster) -> dict:

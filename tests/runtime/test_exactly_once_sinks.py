@@ -116,6 +116,40 @@ def test_spark_batch_write_exactly_once(spark_session, cluster):
         sorted(f"v{i}".encode() for i in range(100))
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_spark_exactly_once_sink_after_a_killed_executor(cluster, tmp_path):
+    """Spark in local-cluster mode (its executor a JVM process of its own, with its Python
+    workers) copies a topic with exactlyOnce; its executor is SIGKILLed while the sink
+    writes, twice. Spark's worker starts another and the lost tasks run again: every
+    record once in the copy (``tests/spark_executor_kill.py``)."""
+    import os
+    import subprocess
+    import sys
+
+    import ray
+    cluster.admin().create_topics([rafka.NewTopic("ek-src", 3, 3),
+                                   rafka.NewTopic("ek-dst", 3, 3)])
+    with rafka.Producer(cluster) as producer:
+        for i in range(12_000):
+            producer.send("ek-src", f"v{i}".encode(), key=f"k{i % 101}".encode())
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address,
+               PYTHONPATH=str(repo))
+    run = subprocess.run([sys.executable, "-m", "tests.spark_executor_kill", cluster.name,
+                          "ek-src", "ek-dst", str(tmp_path / "checkpoint")], env=env,
+                         cwd=str(repo), capture_output=True, text=True, timeout=800)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    summary = json.loads(lines[-1])
+    assert summary["finished"] and summary["error"] is None, summary
+    assert summary["killed"], f"no executor was killed: {summary}"
+    values = committed_values(cluster, "ek-dst", 3, 12_000)
+    assert len(values) == 12_000 and sorted(values) == sorted(
+        f"v{i}".encode() for i in range(12_000))
+
+
 def test_ray_data_write_topic_exactly_once(cluster):
     import ray.data
 
