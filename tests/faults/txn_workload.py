@@ -32,7 +32,10 @@ from tests.faults.workload import CONFIG as PLAIN_CONFIG
 from tests.faults.workload import Probes, await_heal, write_state
 
 PARTITIONS = 3
-CATCH_UP_S = 240
+CATCH_UP_S = 300
+# Inputs per second: within what the pipeline copies on a loaded 2-core machine (a
+# transaction per poll of up to 2,000 records), so that it catches up once healed.
+INPUT_RATE = 500
 CONFIG = {**PLAIN_CONFIG, "transaction.state.log.num.partitions": 3,
           "transaction.state.log.replication.factor": 3,
           "transaction.state.log.min.isr": 2}
@@ -78,7 +81,7 @@ class Pipeline(threading.Thread):
         import rafka
         consumer = rafka.Consumer(self.cluster, {
             "group.id": "ctp", "auto.offset.reset": "earliest", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "max.poll.records": 200})
+            "isolation.level": "read_committed", "max.poll.records": 2000})
         consumer.subscribe(["ctp-in"])
         producer = rafka.Producer(self.cluster, {"transactional.id": "ctp-app",
                                                  "transaction.timeout.ms": 20_000,
@@ -154,8 +157,8 @@ def run(cluster, work: Path, seconds: float) -> dict:
     while time.monotonic() < end:
         sent[i] = producer.send("ctp-in", b"%d" % i, partition=i % PARTITIONS)
         i += 1
-        if i % 100 == 0:
-            time.sleep(0.05)               # ~2k records/s: the pipeline keeps up
+        if i % 50 == 0:
+            time.sleep(50 / INPUT_RATE)
     probes = Probes(cluster, await_heal(work))
     producer.flush(120)
     acked, failed = set(), 0
