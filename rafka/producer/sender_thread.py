@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from actors.names import CONTROLLER
 from actors.replica.channel import API_PRODUCE
-from protocols.errors import KafkaTimeoutError, NetworkError
+from protocols.errors import KafkaError, KafkaTimeoutError, NetworkError
 from protocols.messages import (ProduceManyRequest, ProduceResult,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.topics import TopicPartition
@@ -200,9 +200,20 @@ class SenderThread:
 
     def _drain(self, ready: list[TopicPartition]) -> list:
         """``SenderState.drain`` over the accumulator; a partition without a known leader
-        has its metadata refreshed."""
+        has its metadata refreshed. Metadata that cannot be had (no controller answers: an
+        election, a partitioned network) leaves this round's partitions waiting, their
+        batches in the accumulator until delivery.timeout.ms, rather than ending the thread."""
+        unavailable: list[KafkaError] = []
+
         def leader_of(tp: TopicPartition):
-            leader = self.metadata.leader(tp)
+            if unavailable:
+                return None
+            try:
+                leader = self.metadata.leader(tp)
+            except KafkaError as e:
+                unavailable.append(e)
+                log.info("producer metadata unavailable: %r; retrying", e)
+                return None
             return None if leader is None else (leader.handle.host_id, leader.handle.host)
         allowed = None if self.transactions is None else self.transactions.send_allowed
         requests, unknown = self.state.drain(ready, leader_of, self.accumulator, allowed)

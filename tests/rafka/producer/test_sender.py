@@ -126,3 +126,42 @@ def test_a_failed_idempotent_batch_needs_a_new_producer_id_and_a_single_big_reco
     closing = sender()
     assert closing.on_error(batch, NotLeaderOrFollowerError("moved"), 0,
                             closing=True) is Outcome.FAIL
+
+
+def test_the_sender_thread_outlives_metadata_it_cannot_get():
+    """No controller answering for longer than a metadata refresh waits (an election, the
+    controller's host cut off): the partitions wait and their batches expire at
+    delivery.timeout.ms; the sender thread goes on (it used to die, and flush never
+    returned)."""
+    import threading
+
+    from protocols.errors import KafkaTimeoutError
+    from rafka.producer.producer import PRODUCER_CONFIG
+    from rafka.producer.sender_thread import SenderThread, now_ms
+
+    class NoController:
+        calls = 0
+
+        def leader(self, tp):
+            NoController.calls += 1
+            raise KafkaTimeoutError("No controller in cluster 'x' after 30 s")
+
+        def forget(self, tp):
+            pass
+
+    config = PRODUCER_CONFIG.parse({"delivery.timeout.ms": 4_000, "linger.ms": 0,
+                                    "enable.idempotence": False, "acks": "1"})
+    acc = RecordAccumulator(16_384, 0, 1 << 20, 4_000, now_ms)
+    cond = threading.Condition()
+    sender = SenderThread("ns", config, 1, False, NoController(), acc, cond)
+    with cond:
+        _, batch, _ = acc.append(A0, 0, None, b"v", (), 31)
+        acc.flushing = 1
+        cond.notify_all()
+    assert batch.result.event.wait(20), "the batch never expired"
+    assert isinstance(batch.result.error, KafkaTimeoutError) and NoController.calls > 0
+    assert sender.thread.is_alive()
+    with cond:
+        sender.closed = True
+        cond.notify_all()
+    sender.thread.join(5)
