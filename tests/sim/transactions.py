@@ -36,14 +36,14 @@ from actors.txn.coordinator import TransactionCoordinator, TxnConfig
 from actors.txn.metadata import TransactionState
 from actors.txn.transaction_log import read_value
 from protocols.control_records import ABORT, COMMIT, control_record_type
-from protocols.errors import (ConcurrentTransactionsError, KafkaError,
-                              NotEnoughReplicasError, NotLeaderOrFollowerError,
+from protocols.errors import (KafkaError, NotEnoughReplicasError, NotLeaderOrFollowerError,
                               RequestTimedOutError)
 from protocols.messages import FetchManyRequest, FetchRequest
 from protocols.records import (CONTROL_MASK, TRANSACTIONAL_MASK, Record, encode_batch,
                                iter_batches)
-from rafka.client.retry import is_retriable
 from rafka.consumer.fetcher import SkippedBatches
+from rafka.producer.transaction_manager import should_retry
+from tests.sim.cluster import TOPIC
 
 TXN = "txn-coordinator"
 IDS = ("app-0", "app-1")
@@ -89,7 +89,6 @@ class TxnWorld:
         self.txn_numbers = itertools.count(1)
         self.clients: dict[str, Client] = {}
         self.zombies: list[Client] = []
-        self.written: dict[str, dict[int, set[bytes]]] = {}   # txn -> partition -> values
         self.told: dict[str, bool] = {}         # txn -> the outcome its client was told
         self.stats = sim.stats
         self._start_coordinator()
@@ -277,8 +276,7 @@ class TxnWorld:
             return
         c.waiting_until, request = None, c.request
         c.request = None
-        retry = isinstance(answer, KafkaError) and (
-            is_retriable(answer) or isinstance(answer, ConcurrentTransactionsError))
+        retry = isinstance(answer, KafkaError) and should_retry(answer)
         if retry:
             c.request = request                    # sent again on the client's next step
             c.waiting_until = self.sim.clock()
@@ -341,7 +339,7 @@ class TxnWorld:
                 partitions, self.rng.choice([1, len(partitions)]))))
             c.phase, c.batches = "add", 0
             self._request(c, "add", (c.tid, c.pid, c.epoch,
-                                     [(self.sim_topic, p) for p in c.partitions]))
+                                     [(TOPIC, p) for p in c.partitions]))
         elif c.phase == "open":
             if c.produces and self.rng.random() < 0.7:
                 return                             # waits for its batches (a flush)
@@ -354,11 +352,6 @@ class TxnWorld:
             c.phase = "end"
             self._request(c, "end", (c.tid, c.pid, c.epoch, commit))
 
-    @property
-    def sim_topic(self) -> str:
-        from tests.sim.cluster import TOPIC
-        return TOPIC
-
     def _produce(self, c: Client, p: int) -> None:
         sim = self.sim
         leader = sim._some_leader(p)
@@ -368,7 +361,7 @@ class TxnWorld:
         guard = leader.start_txn_verification(c.pid)
         if guard is not None:
             answer = {} if self.coordinator is None else self.coordinator.verify_partitions(
-                c.tid, c.pid, c.epoch, [(self.sim_topic, p)])
+                c.tid, c.pid, c.epoch, [(TOPIC, p)])
             if self.coordinator is None or any(e is not None for e in answer.values()):
                 self.stats["txn batches refused by verification"] += 1
                 return
@@ -396,7 +389,6 @@ class TxnWorld:
             self.stats[f"txn batch refused {type(e).__name__}"] += 1
             return
         c.seq[p] = seq + len(values)
-        self.written.setdefault(c.txn, {}).setdefault(p, set()).update(values)
         self.stats["txn batches appended"] += 1
 
     # ---- invariants ------------------------------------------------------------------------
@@ -468,7 +460,7 @@ class TxnWorld:
         offset = leader.log.log_start_offset
         lso = leader.log.last_stable_offset
         while offset < lso:
-            request = FetchManyRequest(-1, 0, 1, 1 << 20, ((self.sim_topic, p, FetchRequest(
+            request = FetchManyRequest(-1, 0, 1, 1 << 20, ((TOPIC, p, FetchRequest(
                 -1, offset, leader.leader_epoch, isolation_level=1)),))
             answers: list = []
             fetch_many(host.cores, request, host.purgatories.fetch, leader.broker_id,
