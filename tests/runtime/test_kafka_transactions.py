@@ -1,6 +1,6 @@
 """Kafka's transactional clients against rafka's listener (issue 41): confluent-kafka's
-(librdkafka's) transactional producer, commits and aborts interleaved, and read_committed
-consumers that never see an aborted record while read_uncommitted ones see every record;
+(librdkafka's), kafka-python's and aiokafka's transactional producers, commits and aborts
+interleaved, and read_committed consumers that never see an aborted record while read_uncommitted ones see every record;
 a second producer instance with the same transactional.id fences the first."""
 from __future__ import annotations
 
@@ -160,3 +160,93 @@ def test_confluent_kafka_consume_transform_produce_commits_offsets_in_the_transa
     out = consume(cluster, "etl-out", "read_committed", 20)
     assert sorted(k for k, _ in out) == sorted(str(i).encode() for i in range(20))
     assert all(v == f"IN-{int(k)}".encode() for k, v in out)
+
+
+def test_kafka_python_and_aiokafka_transactions_read_back_at_read_committed(cluster):
+    """kafka-python's and aiokafka's transactional producers, commits and aborts
+    interleaved on one topic; each client's read_committed consumer reads exactly the
+    committed records, its read_uncommitted consumer every record."""
+    import asyncio
+
+    import aiokafka
+    import kafka
+    cluster.admin().create_topics([rafka.NewTopic("txn-py", 3, 3)])
+    committed, aborted = [], []
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap_servers,
+                                   transactional_id="kafka-python-app")
+    producer.init_transactions()
+    for round_ in range(4):
+        keys = [f"kp{round_}-{i}".encode() for i in range(25)]
+        producer.begin_transaction()
+        for key in keys:
+            producer.send("txn-py", key=key, value=b"v-" + key)
+        producer.flush()
+        if round_ % 2 == 0:
+            producer.commit_transaction()
+            committed += keys
+        else:
+            producer.abort_transaction()
+            aborted += keys
+    producer.close()
+
+    async def aiokafka_rounds() -> None:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers,
+                                             transactional_id="aiokafka-app")
+        await producer.start()
+        try:
+            for round_ in range(4):
+                keys = [f"ak{round_}-{i}".encode() for i in range(25)]
+                await producer.begin_transaction()
+                for key in keys:
+                    await producer.send("txn-py", key=key, value=b"v-" + key)
+                if round_ % 2 == 1:
+                    await producer.commit_transaction()
+                    committed.extend(keys)
+                else:
+                    await producer.abort_transaction()
+                    aborted.extend(keys)
+        finally:
+            await producer.stop()
+    asyncio.run(aiokafka_rounds())
+
+    def kafka_python_reads(isolation: str, expected: int) -> list:
+        consumer = kafka.KafkaConsumer("txn-py", bootstrap_servers=cluster.bootstrap_servers,
+                                       group_id=f"kp-{isolation}", isolation_level=isolation,
+                                       auto_offset_reset="earliest",
+                                       enable_auto_commit=False)
+
+        def poll() -> list:
+            return [r.key for records in consumer.poll(timeout_ms=500).values()
+                    for r in records]
+        try:
+            return collect(poll, expected, 60, 2.0)
+        finally:
+            consumer.close()
+
+    async def aiokafka_reads(isolation: str, expected: int) -> list:
+        consumer = aiokafka.AIOKafkaConsumer(
+            "txn-py", bootstrap_servers=cluster.bootstrap_servers, group_id=f"ak-{isolation}",
+            isolation_level=isolation, auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        keys: list = []
+        try:
+            deadline = time.monotonic() + 60
+            settled = None
+            while time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                keys += [r.key for records in batches.values() for r in records]
+                if len(keys) >= expected:
+                    settled = settled or time.monotonic() + 2.0
+                    if time.monotonic() >= settled:
+                        break
+            return keys
+        finally:
+            await consumer.stop()
+
+    assert sorted(kafka_python_reads("read_committed", len(committed))) == sorted(committed)
+    assert sorted(asyncio.run(aiokafka_reads("read_committed", len(committed)))) \
+        == sorted(committed)
+    everything = sorted(committed + aborted)
+    assert sorted(kafka_python_reads("read_uncommitted", len(everything))) == everything
+    assert sorted(asyncio.run(aiokafka_reads("read_uncommitted", len(everything)))) \
+        == everything
