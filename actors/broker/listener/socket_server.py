@@ -1,8 +1,13 @@
 """The broker's Kafka listener (Kafka's SocketServer): a thin asyncio shell around the
 sans-IO codec (``protocols.kafka.codec``) and the request handlers (``KafkaApis``).
 
-One task per connection reads frames and handles them one at a time, so responses go out in
-request order (Kafka mutes a connection while its request is handled, for the same reason).
+Responses go out in request order. Kafka mutes a connection while its request is handled;
+here a connection's Produce requests to partitions no earlier request still in hand names
+overlap, up to ``MAX_OVERLAPPING`` (a client's max.in.flight): each waits on its followers'
+replication for acks=all, and librdkafka sends one request per partition, so a transaction
+or a flush spanning two partitions led by one broker waited twice. Every other request, and
+a Produce naming a partition in hand, waits for the requests before it, as in Kafka: its
+order against them is the client's to rely on (an idempotent producer's sequence numbers).
 A connection is closed, with a log line saying why, when a frame's size is over
 ``socket.request.max.bytes``, when a request names an API or version this broker does not
 serve or does not decode, when a handler fails, or when it has been idle for
@@ -22,6 +27,8 @@ import logging
 import socket
 from typing import Any, Awaitable, Callable, Mapping
 
+from protocols.kafka.api_keys import ApiKey
+
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
                                    parse_request)
 from protocols.kafka.listeners import Endpoint
@@ -29,6 +36,32 @@ from protocols.kafka.listeners import Endpoint
 log = logging.getLogger(__name__)
 
 READ_BYTES = 1 << 16
+# Requests of one connection handled at once (librdkafka's and the Java client's
+# max.in.flight.requests.per.connection default).
+MAX_OVERLAPPING = 5
+
+
+def overlap_keys(request: Request) -> frozenset | None:
+    """The partitions a request may be handled beside others for (a Produce's: by topic,
+    or topic id, and index), or None: it waits for every request before it."""
+    if request.api_key != ApiKey.PRODUCE or request.body is None:
+        return None
+    keys = []
+    for topic in request.body.topic_data:
+        name = getattr(topic, "name", None)
+        if name is None:
+            name = getattr(topic, "topic_id", None)
+        keys.extend((name, int(p.index)) for p in topic.partition_data)
+    return frozenset(keys)
+
+
+def may_start(keys: frozenset | None, in_hand: list[frozenset | None]) -> bool:
+    """Whether a request with ``keys`` may be handled now beside the requests in hand."""
+    if not in_hand:
+        return True
+    if keys is None or len(in_hand) >= MAX_OVERLAPPING:
+        return False
+    return all(other is not None and not keys & other for other in in_hand)
 
 
 def every_interface(port: int) -> socket.socket:
@@ -113,28 +146,54 @@ class SocketServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         decoder = FrameDecoder(self.max_request_bytes)
+        answers: asyncio.Queue = asyncio.Queue()   # (request, its handling), in order
+        responder = asyncio.ensure_future(self._respond(answers, writer))
+        in_hand: list[tuple[frozenset | None, asyncio.Future]] = []
+        read: asyncio.Future | None = None
         try:
             await self._processing.wait()   # the client's bytes wait in the socket meanwhile
             while True:
-                try:
-                    data = await asyncio.wait_for(reader.read(READ_BYTES), self.idle_s)
-                except asyncio.TimeoutError:
+                if read is None:
+                    read = asyncio.ensure_future(reader.read(READ_BYTES))
+                done, _ = await asyncio.wait({read, responder}, timeout=self.idle_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if responder in done:
+                    read.cancel()
+                    responder.result()           # a handler's failure ends the connection
+                if read not in done:
+                    # Idle: no request in hand and no byte for connections.max.idle.ms.
+                    if any(not f.done() for _, f in in_hand):
+                        continue
+                    read.cancel()
                     self._closing(peer, "idle", f"idle for connections.max.idle.ms "
                                   f"({int(self.idle_s * 1000)} ms)", logging.DEBUG)
                     return
+                data, read = read.result(), None
                 if not data:
                     if decoder.pending:
                         self._closing(peer, "eof-mid-request", "the client disconnected "
                                       f"with {decoder.pending} bytes of a request unread",
                                       logging.INFO)
+                    else:                        # a half-closed client still hears
+                        await self._answered(answers, responder)
                     return
                 for frame in decoder.feed(data):
                     request = parse_request(frame, self.supported)
-                    response = await self.handle(request)
-                    if response is not None:   # acks=0: no answer
-                        writer.writelines(encode_response(request, response))
-                        await writer.drain()
+                    keys = overlap_keys(request)
+                    while True:
+                        in_hand = [(k, f) for k, f in in_hand if not f.done()]
+                        if may_start(keys, [k for k, _ in in_hand]):
+                            break
+                        await asyncio.wait([f for _, f in in_hand] + [responder],
+                                           return_when=asyncio.FIRST_COMPLETED)
+                        if responder.done():
+                            responder.result()
+                    handling = asyncio.ensure_future(self.handle(request))
+                    in_hand.append((keys, handling))
+                    answers.put_nowait((request, handling))
         except CloseConnection as e:
+            # What was asked before the bad bytes is still answered.
+            await self._answered(answers, responder)
             self._closing(peer, type(e).__name__, str(e), logging.WARNING)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -145,8 +204,36 @@ class SocketServer:
                           peer, e)
             self.closed_for["error"] = self.closed_for.get("error", 0) + 1
         finally:
+            responder.cancel()
+            if read is not None:
+                read.cancel()
+            for _, handling in in_hand:
+                handling.cancel()
             self._connections.discard(task)
             writer.close()
+
+    @staticmethod
+    async def _respond(answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        """Each request's response, in the order the requests came."""
+        while True:
+            request, handling = await answers.get()
+            try:
+                response = await handling
+                if response is not None:   # acks=0: no answer
+                    writer.writelines(encode_response(request, response))
+                    await writer.drain()
+            finally:
+                answers.task_done()
+
+    @staticmethod
+    async def _answered(answers: asyncio.Queue, responder: asyncio.Future) -> None:
+        """Once every response queued is written, or the responder failed."""
+        joined = asyncio.ensure_future(answers.join())
+        try:
+            await asyncio.wait({joined, responder}, timeout=30,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            joined.cancel()
 
     def _closing(self, peer, kind: str, why: str, level: int) -> None:
         self.closed_for[kind] = self.closed_for.get(kind, 0) + 1

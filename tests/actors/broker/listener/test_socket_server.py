@@ -132,3 +132,71 @@ def test_every_api_served_has_one_handler_and_every_handler_an_api_served():
                      admin=admin, txn=txn)
     assert set(apis.handlers) == set(SUPPORTED)
     assert all(isinstance(key, ApiKey) for key in SUPPORTED)
+
+
+def produce_bytes(correlation_id: int, partitions: list[int], topic: str = "t") -> bytes:
+    return request_bytes(0, 9, {"transactional_id": None, "acks": -1, "timeout": 30_000,
+                                "topic_data": [{"name": topic, "partition_data": [
+                                    {"index": p, "records": None} for p in partitions]}]},
+                         correlation_id)
+
+
+class Holding:
+    """A handler around the real one that records, as each request starts, the requests
+    in hand, and answers after ``delay_s(request)``."""
+
+    def __init__(self, delay_s):
+        self.apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
+        self.delay_s = delay_s
+        self.holding: set = set()
+        self.held: list[set] = []
+
+    async def __call__(self, request):
+        self.holding.add(request.correlation_id)
+        self.held.append(set(self.holding))
+        await asyncio.sleep(self.delay_s(request))
+        self.holding.discard(request.correlation_id)
+        return await self.apis.handle(request)
+
+
+async def pipelined(handle: Holding, frames: bytes, answers: int) -> list[int]:
+    """The correlation ids of the answers to ``frames`` sent at once, in the order read."""
+    s = SocketServer(0, [Endpoint("PLAINTEXT", "127.0.0.1", 0)], handle, SUPPORTED,
+                     104_857_600, 60_000)
+    port = await serving(s)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frames)
+    ids = [struct.unpack_from(">i", await asyncio.wait_for(read_frame(reader), 10))[0]
+           for _ in range(answers)]
+    writer.close()
+    await s.stop()
+    return ids
+
+
+def test_produce_requests_to_other_partitions_overlap_others_wait_and_answers_keep_order():
+    """A connection's Produce requests naming partitions no request in hand names are
+    handled at once (a client's per-partition requests each wait on replication); one
+    naming a partition in hand, and any other request, waits for those before it; every
+    answer goes out in request order. The earlier a request came, the longer it takes
+    here, so that answers would cross."""
+    handle = Holding(lambda request: 0.05 * (10 - request.correlation_id))
+    ids = asyncio.run(pipelined(
+        handle, produce_bytes(1, [0]) + produce_bytes(2, [1]) + produce_bytes(3, [2, 3])
+        + produce_bytes(4, [3])                  # 3 is in hand: waits
+        + request_bytes(18, 3, {}, 5)            # ApiVersions: waits for all
+        + produce_bytes(6, [0]) + produce_bytes(7, [1]), 7))
+    assert ids == [1, 2, 3, 4, 5, 6, 7]
+    held = handle.held
+    assert held[:3] == [{1}, {1, 2}, {1, 2, 3}]          # overlapping
+    assert held[3] == {1, 2, 4}       # after 3 (its partition's), beside 1 and 2
+    assert held[4] == {5}             # after every one before
+    assert held[5:] == [{6}, {6, 7}]
+
+
+def test_no_more_than_max_overlapping_produce_requests_are_handled_at_once():
+    from actors.broker.listener.socket_server import MAX_OVERLAPPING
+    handle = Holding(lambda request: 0.05)
+    ids = asyncio.run(pipelined(handle, b"".join(produce_bytes(i, [i]) for i in range(20)),
+                                20))
+    assert ids == list(range(20))
+    assert max(len(h) for h in handle.held) == MAX_OVERLAPPING
