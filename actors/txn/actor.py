@@ -116,25 +116,19 @@ class TransactionCoordinatorActor:
             await asyncio.sleep(send.delay_ms / 1000)
         partitions = sorted(send.partitions)
         results: dict[TopicPartition, Any] = {}
-        try:
-            leaders = await self._broker().partition_leaders.remote(
-                [tuple(tp) for tp in partitions])
-        except Exception as e:
-            leaders = [NotLeaderOrFollowerError(f"Could not read the metadata: {e!r}")] \
-                * len(partitions)
         by_host: dict[str, tuple[Any, list[TopicPartition]]] = {}
-        located = []
-        for tp, leader in zip(partitions, leaders):
-            if isinstance(leader, KafkaError):
-                results[tp] = leader
-            elif leader is None:
-                results[tp] = PARTITION_GONE
-            elif leader < 0:
-                results[tp] = NotLeaderOrFollowerError(f"{tp} has no leader")
-            else:
-                located.append((tp, leader))
-        handles = await asyncio.gather(*[self._leader(tp, leader) for tp, leader in located],
-                                       return_exceptions=True)
+        cached = [self._leaders.get(tp) for tp in partitions]
+        if all(handle is not None for handle in cached):
+            # The leaders the last markers reached (a producer's partitions are mostly the
+            # same from one transaction to the next). One that has lost the leadership
+            # answers NOT_LEADER_OR_FOLLOWER, is dropped, and is looked up for the retry.
+            located = [(tp, handle.broker_id) for tp, handle in zip(partitions, cached)]
+            handles: list = cached
+        else:
+            located = await self._located(partitions, results)
+            handles = await asyncio.gather(*[self._leader(tp, leader)
+                                             for tp, leader in located],
+                                           return_exceptions=True)
         for (tp, _), handle in zip(located, handles):
             if isinstance(handle, BaseException):
                 results[tp] = handle if isinstance(handle, KafkaError) \
@@ -156,6 +150,28 @@ class TransactionCoordinatorActor:
                     self._leaders.pop(tp, None)
         await asyncio.gather(*[write(host, tps) for host, tps in by_host.values()])
         self._perform(self.core.on_markers_done(send, results, wall_ms()))
+
+    async def _located(self, partitions: list[TopicPartition],
+                       results: dict[TopicPartition, Any]) -> list[tuple[TopicPartition, int]]:
+        """(partition, leader) for those the broker's metadata names a leader for; the
+        others' outcomes go in ``results``."""
+        try:
+            leaders = await self._broker().partition_leaders.remote(
+                [tuple(tp) for tp in partitions])
+        except Exception as e:
+            leaders = [NotLeaderOrFollowerError(f"Could not read the metadata: {e!r}")] \
+                * len(partitions)
+        located = []
+        for tp, leader in zip(partitions, leaders):
+            if isinstance(leader, KafkaError):
+                results[tp] = leader
+            elif leader is None:
+                results[tp] = PARTITION_GONE
+            elif leader < 0:
+                results[tp] = NotLeaderOrFollowerError(f"{tp} has no leader")
+            else:
+                located.append((tp, leader))
+        return located
 
     async def _leader(self, tp: TopicPartition, leader: int):
         """The leader replica's handle (its host), kept while that broker leads it."""

@@ -203,3 +203,34 @@ def test_transactional_produce_is_verified_and_read_committed_sees_committed_onl
         seen.extend(r.value for r in reader.poll(1000))
         assert seen == [b"committed"]
         reader.close()
+
+
+def test_markers_reach_a_partition_whose_leader_moved_since_the_last_ones(ray_session,
+                                                                          tmp_path):
+    """The coordinator writes a transaction's markers through the leaders the last
+    markers reached; a partition whose leader's broker stopped in between has a new
+    leader, and the marker goes there."""
+    with cluster_with(tmp_path, CONFIG) as cluster:
+        cluster.admin().create_topics([rafka.NewTopic("moving", 1, 3)])
+        old_leader = cluster.metadata()["topics"]["moving"][0]["leader"]
+        # A transactional id whose coordinator is on another broker than the leader.
+        for transactional_id in (f"app-4-{i}" for i in range(20)):
+            at, coordinator = coordinator_of(cluster, transactional_id)
+            if at != old_leader:
+                break
+        producer_id, epoch = call(coordinator, "init_producer_id", transactional_id, 60_000)
+
+        def one_transaction(commit: bool) -> None:
+            assert call(coordinator, "add_partitions_to_txn", transactional_id, producer_id,
+                        epoch, [("moving", 0)]) is None
+            assert call(coordinator, "end_txn", transactional_id, producer_id, epoch,
+                        commit) is None
+            eventually(lambda: call(coordinator, "describe_transaction",
+                                    transactional_id)["state"]
+                       in ("CompleteCommit", "CompleteAbort"), what="the completion")
+        one_transaction(True)
+        cluster.stop_broker(old_leader)
+        eventually(lambda: cluster.metadata()["topics"]["moving"][0]["leader"]
+                   not in (old_leader, -1), what="a new leader")
+        one_transaction(False)
+        assert [m[2] for m in markers(cluster, "moving", 0)] == [COMMIT, ABORT]
