@@ -431,6 +431,7 @@ class BrokerActor:
                 await asyncio.sleep(backoff_ms / 1000)
         self._stopping = True
         await self.socket_server.stop()
+        self.kafka_apis.channels.close()
         for task in (self._heartbeat_task, self._timer_tasks):
             if task is not None:
                 task.cancel()

@@ -21,9 +21,11 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
+from actors.broker.listener.host_channels import HostChannels
 from actors.broker.listener.metadata_apis import node_endpoints
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
                                                     leaders_named)
+from actors.replica.channel import API_FETCH
 from actors.replica.fetch_session import FetchSessionCache, new_context
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
@@ -51,12 +53,13 @@ def fetch_error(error: KafkaError, route: PartitionRoute, name: str | None,
 class FetchApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  host_of: Callable[[str, int], Any], listener: str,
-                 sessions: FetchSessionCache | None):
+                 sessions: FetchSessionCache | None, channels: HostChannels):
         self.broker_id = broker_id
         self.image = image
         self.host_of = host_of
         self.listener = listener
         self.sessions = sessions   # None: every fetch is sessionless
+        self.channels = channels
 
     async def fetch(self, request: Request):
         """Each leader host of this broker gets the partitions to read in one
@@ -94,9 +97,9 @@ class FetchApis:
                 by_host.setdefault(host, []).append(((topic, partition), name, fetch))
 
         def ask(host, parts, wait_ms: int):
-            return host.fetch_many.remote(encode_fetch_many_request(FetchManyRequest(
-                -1, wait_ms, min_bytes, max_bytes,
-                tuple((n, key[1], r) for key, n, r in parts))))
+            return self.channels.call(host, API_FETCH, encode_fetch_many_request(
+                FetchManyRequest(-1, wait_ms, min_bytes, max_bytes,
+                                 tuple((n, key[1], r) for key, n, r in parts))))
 
         for host, parts, answer in await fetch_hosts(by_host, ask, max_wait_ms):
             if isinstance(answer, BaseException):
@@ -136,23 +139,21 @@ class FetchApis:
 
 async def fetch_hosts(by_host: Mapping[Any, list], ask, max_wait_ms: int) -> list:
     """Long-poll every host; once one answers, the hosts still waiting are asked again
-    without waiting (their long polls' answers are dropped): the response holds every
-    partition and waits for none of them longer than for the first."""
+    without waiting (their long polls are given up; a late answer is dropped): the
+    response holds every partition and waits for none of them longer than for the first."""
     if len(by_host) <= 1:
         return await gather_hosts(by_host, lambda h, parts: ask(h, parts, max_wait_ms))
-    polls = {asyncio.ensure_future(_await(ask(h, parts, max_wait_ms))): h
+    polls = {asyncio.ensure_future(ask(h, parts, max_wait_ms)): h
              for h, parts in by_host.items()}
     done, pending = await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+    for poll in pending:
+        poll.cancel()
     answers = {polls[f]: _outcome(f) for f in done}
     still = {polls[f]: by_host[polls[f]] for f in pending}
     if still:
         for h, _, a in await gather_hosts(still, lambda h, parts: ask(h, parts, 0)):
             answers[h] = a
     return [(h, by_host[h], answers[h]) for h in by_host]
-
-
-async def _await(ref):
-    return await ref
 
 
 def _outcome(future):

@@ -19,12 +19,14 @@ from actors.broker.listener.admin_apis import AdminApis
 from actors.broker.listener.api_versions import ADVERTISED
 from actors.broker.listener.fetch_apis import FetchApis
 from actors.broker.listener.group_apis import GroupApis
+from actors.broker.listener.host_channels import HostChannels
 from actors.broker.listener.metadata_apis import (metadata_values, node_endpoints,
                                                   requested_topics)
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
                                                     leaders_named)
 from actors.broker.listener.reassignment_apis import ReassignmentApis
 from actors.broker.listener.txn_apis import TxnApis
+from actors.replica.channel import API_PRODUCE
 from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.api_keys import ApiKey
@@ -54,7 +56,9 @@ class KafkaApis:
         self.listener = listener
         # The replica host holding this broker's replica of a partition (None: none here).
         self.host_of = host_of
-        fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions)
+        # Produce and Fetch reach the hosts over their channel.
+        self.channels = HostChannels()
+        fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions, self.channels)
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -143,8 +147,8 @@ class KafkaApis:
 
     async def produce(self, request: Request):
         """Kafka's ProduceRequest: each partition's batches go, as bytes, to the replica host
-        holding its leader on this broker (one ``produce_many`` per host, the path rafka's
-        own producer takes); a partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER
+        holding its leader on this broker (one ``produce_many`` per host, over the hosts'
+        channel as rafka's own producer sends it); a partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER
         with its leader (KIP-951). acks=0 is answered with nothing."""
         body = request.body
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
@@ -153,8 +157,8 @@ class KafkaApis:
         acks = int(body.acks)
         timeout_ms = int(body.timeout.total_seconds() * 1000)
         for host, parts, answer in await gather_hosts(
-                by_host, lambda host, parts: host.produce_many.remote(
-                    encode_produce_many_request(ProduceManyRequest(
+                by_host, lambda host, parts: self.channels.call(
+                    host, API_PRODUCE, encode_produce_many_request(ProduceManyRequest(
                         acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts),
                         getattr(body, "transactional_id", None))))):
             if isinstance(answer, BaseException):
