@@ -27,8 +27,8 @@ import logging
 import socket
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.replica.channel import JOIN_BELOW
 from protocols.kafka.api_keys import ApiKey
-
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
                                    parse_request)
 from protocols.kafka.listeners import Endpoint
@@ -53,6 +53,23 @@ def overlap_keys(request: Request) -> frozenset | None:
             name = getattr(topic, "topic_id", None)
         keys.extend((name, int(p.index)) for p in topic.partition_data)
     return frozenset(keys)
+
+
+def write_chunks(writer: asyncio.StreamWriter, chunks: list) -> None:
+    """A response's pieces, the small ones joined and each of ``JOIN_BELOW`` bytes or more
+    written as it is: a fetch answer's record sets go to the socket without first being
+    copied into one buffer with the rest (asyncio's ``writelines`` joins them all)."""
+    small: list = []
+    for chunk in chunks:
+        if len(chunk) < JOIN_BELOW:
+            small.append(chunk)
+            continue
+        if small:
+            writer.write(b"".join(small))
+            small = []
+        writer.write(chunk)
+    if small:
+        writer.write(b"".join(small))
 
 
 def may_start(keys: frozenset | None, in_hand: list[frozenset | None]) -> bool:
@@ -220,7 +237,7 @@ class SocketServer:
             try:
                 response = await handling
                 if response is not None:   # acks=0: no answer
-                    writer.writelines(encode_response(request, response))
+                    write_chunks(writer, encode_response(request, response))
                     await writer.drain()
             finally:
                 answers.task_done()
