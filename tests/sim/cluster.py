@@ -765,16 +765,9 @@ class Simulation:
         # Liveness: with every broker up and every link fine, each follower catches up with
         # its leader and the HW reaches the log end (a fetcher that stopped naming a
         # partition's position would leave it behind for good).
-        if not self.liveness:
-            return
-        for _ in range(LIVENESS_STEPS):
-            lagging = self._lagging()
-            if not lagging:
-                return
-            self.advance(250)
-            self.check()
-        self._fail(f"liveness: {LIVENESS_STEPS * 250 / 1000:.0f} s after healing, still "
-                   f"behind: {'; '.join(lagging[:3])}")
+        if self.liveness and not self._caught_up():
+            self._fail(f"liveness: {LIVENESS_STEPS * 250 / 1000:.0f} s after healing, still "
+                       f"behind: {'; '.join(self._lagging()[:3])}")
 
     def _caught_up(self) -> bool:
         """Whether every follower catches up within ``LIVENESS_STEPS``."""

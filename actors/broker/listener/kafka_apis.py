@@ -148,8 +148,8 @@ class KafkaApis:
     async def produce(self, request: Request):
         """Kafka's ProduceRequest: each partition's batches go, as bytes, to the replica host
         holding its leader on this broker (one ``produce_many`` per host, over the hosts'
-        channel as rafka's own producer sends it); a partition led elsewhere is answered NOT_LEADER_OR_FOLLOWER
-        with its leader (KIP-951). acks=0 is answered with nothing."""
+        channel as rafka's own producer sends it); a partition led elsewhere is answered
+        NOT_LEADER_OR_FOLLOWER with its leader (KIP-951). acks=0 is answered with nothing."""
         body = request.body
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         order, answers, by_host = route.split(body.topic_data, "partition_data", "index",
