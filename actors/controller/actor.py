@@ -327,6 +327,7 @@ class ControllerActor:
                 info = self.state.brokers.get(broker_id)
                 if attempt or info is None or not info.alive:
                     log.info("controller: broker %d unreachable (%r)", broker_id, e)
+                    self.state.delivery_failed(broker_id)
                     break
         return handle
 
@@ -372,10 +373,10 @@ class ControllerActor:
         if self.incarnations.get(broker_id) != incarnation:
             return self.state.controller_epoch, True
         try:
-            self.state.heartbeat(broker_id)
+            lost_messages = self.state.heartbeat(broker_id)
         except InvalidRequestError:  # fenced after missed heartbeats
             return self.state.controller_epoch, True
-        return self.state.controller_epoch, False
+        return self.state.controller_epoch, lost_messages
 
     async def check_sessions(self) -> None:
         await self._apply(self.state.expire_sessions, quiet_is_no_change=True)

@@ -91,6 +91,10 @@ class ControllerState:
         self.topics: dict[str, dict[str, Any]] = {}
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.shutting_down: set[int] = set()
+        # Live brokers a message could not be delivered to: each registers again (and so
+        # learns the whole state) at its next heartbeat. Not in the snapshot: a new
+        # controller sends every broker the whole state anyway.
+        self.unsynced: set[int] = set()
         self.next_producer_id = 0
         # Kafka's cluster.id and topic ids (KIP-516): random, kept for the cluster's life (in
         # the snapshot); a topic re-created under the same name gets a new id.
@@ -138,6 +142,7 @@ class ControllerState:
         self.brokers[broker_id] = BrokerInfo(broker_id, rack, incarnation, self.clock(), True,
                                              [list(e) for e in endpoints or []])
         self.shutting_down.discard(broker_id)
+        self.unsynced.discard(broker_id)
         changed = [tp for tp, st in self.partitions.items()
                    if st.leader == NO_LEADER and broker_id in st.replicas
                    and self._elect(tp, offline=True)]
@@ -178,11 +183,25 @@ class ControllerState:
             st.leader = NO_LEADER
             self._sync_states(tp)
 
-    def heartbeat(self, broker_id: int) -> None:
+    def heartbeat(self, broker_id: int) -> bool:
+        """A live broker's session goes on; True when it must register again because a
+        message to it was lost (``delivery_failed``)."""
         info = self.brokers.get(broker_id)
         if info is None or not info.alive:
             raise InvalidRequestError(f"Broker {broker_id} is not registered")
         info.last_heartbeat_ms = self.clock()
+        return broker_id in self.unsynced
+
+    def delivery_failed(self, broker_id: int) -> None:
+        """A LeaderAndIsr, StopReplica or UpdateMetadata could not be delivered to a broker
+        that still counts as alive (its link was down for less than a session). Kafka's
+        ZooKeeper-mode controller retried its queue to the broker for as long as the broker
+        was registered; a KRaft broker replays the metadata log it missed. Here the broker
+        is told, at its next heartbeat, to register again, and registering sends it the
+        whole state of its partitions and the metadata: what was lost, and anything newer."""
+        info = self.brokers.get(broker_id)
+        if info is not None and info.alive:
+            self.unsynced.add(broker_id)
 
     def next_session_expiry_ms(self) -> int | None:
         """When the earliest live broker's session runs out without a heartbeat: Kafka's
@@ -208,6 +227,7 @@ class ControllerState:
             return []
         info.alive = False
         self.shutting_down.discard(broker_id)
+        self.unsynced.discard(broker_id)   # registering again sends it everything
         changed = []
         for tp, st in self.partitions.items():
             if broker_id not in st.replicas:

@@ -338,8 +338,16 @@ class PartitionReplica:
                           replicas: list[int]) -> None:
         """A LeaderAndIsr in our current leader epoch: only the ISR or the replica set moved
         (a reassignment, or a new controller restating the state). Keep our role; a leader
-        keeps what it knows of its followers and starts tracking new replicas."""
-        if partition_epoch < self.partition_epoch:
+        keeps what it knows of its followers and starts tracking new replicas.
+
+        The controller moves the partition epoch with every change of ISR or replicas, so
+        one no newer than ours restates what we hold. It must not withdraw an AlterPartition
+        in flight: the controller may accept it after the restatement was sent, and a
+        leader that forgot the proposal would ignore that answer and go on computing its HW
+        over a smaller ISR than the controller's, which may later elect a replica missing
+        records acknowledged meanwhile (found by the simulator: a controller failover's
+        restatement crossing an ISR expansion)."""
+        if partition_epoch <= self.partition_epoch:
             return
         self.partition_epoch = partition_epoch
         self.isr = list(isr)

@@ -21,8 +21,11 @@ controller moves leadership off them), fails the controller over (what the old o
 arrives late, from a zombie). Producers (acks=all and acks=1) and consumers talk to
 whichever broker believes it leads.
 
-After every step the invariants (docs/architecture.md, "Invariants") are checked; a
-violation raises ``InvariantViolation`` naming the seed and step, for replay with
+A controller message lost on a cut link is known to the controller (its call failed, as
+in ``ControllerActor._send_batch``): that broker registers again at its next heartbeat and
+so learns the whole state. After every step the invariants (docs/architecture.md,
+"Invariants") are checked, and after the final heal every follower must catch up with its
+leader (liveness); a violation raises ``InvariantViolation`` naming the seed and step, for replay with
 ``python -m tests.sim.run --seed N --verbose``.
 """
 from __future__ import annotations
@@ -112,19 +115,16 @@ class Broker:
 class Simulation:
     def __init__(self, seed: int, root: Path | None = None, *, brokers: int = 3,
                  partitions: int = 2, epochs: bool = True, steps: int = 150,
-                 liveness: bool = False, transactions: bool = False):
+                 transactions: bool = False):
         self.seed = seed
-        # Also require every follower to catch up after the final heal (``--liveness``):
-        # not yet part of the default run, as some seeds leave a restarted broker's
-        # replicas offline on main (see ``_lagging``).
-        self.liveness = liveness
         self.rng = random.Random(seed)
         self.steps = steps
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix=f"rafka-sim-{seed}-")) if root is None else root
         self.clock = Clock()
         self.net = Network(self.rng, self.clock,
-                           fifo=lambda s, d: CONTROLLER in (s, d) or ZOMBIE in (s, d))
+                           fifo=lambda s, d: CONTROLLER in (s, d) or ZOMBIE in (s, d),
+                           on_lost=self._on_lost)
         self.config = ReplicaConfig(
             replica_lag_time_max_ms=LAG_TIME_MAX_MS, leader_epoch_truncation=epochs,
             replica_fetch_backoff_ms=FETCH_BACKOFF_MS,
@@ -179,7 +179,12 @@ class Simulation:
     def _start(self, b: int) -> Broker:
         life = self.lives[b] = self.lives.get(b, 0) + 1
         broker = self.up[b] = Broker(b, life, self._new_host(b), BrokerState(b))
-        # Registration rides on Ray's actor creation, not on a link that could be cut.
+        # Registration rides on Ray's actor creation, not on a link that could be cut. A
+        # new incarnation of a broker the controller thinks alive (its crash unnoticed)
+        # first fails, as ControllerActor.register_broker does.
+        info = self.controller.brokers.get(b)
+        if info is not None and info.alive:
+            self._send_all(CONTROLLER, self.controller.broker_failed(b))
         self._send_all(CONTROLLER, self.controller.register_broker(b))
         return broker
 
@@ -224,6 +229,14 @@ class Simulation:
         proposal = broker.host.alter_senders[p].next_to_send()
         if proposal is not None:
             self.net.send(broker.id, CONTROLLER, "alter", (proposal, broker.life))
+
+    def _on_lost(self, m) -> None:
+        # ControllerActor._send_batch: a call to a live broker that fails is reported to
+        # the controller's state, which has that broker register again at its next
+        # heartbeat (and so learn the whole state).
+        if m.src == CONTROLLER and m.kind == "control" and self._alive(m.dst, m.dst_life):
+            self.controller.delivery_failed(m.dst)
+            self.stats["controller messages lost to live brokers"] += 1
 
     # ---- delivery --------------------------------------------------------------------------
     def deliver(self, m) -> None:
@@ -294,10 +307,12 @@ class Simulation:
             if self._alive(b, life) is None:
                 return
             try:
-                c.heartbeat(b)
+                register = c.heartbeat(b)
             except InvalidRequestError:
                 # Fenced after missed heartbeats: the broker registers again (KRaft unfences
                 # a broker that catches up; this is the same in one step).
+                register = True
+            if register:    # ... or told to, a message to it having been lost
                 self._send_all(CONTROLLER, c.register_broker(b))
             return
         if m.kind == "controlled_shutdown":
@@ -630,7 +645,7 @@ class Simulation:
         heapq.heapify(self.net.queue)
         self.controller = ControllerState.from_snapshot(self.controller.to_snapshot(),
                                                         self.clock)
-        self._send_all(CONTROLLER, self.controller._update_metadata())
+        self._send_all(CONTROLLER, self.controller.full_state())
 
     def _endpoints(self) -> list:
         from tests.sim.transactions import TXN
@@ -745,29 +760,33 @@ class Simulation:
         self.net.heal()
         for b in self.broker_ids:
             self.restart(b)
+        # A broker in the middle of a controlled shutdown stops when it is done (it may
+        # hold the last ISR place of a partition): it is started again once it has.
+        for _ in range(LIVENESS_STEPS):
+            if all(broker.stopping is None for broker in self.up.values()):
+                break
+            self.advance(250)
+            self.check()
+        for b in self.broker_ids:
+            self.restart(b)
         for _ in range(40):
             self.advance(250)
             self.check()
-        if self.txn is not None:
-            # That a transaction told committed ends committed everywhere is liveness: its
-            # markers wait for min.insync.replicas, so it is asked once replication is back
-            # (followers caught up), and its markers have had time to be retried. A
-            # schedule whose replication does not come back (a restarted broker whose
-            # controller messages were lost on a cut link: this model has no resend, as
-            # ``--liveness`` says) is counted; the safety invariants held at every step.
-            if self._caught_up():
-                for _ in range(40):
-                    self.advance(250)
-                    self.check()
-                self.txn.check(final=True)
-            else:
-                self.stats["txn final check without replication back"] += 1
         # Liveness: with every broker up and every link fine, each follower catches up with
         # its leader and the HW reaches the log end (a fetcher that stopped naming a
-        # partition's position would leave it behind for good).
-        if self.liveness and not self._caught_up():
+        # partition's position, or a broker that missed its LeaderAndIsr, would leave it
+        # behind for good).
+        if not self._caught_up():
             self._fail(f"liveness: {LIVENESS_STEPS * 250 / 1000:.0f} s after healing, still "
                        f"behind: {'; '.join(self._lagging()[:3])}")
+        if self.txn is not None:
+            # That a transaction told committed ends committed everywhere is liveness too:
+            # its markers wait for min.insync.replicas, so it is asked once replication is
+            # back, and the markers have had time to be retried.
+            for _ in range(40):
+                self.advance(250)
+                self.check()
+            self.txn.check(final=True)
 
     def _caught_up(self) -> bool:
         """Whether every follower catches up within ``LIVENESS_STEPS``."""

@@ -44,8 +44,12 @@ class Network:
     JITTER_MS = 6
 
     def __init__(self, rng: random.Random, clock: Callable[[], int],
-                 fifo: Callable[[Endpoint, Endpoint], bool]):
+                 fifo: Callable[[Endpoint, Endpoint], bool],
+                 on_lost: Callable[[Message], None] = lambda m: None):
+        """``on_lost``: told of every message lost on a cut link, as a sender whose call
+        fails learns it."""
         self.rng = rng
+        self.on_lost = on_lost
         self.clock = clock
         self._fifo = fifo
         self.links: dict[tuple[Endpoint, Endpoint], Link] = {}
@@ -66,15 +70,16 @@ class Network:
         """``delay_ms``: the sender holds the message that long first (a backoff)."""
         self.sent += 1
         link = self.link(src, dst)
+        self._seq += 1
         if link.down:
             self.lost += 1
+            self.on_lost(Message(self.clock(), self._seq, src, dst, kind, payload, dst_life))
             return
         arrival = self.clock() + delay_ms + link.latency_ms + \
             self.rng.randint(0, link.jitter_ms)
         if link.fifo:
             arrival = max(arrival, link.last_arrival_ms)
             link.last_arrival_ms = arrival
-        self._seq += 1
         heapq.heappush(self.queue, Message(arrival, self._seq, src, dst, kind, payload,
                                            dst_life))
 
@@ -89,6 +94,7 @@ class Network:
             if not self.link(m.src, m.dst).down:
                 return m
             self.lost += 1
+            self.on_lost(m)
         return None
 
     def cut(self, a: Endpoint, b: Endpoint) -> None:

@@ -3,7 +3,6 @@
     python -m tests.sim.run --seeds 100000          # seeds 0..99999
     python -m tests.sim.run --seed 4242 --verbose   # replay one, printing its schedule
     python -m tests.sim.run --seeds 1000 --no-epochs  # pre-KIP-101 truncation: finds losses
-    python -m tests.sim.run --seeds 300 --liveness    # followers caught up after the heal
     python -m tests.sim.run --seeds 10000 --transactions   # with a transaction coordinator
 """
 from __future__ import annotations
@@ -24,8 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--no-epochs", action="store_true",
                         help="truncate to the HW instead of using leader epochs")
-    parser.add_argument("--liveness", action="store_true",
-                        help="also require every follower to catch up after the final heal")
     parser.add_argument("--transactions", action="store_true",
                         help="transactional producers and a transaction coordinator in the "
                              "schedule (tests.sim.transactions)")
@@ -37,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, seed in enumerate(seeds, 1):
         try:
             sim = Simulation(seed, epochs=not args.no_epochs, steps=args.steps,
-                             liveness=args.liveness, transactions=args.transactions).run()
+                             transactions=args.transactions).run()
             exercised.update(sim.stats)
             if args.verbose:
                 print(f"seed {seed}: {' | '.join(sim.trace)}")

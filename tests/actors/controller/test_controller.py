@@ -117,6 +117,27 @@ def test_seed_example_broker_0_stops():
     assert {m.broker_id for m in msgs if isinstance(m, UpdateMetadata)} == {1, 2}
 
 
+def test_a_broker_that_missed_a_message_registers_again_and_learns_everything():
+    # A LeaderAndIsr to a broker still alive was lost (the call failed: a link down for
+    # less than a session). Its next heartbeat says "register again"; registering sends
+    # it its partitions' whole state and the metadata.
+    c, clock = controller()
+    seed_topic(c)
+    assert c.heartbeat(0) is False
+    c.delivery_failed(0)
+    assert c.heartbeat(0) is True and c.heartbeat(0) is True      # until it registers
+    msgs = c.register_broker(0)
+    assert sorted(m.partition for m in msgs if isinstance(m, LeaderAndIsr)
+                  and m.broker_id == 0) == [0, 1, 2]
+    assert any(isinstance(m, UpdateMetadata) and m.broker_id == 0 for m in msgs)
+    assert c.heartbeat(0) is False
+    # A broker already fenced registers anyway: nothing to remember for it.
+    clock.advance(c.config["broker.session.timeout.ms"] + 1)
+    c.expire_sessions()
+    c.delivery_failed(1)
+    assert c.unsynced == set()
+
+
 def test_the_session_check_is_due_when_the_earliest_live_session_runs_out():
     # Kafka's controller schedules its fencing check for the next session expiry instead
     # of polling; a heartbeat moves that broker's deadline, a fenced broker has none.

@@ -250,6 +250,33 @@ def test_one_alter_partition_in_flight_sent_again_without_an_answer_and_stale_an
     assert leader.isr == [1] and leader.partition_epoch == 2
 
 
+def test_a_restated_partition_epoch_keeps_the_isr_change_in_flight(tmp_path):
+    # Simulator seed 6002245: a new controller restates the partition (same leader epoch,
+    # same partition epoch) while the leader's ISR expansion is on its way to it. The
+    # controller accepts the expansion; its answer must still reach the leader, or the
+    # leader would count its HW over [1] while the controller's ISR is [1, 2].
+    c = Cluster(tmp_path)
+    leader, follower = c.start(1), c.start(2)
+    leader.become_leader(0, 0, isr=[1], replicas=[1, 2])
+    follower.become_follower(1, 0, 0, replicas=[1, 2])
+    truncate_via(follower, leader)
+    sender = AlterPartitionSender(leader, c.clock, retry_ms=3_000)
+    leader.produce(msg("a"), acks=1, timeout_ms=100)
+    fetch_once(follower, leader)
+    fetch_once(follower, leader)
+    expand = sender.next_to_send()
+    assert expand.new_isr == (1, 2) and expand.partition_epoch == 0
+    assert leader.apply_leader_and_isr(1, 0, 0, [1], [1, 2]) is False   # the restatement
+    assert leader.take_alter_partition() is expand
+    sender.on_answer(expand, [1, 2], 1)
+    assert leader.isr == [1, 2] and leader.partition_epoch == 1
+    leader.produce(msg("b"), acks=1, timeout_ms=100)
+    assert leader.high_watermark == 1         # follower 2 is in the ISR: it must have "b"
+    fetch_once(follower, leader)              # "b" reaches the follower
+    fetch_once(follower, leader)              # which says so
+    assert leader.high_watermark == 2
+
+
 def test_stale_leader_and_isr_is_fenced(pair):
     c, leader, follower = pair
     follower.become_follower(1, 3, 1, replicas=[1, 2])
