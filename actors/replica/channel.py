@@ -40,6 +40,7 @@ API_HELLO = 0
 API_FETCH = 1               # FetchManyRequest -> FetchManyResponse (protocols.messages)
 API_OFFSETS_FOR_LEADER_EPOCH = 2
 API_PRODUCE = 3             # ProduceManyRequest -> ProduceManyResponse
+API_LIST_OFFSETS = 4        # [(topic, partition, timestamp, epoch, isolation)] -> [answer]
 API_ERROR = 255
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 # How much a connection buffers before it stops reading (asyncio pauses the socket at twice

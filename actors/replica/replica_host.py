@@ -29,7 +29,8 @@ import ray
 from actors.gcs import lookup
 from actors.names import broker_name, coordinator_name
 from actors.process import freeze_startup_objects, keep_freed_memory
-from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
+from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH,
+                                    API_PRODUCE,
                                     ReplicationListener)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
@@ -84,7 +85,8 @@ class ReplicaHostActor:
         self.listener = ReplicationListener({
             API_FETCH: self.fetch_many,
             API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
-            API_PRODUCE: self.produce_many})
+            API_PRODUCE: self.produce_many,
+            API_LIST_OFFSETS: self._list_offsets_frame})
         self._listening: asyncio.Task | None = None
         # The first I/O error in the broker's log directory takes it offline (writes to it
         # refused from then on) and halts the broker (``storage.log_dir_failure``).
@@ -428,6 +430,10 @@ class ReplicaHostActor:
         level]])`` each,
         answered in order, each answer as ``list_offsets``'."""
         return [await self.list_offsets(*request) for request in requests]
+
+    async def _list_offsets_frame(self, request: bytes) -> bytes:
+        # ``list_offsets_many`` for the channel (the listener's ListOffsets).
+        return encode(await self.list_offsets_many(decode(request)))
 
     async def describe_producers_many(self, partitions: list[tuple[str, int]]) -> bytes:
         """DescribeProducers for partitions of this host: per partition, in order, its

@@ -1,6 +1,7 @@
-"""The listener's connections to its broker's replica hosts: Produce and Fetch from Kafka's
-clients reach the leader's host over the hosts' framed channel (``actors.replica.channel``),
-the way rafka's own producer and consumer reach it, not as Ray actor calls.
+"""The listener's connections to its broker's replica hosts: Produce, Fetch, ListOffsets and
+OffsetsForLeaderEpoch from Kafka's clients reach the leader's host over the hosts' framed
+channel (``actors.replica.channel``), the way rafka's own producer and consumer reach it,
+not as Ray actor calls.
 
 Why: an actor call's answer above 100 KB goes through Ray's object store. Measured on this
 machine (2 cores, a 3-broker cluster, confluent-kafka reading a topic): a host had a 2 MB

@@ -26,7 +26,7 @@ from actors.broker.listener.partition_route import (PartitionRoute, by_topic, ga
                                                     leaders_named)
 from actors.broker.listener.reassignment_apis import ReassignmentApis
 from actors.broker.listener.txn_apis import TxnApis
-from actors.replica.channel import API_PRODUCE
+from actors.replica.channel import API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE
 from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.api_keys import ApiKey
@@ -189,18 +189,19 @@ class KafkaApis:
         """Kafka's ListOffsetsRequest: earliest (-2), latest (-1, the high watermark; the last
         stable offset for isolation_level read_committed) or the
         first offset at or after a time, per partition, from its leader's replica host (one
-        ``list_offsets_many`` per host, as rafka's own clients ask)."""
+        ``list_offsets_many`` per host, over the hosts' channel)."""
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         isolation = int(getattr(request.body, "isolation_level", 0))
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition_index", _offsets_error,
             lambda part: (int(part.timestamp), int(getattr(part, "current_leader_epoch", -1))))
         for host, parts, answer in await gather_hosts(
-                by_host, lambda host, parts: host.list_offsets_many.remote(
+                by_host, lambda host, parts: self.channels.call(host, API_LIST_OFFSETS, encode(
                     [(name, key[1], ts, epoch, isolation)
-                     for key, name, (ts, epoch) in parts])):
+                     for key, name, (ts, epoch) in parts]))):
             results = ([NotLeaderOrFollowerError(str(answer))] * len(parts)
-                       if isinstance(answer, BaseException) else [decode(a) for a in answer])
+                       if isinstance(answer, BaseException)
+                       else [decode(a) for a in decode(answer)])
             for (key, name, _), result in zip(parts, results):
                 if isinstance(result, KafkaError):
                     answers[key] = _offsets_error(result, route, name, key[1])
@@ -216,16 +217,17 @@ class KafkaApis:
     async def offset_for_leader_epoch(self, request: Request):
         """Kafka's OffsetForLeaderEpoch from a client: the end offset of the asked epoch on
         each partition's leader (what a consumer checks its position against after a leader
-        change, KIP-320), from the hosts' ``offsets_for_leader_epoch_many``."""
+        change, KIP-320), from the hosts' ``offsets_for_leader_epoch_many`` over the channel
+        (as followers ask it)."""
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition", _epoch_error,
             lambda part: (int(part.leader_epoch), int(part.current_leader_epoch)))
         for host, parts, answer in await gather_hosts(
-                by_host, lambda host, parts: host.offsets_for_leader_epoch_many.remote(
-                    encode(OffsetsForLeaderEpochRequest(-1, tuple(
-                        (name, key[1], epoch, current)
-                        for key, name, (epoch, current) in parts))))):
+                by_host, lambda host, parts: self.channels.call(
+                    host, API_OFFSETS_FOR_LEADER_EPOCH, encode(OffsetsForLeaderEpochRequest(
+                        -1, tuple((name, key[1], epoch, current)
+                                  for key, name, (epoch, current) in parts))))):
             results = ([(None, None, answer)] * len(parts) if isinstance(answer, BaseException)
                        else decode(answer))
             for (key, name, _), (_, _, result) in zip(parts, results):
