@@ -63,22 +63,15 @@ def classpath() -> Path:
     return maven_jars(CACHE, POM, f"Apache Kafka {KAFKA_VERSION}")
 
 
-class KafkaCluster:
-    """Three KRaft nodes (broker and controller each) on loopback; a context manager that
-    stops every JVM it started, by pid, and removes their data."""
+class JavaTools:
+    """Kafka's Java classes (its servers, tools and clients) run from its jars, against
+    Kafka or rafka alike; ``root`` holds their log4j2 configuration."""
 
-    def __init__(self, nodes: int = 3, heap: str = "1G"):
-        self.nodes = nodes
+    def __init__(self, root: Path, heap: str = "1G"):
+        self.root = root
         self.heap = heap
-        self.procs: list[subprocess.Popen] = []
-        self.root = Path(tempfile.mkdtemp(prefix="kafka-peer-"))
-        self.ports = [free_port() for _ in range(nodes)]
-        self.controller_ports = [free_port() for _ in range(nodes)]
         self.lib = classpath()
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        (root / "log4j2.yaml").write_text(LOG4J2)
 
     def java_cmd(self, main: str, *args: str) -> list[str]:
         java = shutil.which("java")
@@ -89,6 +82,65 @@ class KafkaCluster:
 
     def java(self, main: str, *args: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(self.java_cmd(main, *args), **kwargs)
+
+    def perf_tool(self, main: str, *args: str) -> str:
+        """One of Kafka's perf tools (by class); its standard output."""
+        return output(WHO, main, self.java(main, *args, stdout=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL, text=True), 600)
+
+    def producer_perf(self, bootstrap_servers: str, topic: str, records: int, size: int,
+                      acks: str, batch_size: int = 262_144) -> dict[str, float]:
+        """kafka-producer-perf-test's whole-run summary: records/s and latency percentiles
+        (ms), as ``rate``, ``p50``, ``p99``, ``p99.9``."""
+        out = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                             "--num-records", str(records), "--record-size", str(size),
+                             "--throughput", "-1", "--producer-props",
+                             f"bootstrap.servers={bootstrap_servers}", f"acks={acks}",
+                             "linger.ms=5", f"batch.size={batch_size}")
+        # Its last "<n> records sent, <rate> records/sec ..." line is the whole run's.
+        found = re.findall(r"^\d+ records sent, ([\d.]+) records/sec.*?(\d+) ms 50th, "
+                           r"\d+ ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th", out, re.M)
+        if not found:
+            raise PeerUnavailable(f"{WHO}: no summary from ProducerPerformance: "
+                                  f"{out[-400:]}")
+        rate, p50, p99, p999 = (float(v) for v in found[-1])
+        return {"rate": rate, "p50": p50, "p99": p99, "p99.9": p999}
+
+    def consumer_perf(self, bootstrap_servers: str, topic: str, records: int
+                      ) -> dict[str, float]:
+        """kafka-consumer-perf-test's figures: ``rate`` (its nMsg.sec, the group's join
+        included) and ``fetch rate`` (fetch.nMsg.sec, without it)."""
+        out = self.perf_tool("org.apache.kafka.tools.ConsumerPerformance", "--topic", topic,
+                             "--messages", str(records), "--bootstrap-server",
+                             bootstrap_servers, "--timeout", "60000")
+        # A header ("start.time, end.time, ..., nMsg.sec, ...") and a line of values under it.
+        lines = out.splitlines()
+        for i, header in enumerate(lines[:-1]):
+            names = [n.strip() for n in header.split(",")]
+            if "nMsg.sec" in names and "fetch.nMsg.sec" in names:
+                values = lines[i + 1].split(",")
+                return {"rate": float(values[names.index("nMsg.sec")]),
+                        "fetch rate": float(values[names.index("fetch.nMsg.sec")])}
+        raise PeerUnavailable(f"{WHO}: no summary from ConsumerPerformance: "
+                              f"{out[-400:]}")
+
+
+class KafkaCluster:
+    """Three KRaft nodes (broker and controller each) on loopback; a context manager that
+    stops every JVM it started, by pid, and removes their data."""
+
+    def __init__(self, nodes: int = 3, heap: str = "1G"):
+        self.nodes = nodes
+        self.procs: list[subprocess.Popen] = []
+        self.root = Path(tempfile.mkdtemp(prefix="kafka-peer-"))
+        self.ports = [free_port() for _ in range(nodes)]
+        self.controller_ports = [free_port() for _ in range(nodes)]
+        self.tools = JavaTools(self.root, heap)
+        self.java, self.java_cmd = self.tools.java, self.tools.java_cmd
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
     def _properties(self, node: int) -> Path:
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
@@ -110,7 +162,6 @@ class KafkaCluster:
         return path
 
     def __enter__(self) -> "KafkaCluster":
-        (self.root / "log4j2.yaml").write_text(LOG4J2)
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         try:
             for node in range(self.nodes):
@@ -155,22 +206,7 @@ class KafkaCluster:
     # ---- topics and figures -------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      config: dict[str, str] | None = None) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
-        config = {**({"min.insync.replicas": "2"} if replication_factor >= 3 else {}),
-                  **(config or {})}
-        futures = admin.create_topics([NewTopic(name, partitions, replication_factor,
-                                                config=config)])
-        futures[name].result(60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:   # every partition with a leader
-            meta = admin.list_topics(name, timeout=10).topics[name]
-            if len(meta.partitions) == partitions and all(
-                    p.leader >= 0 and len(p.isrs) == replication_factor
-                    for p in meta.partitions.values()):
-                return
-            time.sleep(0.2)
-        raise PeerUnavailable(f"{WHO}: topic {name} not ready within 60 s")
+        create_topic(self.bootstrap_servers, name, partitions, replication_factor, config)
 
     def produce(self, topic: str, records: int, value: bytes, acks: str,
                 batch_size: int = 262_144) -> float:
@@ -180,40 +216,37 @@ class KafkaCluster:
     def consume(self, topic: str, partitions: int, records: int) -> tuple[int, float]:
         return confluent_consume(self.bootstrap_servers, topic, partitions, records)
 
-    def perf_tool(self, main: str, *args: str) -> str:
-        """One of Kafka's perf tools (by class); its standard output."""
-        return output(WHO, main, self.java(main, *args, stdout=subprocess.PIPE,
-                                           stderr=subprocess.DEVNULL, text=True), 600)
-
     def producer_perf(self, topic: str, records: int, size: int, acks: str,
                       batch_size: int = 262_144) -> float:
         """kafka-producer-perf-test's records/sec."""
-        out = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-                             "--num-records", str(records), "--record-size", str(size),
-                             "--throughput", "-1", "--producer-props",
-                             f"bootstrap.servers={self.bootstrap_servers}", f"acks={acks}",
-                             "linger.ms=5", f"batch.size={batch_size}")
-        # Its last "<n> records sent, <rate> records/sec ..." line is the whole run's.
-        found = re.findall(r"^\d+ records sent, ([\d.]+) records/sec", out, re.M)
-        if not found:
-            raise PeerUnavailable(f"{WHO}: no summary from ProducerPerformance: "
-                                  f"{out[-400:]}")
-        return float(found[-1])
+        return self.tools.producer_perf(self.bootstrap_servers, topic, records, size, acks,
+                                        batch_size)["rate"]
 
     def consumer_perf(self, topic: str, records: int) -> float:
         """kafka-consumer-perf-test's records/sec (its nMsg.sec column)."""
-        out = self.perf_tool("org.apache.kafka.tools.ConsumerPerformance", "--topic", topic,
-                             "--messages", str(records), "--bootstrap-server",
-                             self.bootstrap_servers, "--timeout", "60000")
-        # A header ("start.time, end.time, ..., nMsg.sec, ...") and a line of values under it.
-        lines = out.splitlines()
-        for i, header in enumerate(lines[:-1]):
-            names = [n.strip() for n in header.split(",")]
-            if "nMsg.sec" in names:
-                return float(lines[i + 1].split(",")[names.index("nMsg.sec")])
-        raise PeerUnavailable(f"{WHO}: no summary from ConsumerPerformance: "
-                              f"{out[-400:]}")
+        return self.tools.consumer_perf(self.bootstrap_servers, topic, records)["rate"]
 
+
+def create_topic(bootstrap_servers: str, name: str, partitions: int, replication_factor: int,
+                 config: dict[str, str] | None = None, timeout_s: float = 60) -> None:
+    """CreateTopics through confluent-kafka's AdminClient (min.insync.replicas 2 at RF 3),
+    then until every partition has a leader and a full ISR in the metadata."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    config = {**({"min.insync.replicas": "2"} if replication_factor >= 3 else {}),
+              **(config or {})}
+    futures = admin.create_topics([NewTopic(name, partitions, replication_factor,
+                                            config=config)])
+    futures[name].result(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:   # every partition with a leader
+        meta = admin.list_topics(name, timeout=10).topics[name]
+        if len(meta.partitions) == partitions and all(
+                p.leader >= 0 and len(p.isrs) == replication_factor
+                for p in meta.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise PeerUnavailable(f"topic {name} not ready within {timeout_s:.0f} s")
 
 
 def confluent_produce(bootstrap_servers: str, topic: str, records: int, value: bytes,
@@ -225,17 +258,23 @@ def confluent_produce(bootstrap_servers: str, topic: str, records: int, value: b
                          "linger.ms": 5, "batch.size": batch_size,
                          "queue.buffering.max.messages": 1_000_000,
                          "enable.idempotence": acks == "all"})
+    return send_all(producer, topic, ((value, None, None) for _ in range(records)))
+
+
+def send_all(producer, topic: str, records) -> float:
+    """``records`` ((value, key, headers) each) through a confluent-kafka producer, waiting
+    whenever its queue is full: seconds until every one is acknowledged."""
     failed = []
 
-    def delivered(err, msg):
+    def delivered(err, _msg):
         if err is not None:
             failed.append(err)
     started = time.perf_counter()
     produce = producer.produce
-    for i in range(records):
+    for i, (value, key, headers) in enumerate(records):
         while True:
             try:
-                produce(topic, value, on_delivery=delivered)
+                produce(topic, value, key, headers=headers, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -246,7 +285,6 @@ def confluent_produce(bootstrap_servers: str, topic: str, records: int, value: b
     if failed:
         raise PeerUnavailable(f"confluent-kafka: {len(failed)} records failed: {failed[0]}")
     return elapsed
-
 
 def confluent_consume(bootstrap_servers: str, topic: str, partitions: int, records: int
                       ) -> tuple[int, float]:

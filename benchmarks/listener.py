@@ -1,0 +1,232 @@
+"""Kafka's own clients through rafka's Kafka listener and against Apache Kafka 4.3.1, in one
+run: the same clients, the same topics, one server after the other (never both at once),
+each figure the median of ``--repeats`` runs, and the ratio rafka / Kafka printed per row.
+
+    .venv/bin/pip install -e '.[bench]'     # confluent-kafka; mvn fetches Kafka's jars once
+    .venv/bin/python benchmarks/listener.py --records 1000000
+
+Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
+- confluent-kafka (librdkafka) produce, uniform 100-byte key-less values: RF=1 acks=1 and
+  RF=3 acks=all (linger.ms 5, batch.size 256 KiB, idempotent at acks=all);
+- confluent-kafka produce of ``benchmarks/streams.py``'s realistic stream (keys of 6-36
+  bytes, JSON values of 100 B-2 KiB skewed toward small, a tenth with 1-3 headers) with the
+  client's defaults (acks=all), RF=3, and its consume;
+- Kafka's ProducerPerformance (Java client, batch.size 256 KiB, linger.ms 5), uniform
+  100-byte values: RF=1 acks=1 and RF=3 acks=all, records/s and its p99 latency;
+- Kafka's ConsumerPerformance: fetch.nMsg.sec (the group's join excluded);
+- confluent-kafka consume, one message at a time as a Python application reads;
+- (not yet: the end-to-end latency rows; a first version measured seconds on both servers,
+  the client's own queueing, and was taken out until it measures the servers);
+- ``--scale-partitions`` partitions at RF=3 (3,334: 10,002 replicas): CreateTopics answered,
+  and every leader answering ListOffsets, in seconds from the request.
+
+Throughput ratios are rafka / Kafka (higher is better); latency and time ratios are also
+rafka / Kafka, where lower is better: each line says which.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.kafka_peer import (KAFKA_VERSION, JavaTools, KafkaCluster,  # noqa: E402
+                                   confluent_consume, confluent_produce, create_topic,
+                                   send_all)
+from benchmarks.machine import describe  # noqa: E402
+from benchmarks.peers import PeerUnavailable  # noqa: E402
+from benchmarks.streams import describe_stream, payload_bytes, realistic_stream  # noqa: E402
+from benchmarks.transactions import records_of  # noqa: E402
+
+PARTITIONS = 6
+VALUE = b"x" * 100
+
+# name -> (unit, higher is better)
+UNITS = {"rate": ("records/sec", True), "ms": ("ms", False), "s": ("s", False)}
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def produce_realistic(bootstrap_servers: str, topic: str, records: list) -> float:
+    """confluent-kafka with its defaults (acks=all, linger.ms 5): seconds until every record
+    of the realistic stream is acknowledged."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap_servers,
+                         "queue.buffering.max.messages": 1_000_000})
+    return send_all(producer, topic, ((value, key, headers)
+                                      for key, value, headers in records))
+
+def control_plane(bootstrap_servers: str, topic: str, partitions: int,
+                  timeout_s: float = 300) -> tuple[float, float]:
+    """Seconds from CreateTopics (``partitions`` at RF=3) to its answer, and to every
+    partition's leader answering ListOffsets."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    started = time.perf_counter()
+    admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(timeout_s)
+    answered = time.perf_counter() - started
+    waiting = {TopicPartition(topic, p) for p in range(partitions)}
+    while waiting:
+        if time.perf_counter() - started > timeout_s:
+            raise PeerUnavailable(f"{len(waiting)} of {partitions} partitions not serving "
+                                  f"ListOffsets within {timeout_s:.0f} s")
+        try:
+            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in waiting},
+                                         request_timeout=30)
+        except Exception:   # noqa: BLE001 - metadata not there yet
+            time.sleep(0.2)
+            continue
+        for tp, future in futures.items():
+            try:
+                future.result(60)
+                waiting.discard(tp)
+            except Exception:   # noqa: BLE001 - not serving yet: asked again
+                pass
+        if waiting:
+            time.sleep(0.2)
+    return answered, time.perf_counter() - started
+
+
+class Figures:
+    """Each row's measurements on one server, printed as taken."""
+
+    def __init__(self, server: str):
+        self.server = server
+        self.values: dict[str, tuple[float, str]] = {}
+
+    def add(self, row: str, value: float, unit: str, extra: str = "") -> None:
+        self.values[row] = (value, unit)
+        shown = f"{value:,.0f} {UNITS[unit][0]}" if unit == "rate" else \
+            f"{value:,.1f} {UNITS[unit][0]}"
+        print(f"{self.server} {row}: {shown}{extra}", flush=True)
+
+
+def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
+            realistic: list, realistic_mb: float) -> Figures:
+    out = Figures(server)
+    n, r = args.records, args.repeats
+    mb = n * len(VALUE) / 2**20
+
+    def topic(name: str, rf: int) -> str:
+        name = f"{name}-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap_servers, name, PARTITIONS, rf)
+        return name
+
+    def rate(row: str, run: Callable[[], float], count: int, megabytes: float) -> None:
+        value = median([count / run() for _ in range(r)])
+        out.add(row, value, "rate", f" ({value * megabytes / count:.2f} MB/sec)")
+
+    # Warm-up, not counted: the JVM's JIT on Kafka, connections and caches on both.
+    warm = topic("warm-up", 3)
+    confluent_produce(bootstrap_servers, warm, min(n, 500_000), VALUE, "all")
+    confluent_consume(bootstrap_servers, warm, PARTITIONS, min(n, 500_000))
+
+    rf1 = topic("ck-rf1", 1)
+    rate("confluent-kafka produce RF=1 acks=1",
+         lambda: confluent_produce(bootstrap_servers, rf1, n, VALUE, "1"), n, mb)
+    rf3 = topic("ck-rf3", 3)
+    rate("confluent-kafka produce RF=3 acks=all",
+         lambda: confluent_produce(bootstrap_servers, rf3, n, VALUE, "all"), n, mb)
+    keyed = topic("realistic", 3)
+    rate("confluent-kafka produce realistic keyed stream RF=3 (client defaults)",
+         lambda: produce_realistic(bootstrap_servers, keyed, realistic), len(realistic),
+         realistic_mb)
+
+    def consume(name: str, count: int) -> float:
+        seen, elapsed = confluent_consume(bootstrap_servers, name, PARTITIONS, count)
+        if seen < count:
+            raise PeerUnavailable(f"{server}: consumed {seen} of {count} records")
+        return elapsed
+    # The topics hold ``repeats`` copies of what was produced: each read takes the first.
+    rate("confluent-kafka consume realistic keyed stream", lambda: consume(keyed,
+         len(realistic)), len(realistic), realistic_mb)
+    rate("confluent-kafka consume (one message at a time)", lambda: consume(rf1, n), n, mb)
+
+    for name, rf, acks in (("RF=1 acks=1", 1, "1"), ("RF=3 acks=all", 3, "all")):
+        runs = [tools.producer_perf(bootstrap_servers, topic(f"perf-rf{rf}", rf), n,
+                                    len(VALUE), acks) for _ in range(r)]
+        value = median([x["rate"] for x in runs])
+        out.add(f"Java ProducerPerformance {name}", value, "rate",
+                f" ({value * mb / n:.2f} MB/sec)")
+        out.add(f"Java ProducerPerformance {name} p99", median([x["p99"] for x in runs]), "ms")
+    perf = topic("perf-consume", 1)
+    tools.producer_perf(bootstrap_servers, perf, n, len(VALUE), "1")
+    value = median([tools.consumer_perf(bootstrap_servers, perf, n)["fetch rate"]
+                    for _ in range(r)])
+    out.add("Java ConsumerPerformance fetch rate", value, "rate",
+            f" ({value * mb / n:.2f} MB/sec)")
+
+    if args.scale_partitions:
+        answered, serving = control_plane(bootstrap_servers, f"scale-{uuid.uuid4().hex[:6]}",
+                                          args.scale_partitions)
+        label = f"{args.scale_partitions:,} partitions x RF=3"
+        out.add(f"{label}: CreateTopics answered", answered, "s")
+        out.add(f"{label}: every leader answering ListOffsets", serving, "s")
+    return out
+
+
+def measure_rafka(args, tools, realistic, realistic_mb) -> Figures:
+    import rafka
+    with tempfile.TemporaryDirectory(prefix="rafka-listener-bench-") as root:
+        cluster = rafka.Cluster.start(3, Path(root) / "data", name="listener-bench")
+        try:
+            print("rafka: 3 brokers (rafka.Cluster.start), Kafka listener on loopback",
+                  flush=True)
+            return measure("rafka", cluster.bootstrap_servers, tools, args, realistic,
+                           realistic_mb)
+        finally:
+            cluster.shutdown()
+
+
+def measure_kafka(args, realistic, realistic_mb) -> Figures:
+    with KafkaCluster() as kafka:
+        print(f"peer: Apache Kafka {KAFKA_VERSION}, KRaft, 3 nodes on loopback (1 GiB heaps)",
+              flush=True)
+        return measure("Kafka", kafka.bootstrap_servers, kafka.tools, args, realistic,
+                       realistic_mb)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000,
+                        help="records per throughput run (100-byte values)")
+    parser.add_argument("--realistic-records", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median")
+    parser.add_argument("--scale-partitions", type=int, default=3334,
+                        help="partitions of the RF=3 control-plane topic (0: skip)")
+    parser.add_argument("--skip-peer", action="store_true", help="measure rafka only")
+    args = parser.parse_args(argv)
+    table = realistic_stream(args.realistic_records)
+    realistic = records_of(table)
+    realistic_mb = payload_bytes(table) / 2**20
+    print(describe(), flush=True)
+    print(f"{args.records:,} records of {len(VALUE)} B per throughput run, {PARTITIONS} "
+          f"partitions, median of {args.repeats}; realistic stream: {describe_stream(table)}",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="kafka-tools-") as tools_root:
+        ours = measure_rafka(args, JavaTools(Path(tools_root)), realistic, realistic_mb)
+    if args.skip_peer:
+        return 0
+    try:
+        theirs = measure_kafka(args, realistic, realistic_mb)
+    except PeerUnavailable as e:
+        print(f"peer: {e}", flush=True)
+        return 0
+    for row, (value, unit) in ours.values.items():
+        if row in theirs.values:
+            higher = UNITS[unit][1]
+            print(f"rafka / Kafka, {row}: {value / theirs.values[row][0]:.2f} "
+                  f"({'higher' if higher else 'lower'} is better)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
