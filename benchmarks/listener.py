@@ -63,6 +63,7 @@ def produce_realistic(bootstrap_servers: str, topic: str, records: list) -> floa
     return send_all(producer, topic, ((value, key, headers)
                                       for key, value, headers in records))
 
+
 def control_plane(bootstrap_servers: str, topic: str, partitions: int,
                   timeout_s: float = 300) -> tuple[float, float]:
     """Seconds from CreateTopics (``partitions`` at RF=3) to its answer, and to every

@@ -25,8 +25,8 @@ A controller message lost on a cut link is known to the controller (its call fai
 in ``ControllerActor._send_batch``): that broker registers again at its next heartbeat and
 so learns the whole state. After every step the invariants (docs/architecture.md,
 "Invariants") are checked, and after the final heal every follower must catch up with its
-leader (liveness); a violation raises ``InvariantViolation`` naming the seed and step, for replay with
-``python -m tests.sim.run --seed N --verbose``.
+leader (liveness); a violation raises ``InvariantViolation`` naming the seed and step, for
+replay with ``python -m tests.sim.run --seed N --verbose``.
 """
 from __future__ import annotations
 
