@@ -82,6 +82,10 @@ class FetchManyRequest:
     session_id: int = 0
     session_epoch: int = -1
     forgotten: tuple = ()  # ((topic, partition), ...)
+    # Which start of the follower sends it (Kafka's ReplicaState.ReplicaEpoch, KIP-903):
+    # larger for every later start, so that a leader can refuse a fetch a dead one sent
+    # late. -1: not told.
+    replica_epoch: int = -1
 
 
 @message

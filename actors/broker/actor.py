@@ -185,9 +185,10 @@ class BrokerActor:
         return self.broker_id
 
     # ---- controller requests ---------------------------------------------------------------
-    async def apply_controller_messages(self, batch: bytes) -> bytes:
+    async def apply_controller_messages(self, batch: bytes, broker_epoch: int = -1) -> bytes:
         """LeaderAndIsr / StopReplica / UpdateMetadata from the controller, in order; a batch
-        from an older controller epoch is refused whole with STALE_CONTROLLER_EPOCH."""
+        from an older controller epoch is refused whole with STALE_CONTROLLER_EPOCH.
+        ``broker_epoch``: this broker's registration, as the controller knows it."""
         messages = decode(batch)
         self.controller_batches += 1
         self.controller_requests.update({type(m).__name__ for m in messages})
@@ -195,7 +196,7 @@ class BrokerActor:
         async with replicas.lock:
             try:
                 work = self.state.on_controller_batch(
-                    messages, lambda: {tp.topic for tp in replicas.replicas})
+                    messages, lambda: {tp.topic for tp in replicas.replicas}, broker_epoch)
             except StaleControllerEpochError as e:
                 return encode(e)
             if self.state.caught_up:

@@ -67,6 +67,7 @@ class ReplicaManager:
         self._watchers: dict[Any, asyncio.Task] = {}  # strong refs: the loop keeps weak ones
         self.host_restarts = 0
         self._host_starts: dict[str, int] = {}  # by base name: how many times started
+        self._host_generation: dict[Any, int] = {}  # each host's start of its base name
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
         self.lock = asyncio.Lock()
@@ -74,6 +75,14 @@ class ReplicaManager:
     def host_of(self, topic: str, partition: int):
         """The host holding this broker's replica of topic-partition, None if none."""
         return self.replicas.get(TopicPartition(topic, partition))
+
+    def replica_epoch(self, host) -> int:
+        """What ``host``'s fetches name as their replica epoch: larger for every later
+        registration of this broker and, within one, for every later start of the host
+        (a host started again keeps its broker's registration). -1 before the controller
+        named the registration."""
+        epoch = self.state.broker_epoch
+        return -1 if epoch < 0 else (epoch << 16) | self._host_generation.get(host, 0)
 
     def all_hosts(self) -> list[Any]:
         return self.hosts + list(self.dedicated.values())
@@ -102,6 +111,7 @@ class ReplicaManager:
         name = base_name if not restarts else f"{base_name}-r{restarts}"
         host = await create_named(ReplicaHostActor, name, self.namespace, self.namespace,
                                   self.broker_id, name, self.cfg.log, self.cfg.broker)
+        self._host_generation[host] = restarts
         try:
             await asyncio.wait_for(host.num_replicas.remote(), HOST_START_TIMEOUT_S)
         except asyncio.TimeoutError:
@@ -120,6 +130,7 @@ class ReplicaManager:
         except Exception:  # its process died (or we killed it)
             pass
         self._watchers.pop(host, None)
+        self._host_generation.pop(host, None)
         if not self.stopping() and any(h == host for h in self.all_hosts()):
             await self._host_died(host)
 
@@ -179,7 +190,8 @@ class ReplicaManager:
         and the messages applied."""
         await self._open_replicas({TopicPartition(m.topic, m.partition) for m in messages})
         by_host = self._by_host(messages)
-        answers = await asyncio.gather(*[host.become_many.remote(encode(share))
+        answers = await asyncio.gather(*[host.become_many.remote(encode(share),
+                                                                 self.replica_epoch(host))
                                          for host, share in by_host.items()])
         errors: list[KafkaError] = []
         applied: list[LeaderAndIsr] = []

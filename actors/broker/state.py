@@ -36,6 +36,8 @@ class BrokerState:
     # after an unclean one recover their logs from the last recovery point.
     clean_shutdown: bool = True
     controller_epoch: int = 0
+    # This broker's registration as the controller's batches name it (Kafka's broker epoch).
+    broker_epoch: int = -1
     image: dict = field(default_factory=dict)
     # Replicas whose host died under them: they reopen as after an unclean stop.
     crashed: set[TopicPartition] = field(default_factory=set)
@@ -53,8 +55,8 @@ class BrokerState:
         self.controller_epoch = max(self.controller_epoch, controller_epoch)
 
     def on_controller_batch(self, messages: Sequence,
-                            open_topics: Callable[[], Collection[str]] = frozenset
-                            ) -> ControllerWork:
+                            open_topics: Callable[[], Collection[str]] = frozenset,
+                            broker_epoch: int = -1) -> ControllerWork:
         """Take a batch of LeaderAndIsr / StopReplica / UpdateMetadata, or refuse it whole
         with STALE_CONTROLLER_EPOCH (raised) when any message is from an older controller.
 
@@ -67,6 +69,7 @@ class BrokerState:
             check_controller_epoch(self.controller_epoch, m.controller_epoch)
         if messages:
             self.controller_epoch = max(m.controller_epoch for m in messages)
+        self.broker_epoch = max(self.broker_epoch, broker_epoch)
         work = ControllerWork()
         for m in messages:
             if isinstance(m, UpdateMetadata):

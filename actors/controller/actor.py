@@ -317,7 +317,9 @@ class ControllerActor:
                     handle = await lookup(broker_name(broker_id), self.namespace)
                     if handle is None:
                         raise LookupError(f"no broker {broker_id} at the moment")
-                await handle.apply_controller_messages.remote(encode(batch))
+                info = self.state.brokers.get(broker_id)
+                await handle.apply_controller_messages.remote(
+                    encode(batch), -1 if info is None else info.broker_epoch)
                 break
             except Exception as e:
                 # The handle may be to the broker's previous actor (stopped, then started

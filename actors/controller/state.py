@@ -67,6 +67,10 @@ class BrokerInfo:
     # The broker's Kafka listeners as clients reach them: [[name, host, port], ...]
     # (advertised.listeners).
     endpoints: list = field(default_factory=list)
+    # Which registration this is (Kafka's broker epoch): larger for every later one, across
+    # controllers too. Its batches carry it to the broker, whose fetchers name it so that
+    # leaders can refuse a fetch an earlier start of it sent late (KIP-903).
+    broker_epoch: int = -1
 
 
 @dataclass
@@ -96,6 +100,7 @@ class ControllerState:
         # controller sends every broker the whole state anyway.
         self.unsynced: set[int] = set()
         self.next_producer_id = 0
+        self.next_broker_epoch = 0
         # Kafka's cluster.id and topic ids (KIP-516): random, kept for the cluster's life (in
         # the snapshot); a topic re-created under the same name gets a new id.
         self.cluster_id = new_kafka_uuid(self.rng)
@@ -140,7 +145,9 @@ class ControllerState:
         """A broker (re)joins: it learns its replicas' state, and offline partitions whose
         ISR (or, unclean, whose AR) includes it get a leader."""
         self.brokers[broker_id] = BrokerInfo(broker_id, rack, incarnation, self.clock(), True,
-                                             [list(e) for e in endpoints or []])
+                                             [list(e) for e in endpoints or []],
+                                             self.next_broker_epoch)
+        self.next_broker_epoch += 1
         self.shutting_down.discard(broker_id)
         self.unsynced.discard(broker_id)
         changed = [tp for tp, st in self.partitions.items()
@@ -640,6 +647,7 @@ class ControllerState:
             "replica_states": [[t, p, r, s.value]
                                for (t, p, r), s in self.replica_states.states.items()],
             "next_producer_id": self.next_producer_id,
+            "next_broker_epoch": self.next_broker_epoch,
             "cluster_id": self.cluster_id,
             "topic_ids": dict(self.topic_ids),
         }
@@ -666,6 +674,8 @@ class ControllerState:
         for t, p, r, value in snapshot.get("replica_states", []):
             state.replica_states.states[(t, p, r)] = ReplicaStatus(value)
         state.next_producer_id = snapshot.get("next_producer_id", 0)
+        state.next_broker_epoch = snapshot.get("next_broker_epoch", 1 + max(
+            (b.broker_epoch for b in state.brokers.values()), default=-1))
         # A snapshot from before topic ids: the ids are made now and kept from then on.
         state.cluster_id = snapshot.get("cluster_id", state.cluster_id)
         state.topic_ids = dict(snapshot.get("topic_ids", {}))

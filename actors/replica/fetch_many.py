@@ -54,6 +54,7 @@ def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
     # In an incremental fetch, what the session last told each partition's fetcher.
     told = session.partitions if session is not None else {}
     park = first and purgatory is not None and session is not None
+    replica_epoch = context.request.replica_epoch
     results = []
     for topic, partition, req in (context.partitions if partitions is None else partitions):
         key = (topic, partition)
@@ -63,7 +64,7 @@ def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
                 raise _not_here(topic, partition, broker_id)
             changed = False
             if first:
-                changed = core.accept_fetch(req)
+                changed = core.accept_fetch(req, replica_epoch)
                 if changed:
                     moved.append(key)
             elif core.role is not Role.LEADER:

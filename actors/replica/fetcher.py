@@ -30,8 +30,12 @@ FIRST_BACKOFF_MS = 50
 
 
 class ReplicaFetcher:
-    def __init__(self, broker_id: int, config: ReplicaConfig, clock: Callable[[], int]):
+    def __init__(self, broker_id: int, config: ReplicaConfig, clock: Callable[[], int],
+                 replica_epoch: int = -1):
         self.broker_id = broker_id
+        # This follower's start (FetchManyRequest.replica_epoch); the host may learn it
+        # after its fetchers started.
+        self.replica_epoch = replica_epoch
         self.config = config
         self.clock = clock
         self.partitions: dict[tuple[str, int], PartitionReplica] = {}
@@ -108,7 +112,7 @@ class ReplicaFetcher:
         c = self.config
         return FetchManyRequest(self.broker_id, c.replica_fetch_wait_max_ms,
                                 c.replica_fetch_min_bytes, c.replica_fetch_response_max_bytes,
-                                named, session_id, epoch, forgotten)
+                                named, session_id, epoch, forgotten, self.replica_epoch)
 
     def _look_again(self, key: tuple[str, int], now: int) -> None:
         """What the partition asks for now: nothing (gone, backing off, not following in

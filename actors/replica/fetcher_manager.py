@@ -116,10 +116,19 @@ class ReplicaFetcherManager:
         self.namespace = namespace
         self.broker_id = broker_id
         self.config = config
+        # Which start of this follower the fetches are from (FetchManyRequest.replica_epoch).
+        self.replica_epoch = -1
         self.placement: FetcherPlacement[str] = FetcherPlacement(
-            lambda: ReplicaFetcher(broker_id, config, wall_ms))
+            lambda: ReplicaFetcher(broker_id, config, wall_ms, self.replica_epoch))
         self._tasks: dict[str, _FetcherTask] = {}
         self._locating: dict[tuple[str, int], asyncio.Task] = {}
+
+    def set_replica_epoch(self, replica_epoch: int) -> None:
+        """The broker learnt its registration: every fetch from now on names it."""
+        if replica_epoch > self.replica_epoch:
+            self.replica_epoch = replica_epoch
+            for fetcher in self.placement.fetchers.values():
+                fetcher.replica_epoch = replica_epoch
 
     def follow(self, replica: PartitionReplica, after_ms: int = 0) -> None:
         """Fetch for ``replica`` (now a follower of a new leader or epoch) from its leader's
@@ -194,9 +203,9 @@ class ReplicaFetcherManager:
 
     def describe(self) -> list[dict]:
         """One entry per fetcher: its leader host, partitions, requests sent so far, its
-        fetch session and the size of its last fetch request."""
+        fetch session, the size of its last fetch request and the replica epoch it names."""
         return [{"leader_host": key, "partitions": sorted(f.fetcher.partitions),
-                 "requests_sent": f.requests_sent,
+                 "requests_sent": f.requests_sent, "replica_epoch": f.fetcher.replica_epoch,
                  "session_id": f.fetcher.session.session_id,
                  "last_request_bytes": f.last_request_bytes}
                 for key, f in self._tasks.items()]

@@ -94,6 +94,9 @@ class FollowerState:
     last_fetch_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1
     last_caught_up_ms: int = 0
+    # The largest replica epoch its fetches named (Kafka's broker epoch, KIP-903): a fetch
+    # naming a smaller one was sent by an earlier start of the follower and arrived late.
+    replica_epoch: int = -1
     # The fetch session where this partition sits parked for this follower
     # (actors.replica.fetch_session): each of its fetches counts as a caught-up fetch here.
     parked_in: Any = None
@@ -574,18 +577,19 @@ class PartitionReplica:
                                                      [self._key])
         return None
 
-    def accept_fetch(self, request: FetchRequest) -> bool:
+    def accept_fetch(self, request: FetchRequest, replica_epoch: int = -1) -> bool:
         """Check a fetch against this replica's role and leader epoch (raising Kafka's
         errors) and record a follower's position: its ISR and the HW may move. False when
         nothing could have moved (a consumer's fetch, or an in-sync follower asking again
-        from our log end): no ISR change to send."""
+        from our log end): no ISR change to send. ``replica_epoch``: which start of the
+        follower sent it (``FetchManyRequest.replica_epoch``)."""
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"Broker {self.broker_id} is not the leader of "
                                            f"{self.name}")
         self.check_fetch_epoch(request.current_leader_epoch)
         if request.replica_id >= 0:
             return self._update_follower(request.replica_id, request.fetch_offset,
-                                         request.log_start_offset)
+                                         request.log_start_offset, replica_epoch)
         return False
 
     def wake_fetchers(self) -> None:
@@ -641,11 +645,21 @@ class PartitionReplica:
                            log.last_stable_offset, aborted)
 
     def _update_follower(self, replica_id: int, fetch_offset: int,
-                         log_start_offset: int = -1) -> bool:
+                         log_start_offset: int = -1, replica_epoch: int = -1) -> bool:
         state = self.followers.get(replica_id)
         if state is None:
             raise NotLeaderOrFollowerError(f"Broker {replica_id} is not a replica of "
                                            f"{self.name}")
+        if replica_epoch >= 0:
+            # Kafka's Replica.updateFetchStateOrThrow: a dead start's fetch, delivered after
+            # its successor's, would set the position back to where the dead one was, and
+            # the successor's fetch session would not say it again while it stays put.
+            if replica_epoch < state.replica_epoch:
+                raise NotLeaderOrFollowerError(
+                    f"Received stale fetch state update from broker {replica_id} for "
+                    f"{self.name}: replica epoch {replica_epoch} vs expected "
+                    f"{state.replica_epoch}")
+            state.replica_epoch = replica_epoch
         now = self.clock()
         leo = self.log.log_end_offset
         if (fetch_offset == state.log_end_offset >= leo and state.broker_id in self.isr

@@ -182,9 +182,11 @@ class ReplicaHostActor:
         high_watermark, clean_shutdown, topic_id) each."""
         await asyncio.gather(*[self.open(*spec) for spec in specs])
 
-    async def become_many(self, messages: bytes) -> bytes:
+    async def become_many(self, messages: bytes, replica_epoch: int = -1) -> bytes:
         """LeaderAndIsr for many replicas here, applied in order; one answer each (None, or
-        the KafkaError refusing it)."""
+        the KafkaError refusing it). ``replica_epoch``: what this host's fetches name
+        (``ReplicaManager.replica_epoch``)."""
+        self.fetchers.set_replica_epoch(replica_epoch)
         answers = []
         for m in decode(messages):
             replica = self._replica(m.topic, m.partition)

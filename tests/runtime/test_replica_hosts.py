@@ -122,6 +122,11 @@ def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session,
             [2, 2, 2]
         assert sum(ray.get(h.describe_fetch_sessions.remote())["partitions_cached"]
                    for h in hosts) == 24
+        # Each host's fetches name its broker's registration (KIP-903's broker epoch), one
+        # per broker, so that a leader can refuse a fetch sent by an earlier start.
+        epochs = [{f["replica_epoch"] for f in d} for d in fetchers()]
+        assert all(len(e) == 1 and min(e) >= 0 for e in epochs), epochs
+        assert len({e.pop() >> 16 for e in epochs}) == 3
         # Replication through the fetchers: acks=all answers on every partition.
         for p in range(12):
             assert produce(cluster, "wide", p, b"v").error is None

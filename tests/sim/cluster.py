@@ -192,9 +192,11 @@ class Simulation:
         """A replica host started on broker ``b``: its replicas open from their files."""
         timer = SystemTimer(self.clock)
         purgatories = Purgatories.create(timer, b)
-        host = Host(next(self._host_lives), timer, purgatories,
+        # Its life, larger for every later host, is its fetchers' replica epoch.
+        life = next(self._host_lives)
+        host = Host(life, timer, purgatories,
                     FetchSessionCache(self.session_slots, self.clock, rng=self.rng),
-                    FetcherPlacement(lambda: ReplicaFetcher(b, self.config, self.clock)))
+                    FetcherPlacement(lambda: ReplicaFetcher(b, self.config, self.clock, life)))
         for p in self.partitions:
             log = Log.open(self.root / f"broker-{b}" / f"{TOPIC}-{p}", self.log_config,
                            clock=self.clock, high_watermark=self.hw_checkpoint.get((b, p), 0))

@@ -40,6 +40,18 @@ def test_the_controller_that_registered_the_broker_sets_the_floor():
     assert state.controller_epoch == 5
 
 
+def test_the_broker_epoch_is_the_largest_its_controllers_batches_named():
+    """What the broker's replica hosts put in their fetches (KIP-903): a batch for an
+    earlier registration, delivered late, does not lower it."""
+    state = BrokerState(1)
+    assert state.broker_epoch == -1
+    state.on_controller_batch([lai(1)], broker_epoch=4)
+    state.on_controller_batch([lai(1, partition=1)], broker_epoch=3)
+    assert state.broker_epoch == 4
+    state.on_controller_batch([lai(2)], broker_epoch=9)
+    assert state.broker_epoch == 9
+
+
 def test_a_broker_has_caught_up_once_its_image_names_it_live():
     """Kafka's initial metadata catch-up: the broker answers clients only from then on."""
     state = BrokerState(1)

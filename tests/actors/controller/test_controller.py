@@ -411,6 +411,26 @@ def test_a_snapshot_holds_every_field_of_every_partition():
     assert again.partitions == state.partitions
 
 
+def test_every_registration_gets_a_larger_broker_epoch_across_controllers_too():
+    """Kafka's broker epoch: a broker registering again (restarted, or after missing a
+    message) gets a larger one than any before, and a new controller goes on from the
+    snapshot, so that the epochs a follower's fetches name only grow (KIP-903)."""
+    state = ControllerState(ManualClock(), {})
+    for b in range(3):
+        state.register_broker(b, None, incarnation=f"i{b}")
+    assert [state.brokers[b].broker_epoch for b in range(3)] == [0, 1, 2]
+    state.register_broker(1, None, incarnation="i1-again")
+    assert state.brokers[1].broker_epoch == 3
+    again = ControllerState.from_snapshot(state.to_snapshot(), ManualClock())
+    assert again.brokers[1].broker_epoch == 3
+    again.register_broker(0, None, incarnation="i0-again")
+    assert again.brokers[0].broker_epoch == 4
+    # A snapshot from before broker epochs: they start above every one it names.
+    snapshot = again.to_snapshot()
+    del snapshot["next_broker_epoch"]
+    assert ControllerState.from_snapshot(snapshot, ManualClock()).next_broker_epoch == 5
+
+
 def test_topic_ids_and_the_cluster_id_live_as_long_as_what_they_name():
     """KIP-516: a topic's id is made when it is created, kept across controller failovers
     (the snapshot), and a topic deleted and created again under its name gets a new one;

@@ -277,6 +277,32 @@ def test_a_restated_partition_epoch_keeps_the_isr_change_in_flight(tmp_path):
     assert leader.high_watermark == 2
 
 
+def test_a_late_fetch_from_an_earlier_start_of_the_follower_is_refused(tmp_path):
+    # Kafka's KIP-903 (ReplicaTest's stale broker epoch case); simulator seed 5017707: the
+    # follower's host died with a fetch at offset 1 still on a slow link. Its successor
+    # caught up to 3 in a new fetch session, and the dead start's fetch arrived after. Taken,
+    # it set the follower back to 1, and the successor's session, naming only partitions
+    # that move, never said 3 again: the HW stayed at 1 for good.
+    c = Cluster(tmp_path)
+    leader = c.start(1)
+    leader.become_leader(0, 0, isr=[1, 2], replicas=[1, 2])
+    for value in "abc":
+        leader.produce(msg(value), acks=0, timeout_ms=100)
+    late = FetchRequest(2, 1, 0, max_wait_ms=0)
+    assert leader.accept_fetch(FetchRequest(2, 3, 0, max_wait_ms=0), replica_epoch=7)
+    assert leader.high_watermark == 3
+    with pytest.raises(NotLeaderOrFollowerError, match="replica epoch 6 vs expected 7"):
+        leader.accept_fetch(late, replica_epoch=6)
+    assert leader.followers[2].log_end_offset == 3 and leader.isr == [1, 2]
+    # The same start asking again, or a later one from wherever it is, is taken; a fetch
+    # naming no epoch (a follower that was not told its own yet) is not checked.
+    leader.accept_fetch(FetchRequest(2, 3, 0, max_wait_ms=0), replica_epoch=7)
+    leader.accept_fetch(FetchRequest(2, 2, 0, max_wait_ms=0), replica_epoch=8)
+    assert leader.followers[2].log_end_offset == 2
+    leader.accept_fetch(FetchRequest(2, 3, 0, max_wait_ms=0))
+    assert leader.followers[2].log_end_offset == 3 and leader.followers[2].replica_epoch == 8
+
+
 def test_stale_leader_and_isr_is_fenced(pair):
     c, leader, follower = pair
     follower.become_follower(1, 3, 1, replicas=[1, 2])
