@@ -308,6 +308,86 @@ def confluent_consume(bootstrap_servers: str, topic: str, partitions: int, recor
     finally:
         consumer.close()
 
+def _e2e_reader(bootstrap_servers: str, topic: str, partitions: int, ready, stop,
+                out) -> None:
+    """The end-to-end consumer, in a process of its own: assigned at the log end of every
+    partition, one message at a time; each record's delay is its arrival (wall clock) less
+    its CreateTime, set by the producer's client at ``produce()``."""
+    from array import array
+
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers,
+                         "group.id": f"e2e-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False})
+    # From each partition's log end as asked now: every record produced from then on is
+    # read (librdkafka's OFFSET_END resolves only on the first fetch).
+    consumer.assign([TopicPartition(topic, p, consumer.get_watermark_offsets(
+        TopicPartition(topic, p), timeout=30)[1]) for p in range(partitions)])
+    ready.set()
+    created, delays = array("d"), array("d")
+    poll = consumer.poll
+    while not stop.is_set():
+        m = poll(0.05)
+        if m is None or m.error() is not None:
+            continue
+        created.append(m.timestamp()[1])
+        delays.append(time.time() * 1000 - m.timestamp()[1])
+    consumer.close()
+    out.put((created.tobytes(), delays.tobytes()))
+
+
+def _e2e_writer(bootstrap_servers: str, topic: str, rate: int, seconds: float,
+                warmup: float, value: bytes, acks: str, out) -> None:
+    """The end-to-end producer, in a process of its own: ``rate`` records/s for ``warmup``
+    then ``seconds``, the client's defaults but acks; puts when measuring starts (ms)."""
+    from confluent_kafka import Producer
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from rafka.cli.throttle import ThroughputThrottler
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": acks})
+    measured_from_ms = time.time() * 1000 + warmup * 1000
+    throttler = ThroughputThrottler(rate)
+    produce, poll = producer.produce, producer.poll
+    for i in range(int(rate * (warmup + seconds))):
+        produce(topic, value)
+        poll(0)
+        throttler.throttle(i + 1)
+    producer.flush(30)
+    out.put(measured_from_ms)
+
+
+def confluent_end_to_end(bootstrap_servers: str, topic: str, partitions: int, rate: int,
+                         seconds: float, warmup: float, value: bytes,
+                         acks: str = "all") -> list[float]:
+    """Delays (ms, sorted) from ``produce()`` to a consumer's ``poll()`` of the records
+    produced after ``warmup`` s, confluent-kafka at both ends, each in a process of its own
+    (one Python process for both would measure their shared GIL's pauses)."""
+    import multiprocessing
+    from array import array
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, got, sent = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+    reader = ctx.Process(target=_e2e_reader, args=(bootstrap_servers, topic, partitions,
+                                                   ready, stop, got), daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(60):
+            raise PeerUnavailable("end-to-end: the consumer found no log end in 60 s")
+        writer = ctx.Process(target=_e2e_writer, args=(
+            bootstrap_servers, topic, rate, seconds, warmup, value, acks, sent), daemon=True)
+        writer.start()
+        measured_from_ms = sent.get(timeout=warmup + seconds + 120)
+        writer.join(30)
+        time.sleep(1)   # the last records' way to the consumer
+        stop.set()
+        raw_created, raw_delays = got.get(timeout=60)
+    finally:
+        stop.set()
+        reader.join(30)
+    created, delays = array("d"), array("d")
+    created.frombytes(raw_created)
+    delays.frombytes(raw_delays)
+    return sorted(d for c, d in zip(created, delays) if c >= measured_from_ms)
+
+
 def measure(records: int, value: bytes, partitions: int = 6) -> dict[str, float]:
     """The peer's figures in records/s, by name; PeerUnavailable when it cannot start or a
     measurement fails."""

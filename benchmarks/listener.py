@@ -15,8 +15,9 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
   100-byte values: RF=1 acks=1 and RF=3 acks=all, records/s and its p99 latency;
 - Kafka's ConsumerPerformance: fetch.nMsg.sec (the group's join excluded);
 - confluent-kafka consume, one message at a time as a Python application reads;
-- (not yet: the end-to-end latency rows; a first version measured seconds on both servers,
-  the client's own queueing, and was taken out until it measures the servers);
+- end-to-end delay at ``--e2e-rate`` records/s (10,000), acks=all, RF=3, confluent-kafka at
+  both ends with its defaults, producer and consumer each in a process of their own:
+  p50, p99 and p99.9 from ``produce()`` to the consumer's ``poll()``, after 2 s of warm-up;
 - ``--scale-partitions`` partitions at RF=3 (3,334: 10,002 replicas): CreateTopics answered,
   and every leader answering ListOffsets, in seconds from the request.
 
@@ -36,8 +37,8 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.kafka_peer import (KAFKA_VERSION, JavaTools, KafkaCluster,  # noqa: E402
-                                   confluent_consume, confluent_produce, create_topic,
-                                   send_all)
+                                   confluent_consume, confluent_end_to_end,
+                                   confluent_produce, create_topic, send_all)
 from benchmarks.machine import describe  # noqa: E402
 from benchmarks.peers import PeerUnavailable  # noqa: E402
 from benchmarks.streams import describe_stream, payload_bytes, realistic_stream  # noqa: E402
@@ -130,16 +131,20 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
     confluent_produce(bootstrap_servers, warm, min(n, 500_000), VALUE, "all")
     confluent_consume(bootstrap_servers, warm, PARTITIONS, min(n, 500_000))
 
+    rows = set(args.rows.split(","))
     rf1 = topic("ck-rf1", 1)
-    rate("confluent-kafka produce RF=1 acks=1",
-         lambda: confluent_produce(bootstrap_servers, rf1, n, VALUE, "1"), n, mb)
-    rf3 = topic("ck-rf3", 3)
-    rate("confluent-kafka produce RF=3 acks=all",
-         lambda: confluent_produce(bootstrap_servers, rf3, n, VALUE, "all"), n, mb)
+    if rows & {"produce", "consume"}:
+        rate("confluent-kafka produce RF=1 acks=1",
+             lambda: confluent_produce(bootstrap_servers, rf1, n, VALUE, "1"), n, mb)
+    if "produce" in rows:
+        rf3 = topic("ck-rf3", 3)
+        rate("confluent-kafka produce RF=3 acks=all",
+             lambda: confluent_produce(bootstrap_servers, rf3, n, VALUE, "all"), n, mb)
     keyed = topic("realistic", 3)
-    rate("confluent-kafka produce realistic keyed stream RF=3 (client defaults)",
-         lambda: produce_realistic(bootstrap_servers, keyed, realistic), len(realistic),
-         realistic_mb)
+    if rows & {"produce", "consume"}:
+        rate("confluent-kafka produce realistic keyed stream RF=3 (client defaults)",
+             lambda: produce_realistic(bootstrap_servers, keyed, realistic), len(realistic),
+             realistic_mb)
 
     def consume(name: str, count: int) -> float:
         seen, elapsed = confluent_consume(bootstrap_servers, name, PARTITIONS, count)
@@ -147,25 +152,43 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
             raise PeerUnavailable(f"{server}: consumed {seen} of {count} records")
         return elapsed
     # The topics hold ``repeats`` copies of what was produced: each read takes the first.
-    rate("confluent-kafka consume realistic keyed stream", lambda: consume(keyed,
-         len(realistic)), len(realistic), realistic_mb)
-    rate("confluent-kafka consume (one message at a time)", lambda: consume(rf1, n), n, mb)
+    if "consume" in rows:
+        rate("confluent-kafka consume realistic keyed stream", lambda: consume(keyed,
+             len(realistic)), len(realistic), realistic_mb)
+        rate("confluent-kafka consume (one message at a time)", lambda: consume(rf1, n), n,
+             mb)
 
-    for name, rf, acks in (("RF=1 acks=1", 1, "1"), ("RF=3 acks=all", 3, "all")):
-        runs = [tools.producer_perf(bootstrap_servers, topic(f"perf-rf{rf}", rf), n,
-                                    len(VALUE), acks) for _ in range(r)]
-        value = median([x["rate"] for x in runs])
-        out.add(f"Java ProducerPerformance {name}", value, "rate",
+    if "e2e" in rows:
+        e2e = topic("e2e", 3)
+        runs = []
+        for _ in range(r):
+            delays = confluent_end_to_end(bootstrap_servers, e2e, PARTITIONS, args.e2e_rate,
+                                          args.e2e_seconds, 2.0, VALUE)
+            if len(delays) < args.e2e_rate * args.e2e_seconds * 0.9:
+                raise PeerUnavailable(f"{server}: end-to-end consumer read {len(delays):,} "
+                                      f"of {args.e2e_rate * args.e2e_seconds:,.0f} records")
+            runs.append(delays)
+        label = f"end-to-end at {args.e2e_rate:,}/s acks=all RF=3 confluent-kafka"
+        for name, q in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)):
+            out.add(f"{label} {name}", median([d[int(len(d) * q)] for d in runs]), "ms")
+
+    if "java" in rows:
+        for name, rf, acks in (("RF=1 acks=1", 1, "1"), ("RF=3 acks=all", 3, "all")):
+            runs = [tools.producer_perf(bootstrap_servers, topic(f"perf-rf{rf}", rf), n,
+                                        len(VALUE), acks) for _ in range(r)]
+            value = median([x["rate"] for x in runs])
+            out.add(f"Java ProducerPerformance {name}", value, "rate",
+                    f" ({value * mb / n:.2f} MB/sec)")
+            out.add(f"Java ProducerPerformance {name} p99",
+                    median([x["p99"] for x in runs]), "ms")
+        perf = topic("perf-consume", 1)
+        tools.producer_perf(bootstrap_servers, perf, n, len(VALUE), "1")
+        value = median([tools.consumer_perf(bootstrap_servers, perf, n)["fetch rate"]
+                        for _ in range(r)])
+        out.add("Java ConsumerPerformance fetch rate", value, "rate",
                 f" ({value * mb / n:.2f} MB/sec)")
-        out.add(f"Java ProducerPerformance {name} p99", median([x["p99"] for x in runs]), "ms")
-    perf = topic("perf-consume", 1)
-    tools.producer_perf(bootstrap_servers, perf, n, len(VALUE), "1")
-    value = median([tools.consumer_perf(bootstrap_servers, perf, n)["fetch rate"]
-                    for _ in range(r)])
-    out.add("Java ConsumerPerformance fetch rate", value, "rate",
-            f" ({value * mb / n:.2f} MB/sec)")
 
-    if args.scale_partitions:
+    if "scale" in rows and args.scale_partitions:
         answered, serving = control_plane(bootstrap_servers, f"scale-{uuid.uuid4().hex[:6]}",
                                           args.scale_partitions)
         label = f"{args.scale_partitions:,} partitions x RF=3"
@@ -203,6 +226,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median")
     parser.add_argument("--scale-partitions", type=int, default=3334,
                         help="partitions of the RF=3 control-plane topic (0: skip)")
+    parser.add_argument("--e2e-rate", type=int, default=10_000,
+                        help="end-to-end: records/s produced")
+    parser.add_argument("--e2e-seconds", type=float, default=10.0,
+                        help="end-to-end: seconds measured (after 2 s of warm-up)")
+    parser.add_argument("--rows", default="produce,consume,e2e,java,scale",
+                        help="which groups of rows, comma-separated (default: all)")
     parser.add_argument("--skip-peer", action="store_true", help="measure rafka only")
     args = parser.parse_args(argv)
     table = realistic_stream(args.realistic_records)
