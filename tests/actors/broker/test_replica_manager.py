@@ -34,7 +34,7 @@ class FakeHost:
     def __init__(self, refuse: set[tuple[str, int]] = frozenset()):
         self.calls: list = []
         self.open_many = Call(self.calls, "open_many")
-        self.become_many = Call(self.calls, "become_many", lambda share: encode([
+        self.become_many = Call(self.calls, "become_many", lambda share, epoch: encode([
             NotLeaderOrFollowerError("refused") if (m.topic, m.partition) in refuse else None
             for m in decode(share)]))
         self.stop_many = Call(self.calls, "stop_many", lambda stops: [
@@ -66,10 +66,16 @@ def test_leader_and_isr_opens_replicas_by_placement_and_each_host_gets_one_call(
     for host in hosts:   # each host with replicas here: one open, one LeaderAndIsr share
         assert [name for name, _ in host.calls] in ([], ["open_many", "become_many"])
     # Open already: the next LeaderAndIsr only goes to the hosts.
+    m.state.broker_epoch = 3
     asyncio.run(m.become(messages))
     for host in hosts:
         assert [name for name, _ in host.calls] in (
             [], ["open_many", "become_many", "become_many"])
+    # Each share names what the host's fetches are to name (KIP-903): nothing before the
+    # controller named this broker's registration, then the registration, this host's first
+    # start.
+    assert {args[1] for host in hosts for name, args in host.calls
+            if name == "become_many"} == {-1, 3 << 16}
 
 
 def test_stop_replica_with_delete_forgets_the_partitions_checkpoints_and_directory(tmp_path):
