@@ -341,7 +341,7 @@ def _e2e_writer(bootstrap_servers: str, topic: str, rate: int, seconds: float,
     """The end-to-end producer, in a process of its own: ``rate`` records/s for ``warmup``
     then ``seconds``, the client's defaults but acks; puts when measuring starts (ms)."""
     from confluent_kafka import Producer
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
     from rafka.cli.throttle import ThroughputThrottler
     producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": acks})
     measured_from_ms = time.time() * 1000 + warmup * 1000

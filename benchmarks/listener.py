@@ -132,16 +132,17 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
     confluent_consume(bootstrap_servers, warm, PARTITIONS, min(n, 500_000))
 
     rows = set(args.rows.split(","))
-    rf1 = topic("ck-rf1", 1)
+    # The consume rows read what the RF=1 and realistic produce rows wrote.
     if rows & {"produce", "consume"}:
+        rf1 = topic("ck-rf1", 1)
         rate("confluent-kafka produce RF=1 acks=1",
              lambda: confluent_produce(bootstrap_servers, rf1, n, VALUE, "1"), n, mb)
     if "produce" in rows:
         rf3 = topic("ck-rf3", 3)
         rate("confluent-kafka produce RF=3 acks=all",
              lambda: confluent_produce(bootstrap_servers, rf3, n, VALUE, "all"), n, mb)
-    keyed = topic("realistic", 3)
     if rows & {"produce", "consume"}:
+        keyed = topic("realistic", 3)
         rate("confluent-kafka produce realistic keyed stream RF=3 (client defaults)",
              lambda: produce_realistic(bootstrap_servers, keyed, realistic), len(realistic),
              realistic_mb)
