@@ -38,7 +38,8 @@ def local_session(app_name: str = "rafka", master: str = "local[2]",
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.python.filterPushdown.enabled", "true"))
+               .config("spark.sql.python.filterPushdown.enabled", "true")
+               .config("spark.python.daemon.module", "rafka.spark.daemon"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
