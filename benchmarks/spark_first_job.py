@@ -9,7 +9,9 @@ run of each job:
 - Spark's floor for a Python data source: ``count()`` of a source that reads nothing
   (``benchmarks/spark.py``'s), then the same source filtered and written to a Python
   writer that writes nothing: what any Python data source's read and write jobs cost
-  before a record moves;
+  before a record moves; then the copy job on the realistic stream read from memory into
+  that writer: Spark's own cost for the job, the ceiling of any Python data source's copy
+  on this machine;
 - rafka's ``count()`` of the realistic stream (``benchmarks/streams.py``) and the copy job
   of ``benchmarks/pipeline.py`` (read, filter, project, write): their first runs, after
   Spark's floors were paid, show rafka's one-time costs (Ray in each new Python worker, the
@@ -29,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import describe  # noqa: E402
-from benchmarks.pipeline import spark_copy  # noqa: E402
+from benchmarks.pipeline import FILTER, spark_copy  # noqa: E402
 from benchmarks.spark import register_floor_source  # noqa: E402
 from benchmarks.streams import describe_stream, realistic_stream  # noqa: E402
 
@@ -60,6 +62,50 @@ def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
         kind = next((name for name, marks in KINDS if any(m in cmd for m in marks)), "other")
         spent[kind] = spent.get(kind, 0.0) + used
     return spent
+
+
+def register_stream_floor(spark, path: Path, partitions: int) -> None:
+    """``format("spark-stream-floor")``: the realistic stream (an Arrow file, memory-mapped)
+    in the ``rafka`` source's columns and partitions, read from memory: the copy job on it,
+    into a writer that writes nothing, is what Spark alone costs for that job here."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from rafka.spark.source import HEADERS, SCHEMA
+
+    class StreamFloorReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition):
+            import numpy as np
+            import pyarrow as pa
+            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            step = -(-len(table) // partitions)
+            part = table.slice(partition.value * step, step)
+            n = len(part)
+            columns = {
+                "key": part["key"], "value": part["value"],
+                "topic": pa.array(np.full(n, "src", object), pa.string()),
+                "partition": pa.array(np.full(n, partition.value, np.int32)),
+                "offset": pa.array(np.arange(n, dtype=np.int64)),
+                "timestamp": part["timestamp"].cast(pa.timestamp("ms"))
+                             .cast(pa.timestamp("us", tz="UTC")),
+                "timestampType": pa.array(np.zeros(n, np.int32)),
+                "headers": part["headers"]}
+            yield from pa.table(columns).to_batches(max_chunksize=10_000)
+
+    class StreamFloorSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "spark-stream-floor"
+
+        def schema(self):
+            return f"{SCHEMA}, {HEADERS}"
+
+        def reader(self, schema):
+            return StreamFloorReader()
+
+    spark.dataSource.register(StreamFloorSource)
 
 
 def timed(run) -> float:
@@ -96,6 +142,11 @@ def main(argv=None) -> int:
             session_s = time.perf_counter() - started
             print(f"spark session created in {session_s:.2f} s (local[2])", flush=True)
             register_floor_source(spark, parts)
+            import pyarrow as pa
+            stream_file = Path(root) / "stream.arrow"
+            with pa.ipc.new_file(str(stream_file), stream.schema) as w:
+                w.write_table(stream)
+            register_stream_floor(spark, stream_file, parts)
 
             class NoWriter(ds.DataSourceArrowWriter):
                 def write(self, iterator):
@@ -119,6 +170,11 @@ def main(argv=None) -> int:
                 (spark.read.format("spark-floor").load().where("length(value) < 5")
                  .write.format("spark-floor-sink").mode("append").save())
 
+            def floor_copy():
+                (spark.read.format("spark-stream-floor").load().where(FILTER)
+                 .select("key", "value", "headers")
+                 .write.format("spark-floor-sink").mode("append").save())
+
             def rafka_count():
                 spark.read.format("rafka").option("cluster", "bench-first-job") \
                     .option("subscribe", "src").option("startingOffsets", "earliest") \
@@ -127,18 +183,21 @@ def main(argv=None) -> int:
 
             def rafka_copy():
                 spark_copy(spark, "rafka", {"cluster": "bench-first-job"}, "src", next(copies))
-            for name, job in (("spark floor read job (count, no I/O)", floor_read),
-                              ("spark floor write job (filter, no-op Python writer)",
-                               floor_write),
-                              (f"rafka count() of {n:,} records", rafka_count),
-                              (f"rafka copy job of {n:,} records", rafka_copy)):
+            for name, job, moved in (
+                    ("spark floor read job (count, no I/O)", floor_read, 0),
+                    ("spark floor write job (filter, no-op Python writer)", floor_write, 0),
+                    (f"spark floor copy job of {n:,} records (the stream from memory, filter, "
+                     "projection, no-op Python writer)", floor_copy, n),
+                    (f"rafka count() of {n:,} records", rafka_count, n),
+                    (f"rafka copy job of {n:,} records", rafka_copy, n)):
                 before = process_cpu()
                 first = timed(job)
                 first_spent = cpu_by_kind(before, process_cpu())
                 before = process_cpu()
                 again = timed(job)
                 spent = cpu_by_kind(before, process_cpu())
-                print(f"{name}: first job {first:.2f} s, again {again:.2f} s, one-time cost "
+                rate = f" ({moved / again:,.0f} records/s)" if moved else ""
+                print(f"{name}: first job {first:.2f} s, again {again:.2f} s{rate}, one-time cost "
                       f"{first - again:.2f} s; cpu of the first beyond the second: " + ", ".join(
                           f"{kind} {first_spent.get(kind, 0.0) - spent.get(kind, 0.0):+.2f} s"
                           for kind, _ in (*KINDS, ("other", ()))), flush=True)
