@@ -9,6 +9,7 @@ from typing import Any
 import msgpack
 
 from protocols.errors import KafkaError
+from protocols.file_region import FileRegion
 from protocols.topics import TopicPartition
 from protocols.wire import decode, encode, message, refusing_malformed
 
@@ -44,7 +45,9 @@ class FetchRequest:
 @message
 @dataclass
 class FetchResult:
-    records: bytes = b""
+    # The records read, or where they lie (a FileRegion: see FetchManyRequest's
+    # regions_on_node).
+    records: bytes | FileRegion = b""
     high_watermark: int = -1
     log_start_offset: int = -1
     # The leader's LEO rides along so that an out-of-range follower knows where to cut
@@ -86,6 +89,10 @@ class FetchManyRequest:
     # larger for every later start, so that a leader can refuse a fetch a dead one sent
     # late. -1: not told.
     replica_epoch: int = -1
+    # The requester's Ray node: a host on that node answers a consumer's read (not a
+    # read_committed one) with FileRegions, which the requester, a broker answering a
+    # Kafka client, sends from the file with sendfile. "": records as bytes.
+    regions_on_node: str = ""
 
 
 @message
@@ -110,23 +117,43 @@ def encode_fetch_many_request(request: FetchManyRequest) -> bytes:
          [(t, p, r.replica_id, r.fetch_offset, r.current_leader_epoch, r.max_bytes,
            r.min_bytes, r.max_wait_ms, r.log_start_offset, r.isolation_level)
           for t, p, r in request.partitions],
-         request.session_id, request.session_epoch, request.forgotten),
+         request.session_id, request.session_epoch, request.forgotten,
+         request.replica_epoch, request.regions_on_node),
         use_bin_type=True)
 
 
 @refusing_malformed("FetchManyRequest")
 def decode_fetch_many_request(data: bytes) -> FetchManyRequest:
     (replica_id, max_wait_ms, min_bytes, max_bytes, partitions, session_id, session_epoch,
-     forgotten) = msgpack.unpackb(data, raw=False, use_list=False)
+     forgotten, replica_epoch, regions_on_node) = msgpack.unpackb(data, raw=False,
+                                                                  use_list=False)
     return FetchManyRequest(replica_id, max_wait_ms, min_bytes, max_bytes,
                             tuple((t, p, FetchRequest(*rest)) for t, p, *rest in partitions),
-                            session_id, session_epoch, forgotten)
+                            session_id, session_epoch, forgotten, replica_epoch,
+                            regions_on_node)
+
+
+_REGION = 3   # a FileRegion in place of a result's records (msgpack extension type)
+
+
+def _records_out(records: bytes | FileRegion):
+    return msgpack.ExtType(_REGION, records.pack()) if isinstance(records, FileRegion) \
+        else records
+
+
+def _records_in(records) -> bytes | FileRegion:
+    if isinstance(records, msgpack.ExtType):
+        if records.code != _REGION:
+            raise ValueError(f"records of extension type {records.code}")
+        return FileRegion.unpack(records.data)
+    return records
 
 
 def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
     return msgpack.packb(
-        ([(t, p, r.records, r.high_watermark, r.log_start_offset, r.log_end_offset,
-           None if r.error is None else encode(r.error), r.leader_epoch, r.fetch_offset,
+        ([(t, p, _records_out(r.records), r.high_watermark, r.log_start_offset,
+           r.log_end_offset, None if r.error is None else encode(r.error), r.leader_epoch,
+           r.fetch_offset,
            r.last_stable_offset, r.aborted_transactions)
           for t, p, r in response.results],
          None if response.error is None else encode(response.error), response.session_id),
@@ -137,7 +164,8 @@ def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
 def decode_fetch_many_response(data: bytes) -> FetchManyResponse:
     results, error, session_id = msgpack.unpackb(data, raw=False, use_list=False)
     return FetchManyResponse(tuple(
-        (t, p, FetchResult(records, hw, start, leo, None if e is None else decode(e),
+        (t, p, FetchResult(_records_in(records), hw, start, leo,
+                           None if e is None else decode(e),
                            epoch, offset, lso,
                            None if aborted is None else tuple(map(tuple, aborted))))
         for t, p, records, hw, start, leo, e, epoch, offset, lso, aborted in results),

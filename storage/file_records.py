@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from protocols.errors import CorruptRecordError, UnsupportedVersionError
+from protocols.file_region import FileRegion
 from protocols.records import LOG_OVERHEAD, RecordBatch, iter_batches, read_batch_header
 
 SCAN_CHUNK_BYTES = 1 << 20
@@ -42,7 +43,9 @@ class FileRecords:
         # A raw descriptor is not closed by the garbage collector as a file object is: a
         # log dropped without close() (a replica deleted, a test's) would keep it forever.
         self._closer = weakref.finalize(self, os.close, self._fd)
-        self._size = os.fstat(self._fd).st_size
+        stat = os.fstat(self._fd)
+        self._size = stat.st_size
+        self._identity = (stat.st_dev, stat.st_ino)   # what a FileRegion names
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -87,6 +90,11 @@ class FileRecords:
     def read(self, position: int, size: int) -> bytes:
         size = max(0, min(size, self._size - position))
         return os.pread(self._fd, size, position) if size else b""
+
+    def region(self, position: int, size: int) -> FileRegion:
+        """``size`` bytes from ``position`` (cut at the end of the file), named, not read."""
+        size = max(0, min(size, self._size - position))
+        return FileRegion(os.path.abspath(self.path), *self._identity, position, size)
 
     def batches(self, start_position: int = 0, end_position: int | None = None,
                 *, strict: bool = False,

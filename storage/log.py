@@ -13,13 +13,14 @@ here is deterministic under test.
 """
 from __future__ import annotations
 
+
 import functools
 import logging
 import random
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -432,7 +433,10 @@ class Log:
         return self.read_info(offset, max_bytes, max_offset, min_one_message).records
 
     def read_info(self, offset: int, max_bytes: int, max_offset: int | None = None,
-                  min_one_message: bool = True) -> FetchDataInfo:
+                  min_one_message: bool = True, as_region: bool = False) -> FetchDataInfo:
+        """``read``'s answer with where it was read; ``as_region``: named, not read, as
+        ``LogSegment.read`` says, its ``next_offset`` an offset at or past the region's end
+        (the next segment's base offset, or the log end)."""
         segments = self._segments
         leo = self._log_end_offset
         if offset == leo or (max_offset is not None and offset >= max_offset
@@ -442,9 +446,16 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"Received request for offset {offset} for partition {self.name}, but we only "
                 f"have log segments in the range {self.log_start_offset} to {leo}.")
-        for segment in segments.from_floor(offset):
-            info = segment.read(offset, max_bytes, max_offset, min_one_message)
+        following = segments.from_floor(offset)
+        for i, segment in enumerate(following):
+            info = segment.read(offset, max_bytes, max_offset, min_one_message, as_region)
             if info is not None:
+                if info.next_offset < 0:
+                    # A region's end offset is not known without reading: an offset at or
+                    # past it, where the segment ends (Kafka's fetchUpperBoundOffset bounds
+                    # a read_committed fetch's aborted transactions so).
+                    info = replace(info, next_offset=(
+                        following[i + 1].base_offset if i + 1 < len(following) else leo))
                 return info
         return FetchDataInfo(offset, segments.active.base_offset, -1, b"", offset, offset)
 

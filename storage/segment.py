@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from protocols.records import (LAST_OFFSET_DELTA_OFFSET, MAGIC, MAGIC_OFFSET, NO_TIMESTAMP,
                                RECORDS_OFFSET, RecordBatch, iter_batches)
+from protocols.file_region import FileRegion
 from storage.file_records import BatchLocation, FileRecords
 from storage.files import (INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
                            filename_prefix,
@@ -41,12 +42,13 @@ class BatchInfo:
 
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
-    """Bytes read from a segment: whole batches starting at ``position``."""
+    """Bytes read from a segment: whole batches starting at ``position`` (or, read as a
+    region, the bytes named: see ``LogSegment.read``)."""
 
     fetch_offset: int
     segment_base_offset: int
     position: int
-    records: bytes
+    records: bytes | FileRegion
     first_batch_base_offset: int
     next_offset: int  # offset after the last batch returned
 
@@ -228,10 +230,15 @@ class LogSegment:
                   "they are rebuilt on the next open.", why, self.log.path)
 
     def read(self, start_offset: int, max_size: int, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchDataInfo | None:
+             min_one_message: bool = True, as_region: bool = False) -> FetchDataInfo | None:
         """Whole batches from the one containing ``start_offset``, at most ``max_size`` bytes
         (but at least one batch if ``min_one_message``), none with an offset >= max_offset.
-        None if the segment holds nothing at or after ``start_offset``."""
+        None if the segment holds nothing at or after ``start_offset``.
+
+        ``as_region``: the bytes named, not read (a ``FileRegion``), cut where Kafka's
+        LogSegment.read cuts without reading them: at ``max_offset``'s batch or after
+        ``max_size`` bytes, so the last batch may be partial; ``next_offset`` is then -1
+        (not known without reading: ``Log.read_info`` bounds it)."""
         if max_size < 0:
             raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log}")
         start = self.translate_offset(start_offset)
@@ -241,6 +248,16 @@ class LogSegment:
             return FetchDataInfo(start_offset, self.base_offset, start.position, b"",
                                  start.base_offset, start.base_offset)
         want = max(max_size, start.size) if min_one_message else max_size
+        if as_region:
+            end = self.log.size
+            if max_offset is not None:
+                stop = self.translate_offset(max_offset, start.position)
+                if stop is not None:
+                    end = stop.position
+            size = min(want, end - start.position)
+            return FetchDataInfo(start_offset, self.base_offset, start.position,
+                                 self.log.region(start.position, size) if size > 0 else b"",
+                                 start.base_offset, -1)
         data = self.log.read(start.position, want)
         end, next_offset = 0, start.base_offset
         for batch in iter_batches(data):

@@ -117,7 +117,9 @@ class BrokerActor:
                         admin.controller_call, self.replica_manager.host_of),
             # Wire consumers' fetch sessions (KIP-227), one cache per broker as in Kafka.
             fetch_sessions=FetchSessionCache(b["max.incremental.fetch.session.cache.slots"],
-                                             wall_ms))
+                                             wall_ms),
+            # Its hosts share this node's files: fetch answers go from them by sendfile.
+            node_id=ray.get_runtime_context().get_node_id())
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"])
@@ -402,6 +404,7 @@ class BrokerActor:
                 "kafka_connections": self.socket_server.connection_count,
                 "kafka_requests_processed": self.socket_server.processing,
                 "kafka_connections_closed": dict(self.socket_server.closed_for),
+                "kafka_fetch_bytes_sent_from_files": self.socket_server.bytes_sent_from_files,
                 "replicas": sorted(f"{tp.topic}-{tp.partition}"
                                    for tp in self.replica_manager.replicas)}
 

@@ -40,14 +40,16 @@ def _not_here(topic: str, partition: int, broker_id: int) -> NotLeaderOrFollower
 
 
 def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
-                    moved: list | None = None, partitions=None, purgatory=None) -> list:
+                    moved: list | None = None, partitions=None, purgatory=None,
+                    as_region: bool = False) -> list:
     """Read the partitions of the request (``partitions``, else ``context.partitions``):
     ``[(topic, partition, FetchResult), ...]``. With ``moved`` (a list), as the request
     arrives: the positions are recorded and the partitions where one moved what the leader
     knows (its ISR or HW may change) are added to it; with ``purgatory`` too, the idle
     partitions of an incremental fetch are parked in its session. Without, when a delayed
     fetch completes: reads only. The answer is ``context.respond(results)``, made once,
-    when it is sent."""
+    when it is sent. ``as_region``: consumers' records as FileRegions
+    (``PartitionReplica.read_for_fetch``)."""
     budget = context.request.max_bytes
     first = moved is not None
     session = context.session
@@ -82,7 +84,7 @@ def read_partitions(replicas: Replicas, context: FetchContext, broker_id: int,
                 if park and not changed:
                     session.park(key, core, req.replica_id, purgatory)
                 continue  # an idle partition of a session: no read, nothing to say
-            result = core.read_or_out_of_range(req)
+            result = core.read_or_out_of_range(req, as_region)
         except KafkaError as e:
             result = _error_result(core, req, e)
         if budget <= 0 and result.records:
@@ -109,8 +111,9 @@ class DelayedFetchMany(DelayedOperation):
 
     def __init__(self, replicas: Replicas, context: FetchContext, broker_id: int,
                  on_done: Callable[[FetchManyResponse], None], results: list | None = None,
-                 partitions: list | None = None):
+                 partitions: list | None = None, as_region: bool = False):
         super().__init__(context.request.max_wait_ms)
+        self.as_region = as_region
         self.replicas = replicas
         self.context = context
         self.partitions = list(context.partitions) if partitions is None else partitions
@@ -156,7 +159,7 @@ class DelayedFetchMany(DelayedOperation):
         results = self.results
         if self.checked or results is None:
             results = read_partitions(self.replicas, self.context, self.broker_id,
-                                      partitions=self.partitions)
+                                      partitions=self.partitions, as_region=self.as_region)
         self.on_done(self.context.respond(results))
 
     def on_expiration(self) -> None:
@@ -165,7 +168,7 @@ class DelayedFetchMany(DelayedOperation):
 
 def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: DelayedOperationPurgatory,
                broker_id: int, on_done: Callable[[FetchManyResponse], None],
-               sessions: FetchSessionCache | None = None) -> list:
+               sessions: FetchSessionCache | None = None, node_id: str = "") -> list:
     """Serve the request: ``on_done`` gets the response exactly once, at once or when the
     delayed fetch completes. With ``sessions``, the request may open or continue a fetch
     session (KIP-227). Returns the partitions, ``[(topic, partition), ...]``, where a
@@ -174,13 +177,16 @@ def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: Delayed
 
     The host's event loop is the only thread where appends, HW moves and leadership changes
     happen, so the delayed fetch is watched without checking it again: this call's read
-    has just found it incomplete."""
+    has just found it incomplete. ``node_id``: this host's node; a request from a broker on
+    it (``regions_on_node``) gets its consumers' records as FileRegions."""
+    as_region = bool(request.regions_on_node) and request.regions_on_node == node_id
     context = new_context(sessions, request)
     if context.error is not None:
         on_done(context.respond([]))
         return []
     moved: list = []
-    results = read_partitions(replicas, context, broker_id, moved, purgatory=purgatory)
+    results = read_partitions(replicas, context, broker_id, moved, purgatory=purgatory,
+                              as_region=as_region)
     session = context.session
     if (request.max_wait_ms <= 0 or _answerable(results, request.min_bytes)
             or not (context.partitions or (session is not None and session.parked))):
@@ -189,7 +195,7 @@ def fetch_many(replicas: Replicas, request: FetchManyRequest, purgatory: Delayed
     # Only the partitions not parked wait: parked ones are heard through the session.
     waiting = [entry for entry in context.partitions
                if session is None or (entry[0], entry[1]) not in session.parked]
-    op = DelayedFetchMany(replicas, context, broker_id, on_done, results, waiting)
+    op = DelayedFetchMany(replicas, context, broker_id, on_done, results, waiting, as_region)
     if session is not None:
         session.pending = op   # its parked partitions join the wait if they wake
     purgatory.watch(op, [(topic, partition) for topic, partition, _ in waiting])

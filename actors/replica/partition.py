@@ -615,27 +615,39 @@ class PartitionReplica:
             state.last_fetch_ms = max(state.last_fetch_ms, fetched)
             state.parked_in = None
 
-    def read_or_out_of_range(self, request: FetchRequest) -> FetchResult:
+    def read_or_out_of_range(self, request: FetchRequest, as_region: bool = False
+                             ) -> FetchResult:
         """The read, or OFFSET_OUT_OF_RANGE with where the log starts and ends (a follower
         cuts or restarts its log from them)."""
         try:
-            return self.read_for_fetch(request)
+            return self.read_for_fetch(request, as_region)
         except OffsetOutOfRangeError as e:
             return FetchResult(b"", self.log.high_watermark, self.log.log_start_offset,
                                self.log.log_end_offset, e, self.leader_epoch,
                                request.fetch_offset)
 
-    def read_for_fetch(self, request: FetchRequest) -> FetchResult:
+    def read_for_fetch(self, request: FetchRequest, as_region: bool = False) -> FetchResult:
         """A follower reads to the log end, a consumer to the high watermark, a
         read_committed consumer to the last stable offset, told which transactions in what
-        it read were aborted (Kafka's LocalLog.read with FetchIsolation.TXN_COMMITTED)."""
+        it read were aborted (Kafka's LocalLog.read with FetchIsolation.TXN_COMMITTED).
+        ``as_region``: a consumer's records are named, not read (a FileRegion, for a broker
+        on this node to send from the file); its last batch may be partial, so a
+        read_committed one is told the aborted transactions up to where the region's segment
+        ends (a superset, as Kafka's bound by an index entry past the read is)."""
         log = self.log
-        committed = request.replica_id < 0 and request.isolation_level == READ_COMMITTED
-        records = log.read(request.fetch_offset, request.max_bytes,
-                           max_offset=fetch_limit(log, request))
+        consumer = request.replica_id < 0
+        committed = consumer and request.isolation_level == READ_COMMITTED
+        limit = fetch_limit(log, request)
+        if as_region and consumer:
+            info = log.read_info(request.fetch_offset, request.max_bytes, max_offset=limit,
+                                 as_region=True)
+            records = info.records
+            upper = min(limit, info.next_offset) if records else request.fetch_offset
+        else:
+            records = log.read(request.fetch_offset, request.max_bytes, max_offset=limit)
+            upper = next_offset_after(records, request.fetch_offset) if committed else -1
         aborted = None
         if committed:
-            upper = next_offset_after(records, request.fetch_offset)
             aborted = tuple((t.producer_id, t.first_offset)
                             for t in log.collect_aborted_transactions(request.fetch_offset,
                                                                       upper)) \

@@ -72,6 +72,8 @@ class ReplicaHostActor:
         # The fetch sessions of the fetchers that fetch from this host (KIP-227).
         self.fetch_sessions = FetchSessionCache(
             broker_config["max.incremental.fetch.session.cache.slots"], wall_ms)
+        # A broker on this node is answered with FileRegions for its clients' fetches.
+        self.node_id = ray.get_runtime_context().get_node_id()
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.cores: dict[TopicPartition, PartitionReplica] = {}
         self._opening: dict[TopicPartition, asyncio.Future] = {}
@@ -320,7 +322,7 @@ class ReplicaHostActor:
         self.requests["Fetch"] += 1
         future, done = answer_future()
         moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
-                           self.fetch_sessions)
+                           self.fetch_sessions, self.node_id)
         # The followers' positions may have moved an ISR: tell the controller.
         replicas = self.replicas
         for key in moved:

@@ -81,6 +81,58 @@ def test_read_never_passes_max_offset(tmp_path, clock):
     assert log.read(0, 1 << 20, max_offset=0) == b""
 
 
+def region_bytes(region) -> bytes:
+    with open(region.path, "rb") as f:
+        assert os.fstat(f.fileno())[1:3] == (region.inode, region.device)
+        return os.pread(f.fileno(), region.size, region.position)
+
+
+def test_a_read_as_a_region_names_the_bytes_a_read_returns(tmp_path, clock):
+    """Zero-copy fetch: the same bytes, named (path, device, inode, position, size)."""
+    log = open_log(tmp_path, clock)
+    for _ in range(4):
+        log.append_as_leader(batch(5), 0)
+    one = len(batch(5))
+    info = log.read_info(5, 1 << 20, max_offset=15, as_region=True)
+    region = info.records
+    assert region.path == os.path.abspath(log.dir / "00000000000000000000.log")
+    assert (region.position, region.size) == (one, 2 * one)
+    assert region_bytes(region) == log.read(5, 1 << 20, max_offset=15)
+    assert info.next_offset == 20   # not known without reading: where the segment ends
+    # To the log end when nothing bounds it; at or past max_offset: nothing to name.
+    assert region_bytes(log.read_info(0, 1 << 20, as_region=True).records) == log.read(0, 1 << 20)
+    assert log.read_info(15, 1 << 20, max_offset=15, as_region=True).records == b""
+    assert log.read_info(20, 1 << 20, as_region=True).records == b""
+
+
+def test_a_region_ends_at_max_bytes_even_inside_a_batch_as_kafkas_does(tmp_path, clock):
+    """Kafka's LogSegment.read cuts a slice at the fetch's byte limit, not at a batch's
+    end: the last batch may be partial (clients drop it and fetch it again whole). At least
+    the first batch comes whole (KIP-74)."""
+    log = open_log(tmp_path, clock)
+    for _ in range(4):
+        log.append_as_leader(batch(5), 0)
+    one = len(batch(5))
+    region = log.read_info(0, one + 10, as_region=True).records
+    assert region.size == one + 10
+    assert region_bytes(region) == log.read(0, 1 << 20)[:one + 10]
+    assert log.read_info(7, 10, as_region=True).records.size == one
+    assert log.read_info(7, 10, min_one_message=False, as_region=True).records.size == 10
+
+
+def test_a_region_is_bounded_by_its_segment(tmp_path, clock):
+    log = open_log(tmp_path, clock, **{"segment.bytes": 3 * len(batch(5)) + 1})
+    for _ in range(5):
+        log.append_as_leader(batch(5), 0)
+    assert len(log.segments) == 2
+    first = log.read_info(0, 1 << 20, as_region=True).records
+    assert first.size == 3 * len(batch(5))
+    assert offsets(region_bytes(first)) == list(range(15))
+    second = log.read_info(15, 1 << 20, as_region=True).records
+    assert second.path.endswith("00000000000000000015.log")
+    assert offsets(region_bytes(second)) == list(range(15, 25))
+
+
 def test_read_outside_the_log_is_offset_out_of_range(tmp_path, clock):
     log = open_log(tmp_path, clock)
     log.append_as_leader(batch(3), 0)

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
+from actors.broker.listener.file_regions import open_region
 from actors.broker.listener.host_channels import HostChannels
 from actors.broker.listener.metadata_apis import node_endpoints
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
@@ -33,6 +34,7 @@ from protocols.kafka.codec import Request, build, response_class
 from protocols.messages import (READ_UNCOMMITTED, FetchManyRequest, FetchRequest,
                                 FetchResult, decode_fetch_many_response,
                                 encode_fetch_many_request)
+from protocols.file_region import FileRegion
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +55,17 @@ def fetch_error(error: KafkaError, route: PartitionRoute, name: str | None,
 class FetchApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  host_of: Callable[[str, int], Any], listener: str,
-                 sessions: FetchSessionCache | None, channels: HostChannels):
+                 sessions: FetchSessionCache | None, channels: HostChannels,
+                 node_id: str = ""):
         self.broker_id = broker_id
         self.image = image
         self.host_of = host_of
         self.listener = listener
         self.sessions = sessions   # None: every fetch is sessionless
         self.channels = channels
+        # This broker's node: its hosts name their records' place in the segment files
+        # rather than send them (zero-copy fetch, ``file_regions``). "": bytes.
+        self.node_id = node_id
 
     async def fetch(self, request: Request):
         """Each leader host of this broker gets the partitions to read in one
@@ -99,7 +105,8 @@ class FetchApis:
         def ask(host, parts, wait_ms: int):
             return self.channels.call(host, API_FETCH, encode_fetch_many_request(
                 FetchManyRequest(-1, wait_ms, min_bytes, max_bytes,
-                                 tuple((n, key[1], r) for key, n, r in parts))))
+                                 tuple((n, key[1], r) for key, n, r in parts),
+                                 regions_on_node=self.node_id)))
 
         for host, parts, answer in await fetch_hosts(by_host, ask, max_wait_ms):
             if isinstance(answer, BaseException):
@@ -121,6 +128,9 @@ class FetchApis:
                 answers[key] = fetch_error(result.error, route, route.name(topic), partition)
             else:
                 aborted = result.aborted_transactions
+                records = result.records
+                if isinstance(records, FileRegion):
+                    records = open_region(records) or b""
                 answers[key] = {"partition_index": partition, "error_code": 0,
                                 "high_watermark": result.high_watermark,
                                 "last_stable_offset": result.last_stable_offset,
@@ -128,7 +138,7 @@ class FetchApis:
                                 "aborted_transactions": None if aborted is None else [
                                     {"producer_id": pid, "first_offset": first}
                                     for pid, first in aborted],
-                                "preferred_read_replica": -1, "records": result.records}
+                                "preferred_read_replica": -1, "records": records}
         return build(response_class(request), {
             "throttle_time": 0, "error_code": 0, "session_id": response.session_id,
             "responses": [{"topic": t, "topic_id": t, "partitions": parts}

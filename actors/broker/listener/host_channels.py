@@ -6,8 +6,9 @@ not as Ray actor calls.
 Why: an actor call's answer above 100 KB goes through Ray's object store. Measured on this
 machine (2 cores, a 3-broker cluster, confluent-kafka reading a topic): a host had a 2 MB
 fetch answer encoded in 1-20 ms, and the broker had it 40-190 ms later. The same bytes on the
-channel are one socket write. The answer is the same bytes either way (``fetch_many`` and
-``produce_many`` serve both doors).
+channel are one socket write. The answer is the same either way (``fetch_many`` and
+``produce_many`` serve both doors), except that a fetch's records come as where they lie in
+the segment files, sent from them by the broker (``file_regions``).
 
 A connection per host, opened on the first request (the host is asked where it listens and
 for its token, one Ray call), shared by every Kafka connection of this broker; requests on it

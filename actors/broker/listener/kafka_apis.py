@@ -48,7 +48,7 @@ class KafkaApis:
                  host_of: Callable[[str, int], Any] = lambda topic, partition: None,
                  groups: GroupApis | None = None, admin: AdminApis | None = None,
                  txn: TxnApis | None = None,
-                 fetch_sessions: FetchSessionCache | None = None):
+                 fetch_sessions: FetchSessionCache | None = None, node_id: str = ""):
         self.broker_id = broker_id
         self.image = image
         self.create_topic = create_topic
@@ -58,7 +58,8 @@ class KafkaApis:
         self.host_of = host_of
         # Produce and Fetch reach the hosts over their channel.
         self.channels = HostChannels()
-        fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions, self.channels)
+        fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions, self.channels,
+                            node_id)
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,

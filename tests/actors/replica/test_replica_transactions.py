@@ -9,6 +9,8 @@ its coordinator has added the partition to the transaction; followers copy it by
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from actors.replica.fetch_session import CachedPartition
@@ -43,13 +45,19 @@ def read(leader, isolation: int = 0, offset: int = 0):
                                      isolation_level=isolation))
 
 
-def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transactions(pair):
-    c, leader, follower = pair
+def seven_aborted_eight_open(c, leader, follower) -> None:
+    """A plain record at 0, producer 7's transaction at 1, aborted at 3, producer 8's open
+    at 2; replicated, so the HW is 4 and the LSO 2."""
     leader.produce(msg("plain"), acks=1, timeout_ms=100)            # 0
     leader.log.append_as_leader(txn(7, 0, "t7-a"), 0)               # 1: 7 opens
     leader.log.append_as_leader(txn(8, 0, "t8-a"), 0)               # 2: 8 opens
     leader.log.append_end_txn_marker(7, 0, 0, False, 0)             # 3: 7 aborted
     replicate(c, leader, follower)
+
+
+def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transactions(pair):
+    c, leader, follower = pair
+    seven_aborted_eight_open(c, leader, follower)
     assert leader.log.high_watermark == 4
     uncommitted, committed = read(leader), read(leader, READ_COMMITTED)
     assert values(uncommitted.records)[:3] == ["plain", "t7-a", "t8-a"]
@@ -69,6 +77,25 @@ def test_read_committed_stops_at_the_lso_and_lists_the_aborted_transactions(pair
     # The follower copied the markers and indexed the abort as the leader did.
     assert follower.log.collect_aborted_transactions(0, 5) == \
         leader.log.collect_aborted_transactions(0, 5)
+
+
+def test_a_read_committed_fetch_named_as_a_region_is_told_the_same_aborted_transactions(
+        pair):
+    """Zero-copy fetch for read_committed consumers (librdkafka's default): the region
+    holds the bytes a read returns, up to the LSO, with the aborted transactions a read is
+    told (a superset bounded by the segment's end would be allowed, as in Kafka)."""
+    c, leader, follower = pair
+    seven_aborted_eight_open(c, leader, follower)
+    for offset in (0, 1, 2):
+        request = FetchRequest(-1, offset, current_leader_epoch=0,
+                               isolation_level=READ_COMMITTED)
+        read = leader.read_for_fetch(request)
+        named = leader.read_for_fetch(request, as_region=True)
+        region = named.records
+        got = b"" if not region else Path(region.path).read_bytes()[
+            region.position:region.position + region.size]
+        assert got == read.records
+        assert named.aborted_transactions == read.aborted_transactions
 
 
 def test_list_offsets_latest_is_the_lso_for_read_committed(pair):
