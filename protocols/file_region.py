@@ -33,7 +33,10 @@ class FileRegion:
     @classmethod
     def unpack(cls, data: bytes) -> "FileRegion":
         path, device, inode, position, size = msgpack.unpackb(data, raw=False)
-        if not (isinstance(path, str) and all(isinstance(v, int) and v >= 0
-                                               for v in (device, inode, position, size))):
+        # A segment's .log, by its absolute path: nothing else is ever named.
+        if not (isinstance(path, str) and path.startswith("/") and path.endswith(".log")
+                and "\0" not in path
+                and all(isinstance(v, int) and v >= 0
+                        for v in (device, inode, position, size))):
             raise ValueError(f"not a file region: {(path, device, inode, position, size)!r}")
         return cls(path, device, inode, position, size)

@@ -142,11 +142,11 @@ def _records_out(records: bytes | FileRegion):
 
 
 def _records_in(records) -> bytes | FileRegion:
-    if isinstance(records, msgpack.ExtType):
-        if records.code != _REGION:
-            raise ValueError(f"records of extension type {records.code}")
+    if isinstance(records, bytes):
+        return records
+    if isinstance(records, msgpack.ExtType) and records.code == _REGION:
         return FileRegion.unpack(records.data)
-    return records
+    raise ValueError(f"records that are neither bytes nor a file region: {records!r:.80}")
 
 
 def encode_fetch_many_response(response: FetchManyResponse) -> bytes:

@@ -454,8 +454,15 @@ class Log:
                     # A region's end offset is not known without reading: an offset at or
                     # past it, where the segment ends (Kafka's fetchUpperBoundOffset bounds
                     # a read_committed fetch's aborted transactions so).
-                    info = replace(info, next_offset=(
-                        following[i + 1].base_offset if i + 1 < len(following) else leo))
+                    upper = following[i + 1].base_offset if i + 1 < len(following) else leo
+                    region = info.records
+                    if (max_offset is not None and max_offset < upper
+                            and region.position + region.size == segment.log.size):
+                        # The limit is inside this segment, yet the region runs to its
+                        # end: the scan for the limit's batch stopped short (a damaged
+                        # header). A read stops at the damage; so must what is sent.
+                        return segment.read(offset, max_bytes, max_offset, min_one_message)
+                    info = replace(info, next_offset=upper)
                 return info
         return FetchDataInfo(offset, segments.active.base_offset, -1, b"", offset, offset)
 

@@ -133,6 +133,22 @@ def test_a_region_is_bounded_by_its_segment(tmp_path, clock):
     assert offsets(region_bytes(second)) == list(range(15, 25))
 
 
+def test_a_region_stops_where_a_read_stops_at_a_damaged_batch_header(tmp_path, clock):
+    """The batch holding the limit cannot be found (its header is damaged): the region
+    would run to the segment's end, past the limit; the read's bytes are answered instead,
+    which stop at the damage."""
+    log = open_log(tmp_path, clock)
+    for _ in range(4):
+        log.append_as_leader(batch(5), 0)
+    one = len(batch(5))
+    with open(log.dir / "00000000000000000000.log", "r+b") as f:
+        os.pwrite(f.fileno(), (1 << 30).to_bytes(4, "big"), 2 * one + 8)   # batchLength
+    info = log.read_info(0, 1 << 20, max_offset=12, as_region=True)
+    assert isinstance(info.records, bytes)
+    assert info.records == log.read(0, 1 << 20, max_offset=12)
+    assert offsets(info.records) == list(range(10))
+
+
 def test_read_outside_the_log_is_offset_out_of_range(tmp_path, clock):
     log = open_log(tmp_path, clock)
     log.append_as_leader(batch(3), 0)

@@ -130,7 +130,12 @@ class FetchApis:
                 aborted = result.aborted_transactions
                 records = result.records
                 if isinstance(records, FileRegion):
-                    records = open_region(records) or b""
+                    try:
+                        opened = open_region(records)
+                    except KafkaError as e:
+                        answers[key] = fetch_error(e, route, route.name(topic), partition)
+                        continue
+                    records = b"" if opened is None else opened
                 answers[key] = {"partition_index": partition, "error_code": 0,
                                 "high_watermark": result.high_watermark,
                                 "last_stable_offset": result.last_stable_offset,

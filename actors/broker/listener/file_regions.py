@@ -13,10 +13,15 @@ unfinished: the socket server then closes the connection, as Kafka's does.
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from typing import BinaryIO
 
+from protocols.errors import KafkaStorageError
 from protocols.file_region import FileRegion
+
+log = logging.getLogger(__name__)
 
 
 class OpenRegion:
@@ -38,17 +43,24 @@ class OpenRegion:
 
 
 def open_region(region: FileRegion) -> OpenRegion | None:
-    """The region's file opened and checked, or None (see the module's doc)."""
+    """The region's file opened and checked, or None when it is gone or another (see the
+    module's doc). Any other failure to open it (out of file descriptors, no permission) is
+    KAFKA_STORAGE_ERROR, which clients retry after a back-off, rather than no records,
+    which they would fetch again at once."""
     try:
         file = open(region.path, "rb", buffering=0)
-    except OSError:
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        log.warning("cannot open %s to answer a fetch: %s", region.path, e)
+        raise KafkaStorageError(f"Cannot open {region.path}: "
+                                f"{errno.errorcode.get(e.errno, e.errno)}") from None
     try:
         stat = os.fstat(file.fileno())
     except OSError:
         file.close()
         return None
-    if ((stat.st_dev, stat.st_ino) != (region.device, region.inode)
+    if ((stat.st_dev, stat.st_ino) != (region.device, region.inode) or region.size == 0
             or stat.st_size < region.position + region.size):
         file.close()
         return None

@@ -10,7 +10,10 @@ import pytest
 
 from actors.broker.listener.file_regions import OpenRegion, open_region
 from actors.broker.listener.socket_server import write_response
+from protocols.errors import InvalidRequestError, KafkaStorageError
 from protocols.file_region import FileRegion
+from protocols.messages import (FetchManyResponse, FetchResult, decode_fetch_many_response,
+                                encode_fetch_many_response)
 
 DATA = bytes(range(256)) * 64   # 16 KiB
 
@@ -50,6 +53,27 @@ def test_a_region_of_a_file_gone_swapped_or_shorter_is_not_opened(segment, tmp_p
     assert open_region(region) is None
     segment.unlink()
     assert open_region(region) is None
+
+
+def test_a_region_that_cannot_be_opened_otherwise_is_a_storage_error(tmp_path):
+    """Not gone, not another file, but not openable (here a directory; out of file
+    descriptors alike): KAFKA_STORAGE_ERROR, which clients retry after a back-off."""
+    odd = tmp_path / "00000000000000000000.log"
+    odd.mkdir()
+    with pytest.raises(KafkaStorageError, match="Cannot open"):
+        open_region(region_of(odd, 0, 1))
+
+
+def test_only_a_segment_file_by_its_absolute_path_is_a_region():
+    def answer(records) -> bytes:
+        return encode_fetch_many_response(FetchManyResponse((("t", 0, FetchResult(records)),)))
+    for path in ("relative/00000000000000000000.log", "/etc/passwd", "/a/b.log\0x"):
+        with pytest.raises(InvalidRequestError, match="Malformed FetchManyResponse"):
+            decode_fetch_many_response(answer(FileRegion(path, 1, 2, 0, 10)))
+    good = FileRegion("/data/t-0/00000000000000000000.log", 1, 2, 0, 10)
+    assert decode_fetch_many_response(answer(good)).results[0][2].records == good
+    with pytest.raises(InvalidRequestError, match="neither bytes nor a file region"):
+        decode_fetch_many_response(answer(7))
 
 
 def serve_once(chunks):
