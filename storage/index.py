@@ -229,6 +229,19 @@ class OffsetIndex(_Index):
             return OffsetPosition(self.base_offset, 0)
         return self.entry(slot)
 
+    def fetch_upper_bound_offset(self, end_position: int) -> int | None:
+        """Kafka's fetchUpperBoundOffset: the offset of the first entry whose batch starts at
+        or after ``end_position`` (every record before that position is at or below it), or
+        None when no entry does."""
+        lo, hi = 0, self.entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._raw(mid)[1] >= end_position:
+                hi = mid
+            else:
+                lo = mid + 1
+        return None if lo == self.entries else self.base_offset + self._raw(lo)[0]
+
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= ``offset``."""
         slot = self._largest_lower_bound(offset - self.base_offset)

@@ -28,6 +28,7 @@ from protocols.compression import CODEC_NAMES
 from protocols.control_records import (ABORT, COMMIT, EndTransactionMarker,
                                        end_txn_marker_batch)
 from protocols.errors import InvalidOffsetError, KafkaStorageError, OffsetOutOfRangeError
+from protocols.file_region import FileRegion
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from protocols.records import LOG_OVERHEAD, iter_batches
 from storage.checkpoint import LeaderEpochCheckpointFile
@@ -449,20 +450,21 @@ class Log:
         following = segments.from_floor(offset)
         for i, segment in enumerate(following):
             info = segment.read(offset, max_bytes, max_offset, min_one_message, as_region)
-            if info is not None:
+            if info is not None and isinstance(info.records, FileRegion):
+                # Where the segment ends: past the region's end offset, which is not known
+                # without reading (it bounds a read_committed fetch's aborted transactions
+                # where the offset index does not).
+                upper = following[i + 1].base_offset if i + 1 < len(following) else leo
+                region = info.records
+                if (max_offset is not None and max_offset < upper
+                        and region.position + region.size == segment.log.size):
+                    # The limit is inside this segment, yet the region runs to its end: the
+                    # scan for the limit's batch stopped short (a damaged header). A read
+                    # stops at the damage; so must what is sent.
+                    return segment.read(offset, max_bytes, max_offset, min_one_message)
                 if info.next_offset < 0:
-                    # A region's end offset is not known without reading: an offset at or
-                    # past it, where the segment ends (Kafka's fetchUpperBoundOffset bounds
-                    # a read_committed fetch's aborted transactions so).
-                    upper = following[i + 1].base_offset if i + 1 < len(following) else leo
-                    region = info.records
-                    if (max_offset is not None and max_offset < upper
-                            and region.position + region.size == segment.log.size):
-                        # The limit is inside this segment, yet the region runs to its
-                        # end: the scan for the limit's batch stopped short (a damaged
-                        # header). A read stops at the damage; so must what is sent.
-                        return segment.read(offset, max_bytes, max_offset, min_one_message)
                     info = replace(info, next_offset=upper)
+            if info is not None:
                 return info
         return FetchDataInfo(offset, segments.active.base_offset, -1, b"", offset, offset)
 

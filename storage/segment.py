@@ -237,8 +237,9 @@ class LogSegment:
 
         ``as_region``: the bytes named, not read (a ``FileRegion``), cut where Kafka's
         LogSegment.read cuts without reading them: at ``max_offset``'s batch or after
-        ``max_size`` bytes, so the last batch may be partial; ``next_offset`` is then -1
-        (not known without reading: ``Log.read_info`` bounds it)."""
+        ``max_size`` bytes, so the last batch may be partial; ``next_offset`` is then not
+        known without reading: an offset at or past the region's end from the offset index
+        (Kafka's fetchUpperBoundOffset), or -1 (``Log.read_info`` bounds it)."""
         if max_size < 0:
             raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log}")
         start = self.translate_offset(start_offset)
@@ -255,9 +256,11 @@ class LogSegment:
                 if stop is not None:
                     end = stop.position
             size = min(want, end - start.position)
+            upper = None if self.indexes_distrusted else \
+                self.offset_index.fetch_upper_bound_offset(start.position + size)
             return FetchDataInfo(start_offset, self.base_offset, start.position,
                                  self.log.region(start.position, size) if size > 0 else b"",
-                                 start.base_offset, -1)
+                                 start.base_offset, -1 if upper is None else upper)
         data = self.log.read(start.position, want)
         end, next_offset = 0, start.base_offset
         for batch in iter_batches(data):

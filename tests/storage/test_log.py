@@ -105,6 +105,22 @@ def test_a_read_as_a_region_names_the_bytes_a_read_returns(tmp_path, clock):
     assert log.read_info(20, 1 << 20, as_region=True).records == b""
 
 
+def test_a_regions_end_offset_is_bounded_by_the_offset_index_as_kafkas_fetch_is(tmp_path,
+                                                                                  clock):
+    """Kafka's fetchUpperBoundOffset: the first index entry at or past the region's end
+    bounds the offsets in it (a read_committed fetch is told the aborted transactions
+    below it), not the segment's end."""
+    log = open_log(tmp_path, clock, **{"index.interval.bytes": 1})   # an entry per batch
+    for _ in range(6):
+        log.append_as_leader(batch(5), 0)
+    one = len(batch(5))
+    info = log.read_info(0, 2 * one, as_region=True)
+    assert info.records.size == 2 * one
+    assert info.next_offset == 14          # the third batch (10-14) starts at the end
+    assert log.read_info(0, 2 * one + 3, as_region=True).next_offset == 19   # partial 3rd
+    assert log.read_info(0, 1 << 20, as_region=True).next_offset == 30       # the log end
+
+
 def test_a_region_ends_at_max_bytes_even_inside_a_batch_as_kafkas_does(tmp_path, clock):
     """Kafka's LogSegment.read cuts a slice at the fetch's byte limit, not at a batch's
     end: the last batch may be partial (clients drop it and fetch it again whole). At least
