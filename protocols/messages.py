@@ -89,9 +89,9 @@ class FetchManyRequest:
     # larger for every later start, so that a leader can refuse a fetch a dead one sent
     # late. -1: not told.
     replica_epoch: int = -1
-    # The requester's Ray node: a host on that node answers a consumer's read (not a
-    # read_committed one) with FileRegions, which the requester, a broker answering a
-    # Kafka client, sends from the file with sendfile. "": records as bytes.
+    # The requester's Ray node: a host on that node answers a consumer's read with
+    # FileRegions, which the requester, a broker answering a Kafka client, sends from the
+    # file with sendfile. "": records as bytes.
     regions_on_node: str = ""
 
 
@@ -153,8 +153,7 @@ def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
     return msgpack.packb(
         ([(t, p, _records_out(r.records), r.high_watermark, r.log_start_offset,
            r.log_end_offset, None if r.error is None else encode(r.error), r.leader_epoch,
-           r.fetch_offset,
-           r.last_stable_offset, r.aborted_transactions)
+           r.fetch_offset, r.last_stable_offset, r.aborted_transactions)
           for t, p, r in response.results],
          None if response.error is None else encode(response.error), response.session_id),
         use_bin_type=True)

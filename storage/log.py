@@ -437,7 +437,7 @@ class Log:
                   min_one_message: bool = True, as_region: bool = False) -> FetchDataInfo:
         """``read``'s answer with where it was read; ``as_region``: named, not read, as
         ``LogSegment.read`` says, its ``next_offset`` an offset at or past the region's end
-        (the next segment's base offset, or the log end)."""
+        (the offset index's bound, else the next segment's base offset or the log end)."""
         segments = self._segments
         leo = self._log_end_offset
         if offset == leo or (max_offset is not None and offset >= max_offset

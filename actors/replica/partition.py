@@ -632,8 +632,8 @@ class PartitionReplica:
         it read were aborted (Kafka's LocalLog.read with FetchIsolation.TXN_COMMITTED).
         ``as_region``: a consumer's records are named, not read (a FileRegion, for a broker
         on this node to send from the file); its last batch may be partial, so a
-        read_committed one is told the aborted transactions up to where the region's segment
-        ends (a superset, as Kafka's bound by an index entry past the read is)."""
+        read_committed one is told the aborted transactions below an offset at or past the
+        region's end (``Log.read_info``'s bound: a superset, as Kafka's is)."""
         log = self.log
         consumer = request.replica_id < 0
         committed = consumer and request.isolation_level == READ_COMMITTED

@@ -28,8 +28,8 @@ def freeze_what_lasts() -> None:
     """Move what this worker keeps for its life (its modules, Ray's state, the connection)
     out of the garbage collector's sight. A reused Spark Python worker runs a full
     ``gc.collect()`` after every task (pyspark's daemon), and with Ray and pyarrow loaded
-    that walks ~150,000 objects: 100-150 ms per task, a third of a warm copy job's Python
-    time (py-spy). Frozen objects are never collected, so this runs once, after a
+    that walks ~150,000 objects: 100-150 ms per task, nearly half of a warm copy job's
+    Python time (py-spy). Frozen objects are never collected, so this runs once, after a
     collection, when what it freezes lives as long as the process anyway.
     ``rafka.spark.daemon`` freezes the modules before it forks the workers; this freezes
     what the connection added (and the modules, in workers of Spark's own daemon)."""

@@ -30,11 +30,11 @@ from actors.replica.channel import API_FETCH
 from actors.replica.fetch_session import FetchSessionCache, new_context
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
+from protocols.file_region import FileRegion
 from protocols.kafka.codec import Request, build, response_class
 from protocols.messages import (READ_UNCOMMITTED, FetchManyRequest, FetchRequest,
                                 FetchResult, decode_fetch_many_response,
                                 encode_fetch_many_request)
-from protocols.file_region import FileRegion
 
 log = logging.getLogger(__name__)
 
