@@ -28,7 +28,7 @@ import ray
 from actors.broker.config import ClusterConfig
 from actors.broker.lifecycle import BrokerLifecycle
 from actors.broker.replica_manager import ReplicaManager
-from actors.broker.state import BrokerState, ControlledShutdown
+from actors.broker.state import BrokerState, ControlledShutdown, ControllerWork
 from actors.group_coordinator.actor import GroupCoordinatorActor
 from protocols.java_hash import coordinator_partition_for
 from actors.gcs import create_named, gcs_backlog
@@ -78,6 +78,9 @@ class BrokerActor:
             self._halt_for_log_dir, self._exit_process)
         self.ready = asyncio.Event()
         self._caught_up = asyncio.Event()   # the image names this broker (see _boot)
+        # The controller's batches whose replica work is still to do, and the task doing it.
+        self._replica_work: collections.deque[ControllerWork] = collections.deque()
+        self._replica_worker: asyncio.Task | None = None
         self.boot_step = "starting"   # where _boot is: describe() shows a broker stuck there
         self.timer = None
         self._coordinator = None
@@ -195,21 +198,54 @@ class BrokerActor:
         self.controller_batches += 1
         self.controller_requests.update({type(m).__name__ for m in messages})
         replicas = self.replica_manager
+        try:
+            work = self.state.on_controller_batch(
+                messages, lambda: {tp.topic for tp in replicas.replicas}, broker_epoch)
+        except StaleControllerEpochError as e:
+            return encode(e)
+        if self.state.caught_up:
+            self._caught_up.set()
+        # Answered once the metadata holds the batch, as a KRaft broker's metadata image does
+        # before its replicas act on it: the controller answers CreateTopics when every
+        # broker knows the topic, not when ten thousand replicas have opened. The replicas'
+        # work follows in the controller's order (``_replica_work``).
+        self._replica_work.append(work)
+        if self._replica_worker is None:
+            self._replica_worker = asyncio.get_running_loop().create_task(
+                self._do_replica_work())
+        return encode([])
+
+    async def _do_replica_work(self) -> None:
+        """The replicas' side of the controller's batches, one batch at a time in order. A
+        batch that fails is tried again once (the controller resent it, before); failing
+        again, the broker registers again, which sends it the whole state of its replicas
+        (as a batch the controller could not deliver does)."""
+        try:
+            while self._replica_work and not self._stopping:
+                work = self._replica_work.popleft()
+                for attempt in range(2):
+                    try:
+                        await self._apply_to_replicas(work)
+                        break
+                    except Exception as e:  # noqa: BLE001 - a host died under it, say
+                        log.warning("broker %d: the replicas' part of a controller batch "
+                                    "failed (%r)%s", self.broker_id, e,
+                                    "; registering again" if attempt else "; trying again")
+                        if attempt:
+                            self.lifecycle.resync_wanted = True
+        finally:
+            self._replica_worker = None
+
+    async def _apply_to_replicas(self, work: ControllerWork) -> None:
+        replicas = self.replica_manager
         async with replicas.lock:
-            try:
-                work = self.state.on_controller_batch(
-                    messages, lambda: {tp.topic for tp in replicas.replicas}, broker_epoch)
-            except StaleControllerEpochError as e:
-                return encode(e)
-            if self.state.caught_up:
-                self._caught_up.set()
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
-            errors = await self._become(work.leader_and_isr) if work.leader_and_isr else []
+            if work.leader_and_isr:
+                await self._become(work.leader_and_isr)
             if work.stops:
                 await self._resign_coordinators(work.stops)
                 await replicas.stop_replicas(work.stops)
-            return encode(errors)
 
     async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
         """LeaderAndIsr applied by the replica hosts; this broker's group and transaction

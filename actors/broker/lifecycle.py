@@ -81,6 +81,9 @@ class BrokerLifecycle:
         self.stopping = stopping
         self.channel = ControllerChannel()
         self.controller = None   # the controller's handle, once found
+        # The broker lost part of what the controller sent it (its replicas' side failed):
+        # the next heartbeat registers again, which sends it the whole state.
+        self.resync_wanted = False
 
     async def ensure_controller(self):
         """The controller's handle, racing to become it when there is none."""
@@ -162,7 +165,8 @@ class BrokerLifecycle:
                     controller.heartbeat.remote(self.broker_id, self.incarnation),
                     self.session_s())
                 self.channel.answered()
-                if register:
+                if register or self.resync_wanted:
+                    self.resync_wanted = False
                     # Bounded like the heartbeat: a call sent while the link was down may
                     # never be answered, and the next heartbeat asks again.
                     await asyncio.wait_for(self._register(controller), self.session_s())

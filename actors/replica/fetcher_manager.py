@@ -23,7 +23,7 @@ from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, Cha
                                     ReplicationConnection, connect)
 from actors.replica.fetcher import FIRST_BACKOFF_MS, ReplicaFetcher
 from actors.replica.fetcher_placement import FetcherPlacement
-from actors.replica.locate import locate_replica_async
+from actors.replica.locate import LeaderHostLocator
 from actors.replica.partition import PartitionReplica, ReplicaConfig, Role
 from protocols.messages import (FetchManyRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
@@ -122,6 +122,7 @@ class ReplicaFetcherManager:
             lambda: ReplicaFetcher(broker_id, config, wall_ms, self.replica_epoch))
         self._tasks: dict[str, _FetcherTask] = {}
         self._locating: dict[tuple[str, int], asyncio.Task] = {}
+        self.locator = LeaderHostLocator(namespace)
 
     def set_replica_epoch(self, replica_epoch: int) -> None:
         """The broker learnt its registration: every fetch from now on names it."""
@@ -163,8 +164,8 @@ class ReplicaFetcherManager:
             await asyncio.sleep(after_ms / 1000)
         while replica.role is Role.FOLLOWER and replica.leader_epoch == epoch:
             try:
-                handle = await locate_replica_async(self.namespace, replica.topic,
-                                                    replica.partition, leader)
+                handle = await self.locator.locate(replica.topic, replica.partition,
+                                                   leader)
                 break
             except asyncio.CancelledError:
                 raise

@@ -25,7 +25,7 @@ from actors.replica.alter_partition import AlterPartitionSender
 from actors.replica.fetcher_manager import ReplicaFetcherManager
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from protocols.errors import KafkaError
-from storage.partition_metadata import claim
+from storage.partition_metadata import PartitionMetadataFile, claim
 from protocols.messages import (DeleteRecordsResult, FetchRequest, FetchResult, LeaderAndIsr,
                                 ProduceResult)
 from protocols.wire import decode, encode
@@ -74,8 +74,10 @@ class HostedReplica:
         self.fetchers = fetchers
         directory = Path(log_dir)
         # partition.metadata (KIP-516). A stray log (of a deleted topic of the same name) is
-        # deleted first, and the broker's checkpoints of it no longer apply.
-        if topic_id is not None and claim(directory, topic_id):
+        # deleted first, and the broker's checkpoints of it no longer apply. The host writes
+        # the file soon after (``ReplicaHostActor._flush_metadata_soon``), or ``stop`` does.
+        self.metadata_file = PartitionMetadataFile(directory)
+        if topic_id is not None and claim(self.metadata_file, topic_id):
             recovery_point, log_start_offset, high_watermark = 0, 0, None
         self.log = Log.open(directory, LogConfig.from_props(topic_config,
                                                             broker=broker_log_config),
@@ -119,11 +121,22 @@ class HostedReplica:
         self.replica.make_offline()
         state = self.checkpoint_state()
         self.log.close()
-        if delete:
+        if not delete:
+            await asyncio.to_thread(self.flush_metadata)
+        else:
+            self.metadata_file.discard()
             doomed = self.log.dir.with_name(self.log.dir.name + ".deleting-delete")
             self.log.dir.rename(doomed)
             await asyncio.to_thread(shutil.rmtree, doomed, True)
         return state
+
+    def flush_metadata(self) -> None:
+        """Write partition.metadata if its topic id is not written yet (in a worker thread);
+        a failed write takes the log directory offline, as any other write's does."""
+        try:
+            self.metadata_file.maybe_flush()
+        except OSError as e:
+            self.log_dir_failed(f"Error while writing {self.metadata_file.directory}: {e}")
 
     def log_dir_failed(self, message: str) -> None:
         """A write outside the log's own operations (the cleaner's files) failed."""

@@ -10,6 +10,7 @@ finds replicas through this module, synchronously from a driver or thread, or wi
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -117,3 +118,51 @@ async def locate_replica_async(namespace: str, topic: str, partition: int,
     if host is None:
         raise _absent(topic, partition, broker_id)
     return ReplicaHandle(host, topic, partition, broker_id)
+
+
+class LeaderHostLocator:
+    """``locate_replica_async`` for many callers on one event loop, asking each broker once
+    for every replica wanted of it meanwhile (``BrokerActor.replica_hosts``): a host's
+    followers of a new topic's thousands of partitions locate their leaders in a few calls,
+    not one Ray lookup and one call each. Broker handles are kept; one whose call fails is
+    looked up afresh next time (the broker restarted, or is gone)."""
+
+    def __init__(self, namespace: str):
+        self.namespace = namespace
+        self._brokers: dict[int, Any] = {}
+        self._pending: dict[int, list[tuple[str, int, asyncio.Future]]] = {}
+
+    async def locate(self, topic: str, partition: int, broker_id: int) -> ReplicaHandle:
+        """The replica of topic-partition on ``broker_id``; UNKNOWN_TOPIC_OR_PARTITION when
+        that broker is down or holds no such replica (yet)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        pending = self._pending.get(broker_id)
+        if pending is None:
+            pending = self._pending[broker_id] = []
+            # Asked once the callers ready now have all enqueued.
+            loop.call_soon(lambda: loop.create_task(self._ask(broker_id)))
+        pending.append((topic, partition, future))
+        return await future
+
+    async def _ask(self, broker_id: int) -> None:
+        wanted = self._pending.pop(broker_id, [])
+        hosts: list = []
+        try:
+            broker = self._brokers.get(broker_id)
+            if broker is None:
+                broker = _broker(self.namespace, broker_id)
+            if broker is not None:
+                hosts = await broker.replica_hosts.remote([(t, p) for t, p, _ in wanted])
+                self._brokers[broker_id] = broker
+        except Exception:   # noqa: BLE001 - its broker is restarting or gone: all absent
+            self._brokers.pop(broker_id, None)
+            hosts = []
+        for i, (topic, partition, future) in enumerate(wanted):
+            if future.done():
+                continue   # its caller gave up
+            host = hosts[i] if i < len(hosts) else None
+            if host is None:
+                future.set_exception(_absent(topic, partition, broker_id))
+            else:
+                future.set_result(ReplicaHandle(host, topic, partition, broker_id))

@@ -80,6 +80,10 @@ class ReplicaHostActor:
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
+        # Opened replicas whose partition.metadata is still to be written, and the task
+        # writing them (``_flush_metadata_soon``).
+        self._metadata_to_flush: list[HostedReplica] = []
+        self._metadata_flusher: asyncio.Task | None = None
         self.verifier = TxnVerifier(namespace, broker_id)
         self._group_coordinator = None   # this broker's, for markers on __consumer_offsets
         # Where follower hosts fetch from, and producers and consumers send their requests
@@ -122,6 +126,8 @@ class ReplicaHostActor:
             self.replicas[tp] = replica
             self.cores[tp] = replica.replica
             opening.set_result(None)
+            if replica.metadata_file.dirty:
+                self._flush_metadata_soon(replica)
         except BaseException as e:
             opening.set_exception(e)
             opening.exception()  # retrieved: a failed open is the caller's error only
@@ -166,6 +172,21 @@ class ReplicaHostActor:
             except Exception as e:  # the broker halts: its call never answers
                 log.info("replica host %s: log dir failure reported (%r)", self.name, e)
             await asyncio.sleep(1.0)
+
+    def _flush_metadata_soon(self, replica: HostedReplica) -> None:
+        """Write the new replicas' partition.metadata in a worker thread, many at a time,
+        off the path that opens them (Kafka's scheduled "flush-metadata-file")."""
+        self._metadata_to_flush.append(replica)
+        if self._metadata_flusher is None:
+            self._metadata_flusher = self._loop.create_task(self._flush_metadata())
+
+    async def _flush_metadata(self) -> None:
+        try:
+            while self._metadata_to_flush:
+                batch, self._metadata_to_flush = self._metadata_to_flush, []
+                await asyncio.to_thread(lambda: [r.flush_metadata() for r in batch])
+        finally:
+            self._metadata_flusher = None
 
     def _freeze_soon(self) -> None:
         """Freeze the logs' indexes out of the GC's reach once a burst of opens is over (one

@@ -381,7 +381,7 @@ def test_a_stray_log_of_a_deleted_topic_is_not_served_to_its_namesake(cluster):
         assert produce(cluster, "re", 0, b"old-%d" % i).error is None
     old_id = cluster.metadata()["topic_ids"]["re"]
     stray_dir = Path(cluster.data_dir) / "broker-2" / "re-0"
-    assert read_topic_id(stray_dir) == old_id
+    wait_until(lambda: read_topic_id(stray_dir) == old_id, 30, "partition.metadata written")
     cluster.stop_broker(2)
     cluster.admin().delete_topics(["re"])
     wait_until(lambda: "re" not in cluster.metadata()["topics"], 30, "the topic deleted")
@@ -395,7 +395,7 @@ def test_a_stray_log_of_a_deleted_topic_is_not_served_to_its_namesake(cluster):
     cluster.admin().alter_partition_reassignments({("re", 0): [0, 1, 2]})
     wait_until(lambda: 2 in cluster.metadata()["topics"]["re"][0]["isr"], 60,
                "broker 2 in the new topic's ISR")
-    assert read_topic_id(stray_dir) == new_id
+    wait_until(lambda: read_topic_id(stray_dir) == new_id, 30, "partition.metadata written")
     raw = ray.get(cluster.replica("re", 0, 2).read_local.remote(0, 1 << 20))
     assert [r.value for b in iter_batches(raw) for r in b.records()] == \
         [b"new-%d" % i for i in range(10)]
