@@ -18,8 +18,10 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
 - end-to-end delay at ``--e2e-rate`` records/s (10,000), acks=all, RF=3, confluent-kafka at
   both ends with its defaults, producer and consumer each in a process of their own:
   p50, p99 and p99.9 from ``produce()`` to the consumer's ``poll()``, after 2 s of warm-up;
-- ``--scale-partitions`` partitions at RF=3 (3,334: 10,002 replicas): CreateTopics answered,
-  and every leader answering ListOffsets, in seconds from the request.
+- ``--scale-partitions`` partitions at RF=3 (3,334: 10,002 replicas; a comma-separated list
+  measures each size in turn, e.g. ``3334,10000`` for 30,000 replicas too, stopping below
+  3 GiB of available memory): CreateTopics answered, and every leader answering
+  ListOffsets, in seconds from the request.
 
 Throughput ratios are rafka / Kafka (higher is better); latency and time ratios are also
 rafka / Kafka, where lower is better: each line says which.
@@ -39,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.kafka_peer import (KAFKA_VERSION, JavaTools, KafkaCluster,  # noqa: E402
                                    confluent_consume, confluent_end_to_end,
                                    confluent_produce, create_topic, send_all)
-from benchmarks.machine import describe  # noqa: E402
+from benchmarks.machine import MemoryGuard, available_gib, describe  # noqa: E402
 from benchmarks.peers import PeerUnavailable  # noqa: E402
 from benchmarks.streams import describe_stream, payload_bytes, realistic_stream  # noqa: E402
 from benchmarks.transactions import records_of  # noqa: E402
 
 PARTITIONS = 6
+MIN_AVAILABLE_GIB = 3.0   # scale steps stop below this much available memory
 VALUE = b"x" * 100
 
 # name -> (unit, higher is better)
@@ -106,8 +109,9 @@ class Figures:
 
     def add(self, row: str, value: float, unit: str, extra: str = "") -> None:
         self.values[row] = (value, unit)
-        shown = f"{value:,.0f} {UNITS[unit][0]}" if unit == "rate" else \
-            f"{value:,.1f} {UNITS[unit][0]}"
+        shown = (f"{value:,.0f} {UNITS[unit][0]}" if unit == "rate" else
+                 f"{value:,.2f} {UNITS[unit][0]}" if unit == "s" else
+                 f"{value:,.1f} {UNITS[unit][0]}")
         print(f"{self.server} {row}: {shown}{extra}", flush=True)
 
 
@@ -189,12 +193,24 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
         out.add("Java ConsumerPerformance fetch rate", value, "rate",
                 f" ({value * mb / n:.2f} MB/sec)")
 
-    if "scale" in rows and args.scale_partitions:
-        answered, serving = control_plane(bootstrap_servers, f"scale-{uuid.uuid4().hex[:6]}",
-                                          args.scale_partitions)
-        label = f"{args.scale_partitions:,} partitions x RF=3"
+    for partitions in (args.scale_partitions if "scale" in rows else []):
+        # Sizes grow stepwise; a step is not started below the floor, and one that brings
+        # the machine under it stops the rest (no swap here: running out kills everything).
+        if available_gib() < MIN_AVAILABLE_GIB:
+            print(f"{server}: {partitions:,} partitions x RF=3 not run: "
+                  f"{available_gib():.1f} GiB available < {MIN_AVAILABLE_GIB} GiB", flush=True)
+            break
+        with MemoryGuard(MIN_AVAILABLE_GIB) as guard:
+            answered, serving = control_plane(bootstrap_servers,
+                                              f"scale-{uuid.uuid4().hex[:6]}", partitions)
+        label = f"{partitions:,} partitions x RF=3"
         out.add(f"{label}: CreateTopics answered", answered, "s")
-        out.add(f"{label}: every leader answering ListOffsets", serving, "s")
+        out.add(f"{label}: every leader answering ListOffsets", serving, "s",
+                f" (available memory after: {available_gib():.1f} GiB)")
+        if guard.tripped is not None:
+            print(f"{server}: available memory fell to {guard.tripped:.1f} GiB "
+                  f"(< {MIN_AVAILABLE_GIB} GiB): larger sizes not run", flush=True)
+            break
     return out
 
 
@@ -225,8 +241,11 @@ def main(argv=None) -> int:
                         help="records per throughput run (100-byte values)")
     parser.add_argument("--realistic-records", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median")
-    parser.add_argument("--scale-partitions", type=int, default=3334,
-                        help="partitions of the RF=3 control-plane topic (0: skip)")
+    parser.add_argument("--scale-partitions", default="3334",
+                        type=lambda v: [int(p) for p in v.split(",") if int(p) > 0],
+                        help="partitions of each RF=3 control-plane topic, comma-separated, "
+                             "created one after the other on the same cluster (3334: "
+                             "10,002 replicas; 10000: 30,000); 0: none")
     parser.add_argument("--e2e-rate", type=int, default=10_000,
                         help="end-to-end: records/s produced")
     parser.add_argument("--e2e-seconds", type=float, default=10.0,

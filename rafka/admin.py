@@ -151,9 +151,21 @@ class Admin:
                 self._wait_for_leaders(t.name)
 
     def _wait_for_leaders(self, topic: str) -> None:
+        """Every partition's leader serving; then, for at most the rest of the timeout, its
+        in-sync followers' replicas open too (brokers open them after answering the
+        controller, so a caller touching a follower next finds it)."""
+        from actors.replica.locate import locate_replicas
         deadline = time.monotonic() + self.timeout_s
-        for p in sorted(self.cluster.metadata()["topics"][topic]):
+        partitions = self.cluster.metadata()["topics"][topic]
+        for p in sorted(partitions):
             self.cluster.leader(topic, p, max(0.1, deadline - time.monotonic()))
+        waiting = [(topic, p, b) for p, info in partitions.items() for b in info["isr"]]
+        while waiting and time.monotonic() < deadline:
+            found = locate_replicas(self.cluster.namespace, waiting,
+                                    max(0.1, deadline - time.monotonic()))
+            waiting = [w for w in waiting if w not in found]
+            if waiting:
+                time.sleep(0.05)
 
     def delete_topics(self, names: Iterable[str]) -> None:
         for name in names:

@@ -12,6 +12,7 @@ the loaded log. The log's producer state is rebuilt by the log itself, after loa
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # new_segment(base_offset, suffix): a segment of this log opened with its config.
 SegmentFactory = Callable[[int, str], LogSegment]
+
+# What a segment leaves in the directory, finished or not.
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+                     DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
 
 
 @dataclass
@@ -52,9 +57,13 @@ class LogLoader:
 
     def load(self, recovery_point: int, log_start_offset: int,
              clean_shutdown: bool) -> LoadedLog:
-        swap_files = self._remove_unfinished_work()
-        segments = self._load_segments(None if clean_shutdown else recovery_point)
-        self._complete_swaps(segments, swap_files)
+        segments: dict[int, LogSegment] = {}
+        # A new replica's directory holds no segment's file: nothing to clean up or load
+        # (thousands of them open when a topic is created).
+        if self._holds_segment_files():
+            swap_files = self._remove_unfinished_work()
+            segments = self._load_segments(None if clean_shutdown else recovery_point)
+            self._complete_swaps(segments, swap_files)
         loaded = LogSegments(segments.values())
         if not clean_shutdown:
             self._recover_from(loaded, recovery_point)
@@ -70,6 +79,10 @@ class LogLoader:
         self.leader_epoch_cache.truncate_from_end(end)
         self.leader_epoch_cache.truncate_from_start(start)
         return LoadedLog(loaded, start, end, recovery_point)
+
+    def _holds_segment_files(self) -> bool:
+        with os.scandir(self.dir) as entries:
+            return any(entry.name.endswith(_SEGMENT_SUFFIXES) for entry in entries)
 
     def _remove_unfinished_work(self) -> list[Path]:
         """Delete the files of work a restart cut short; the ``.swap`` files to complete."""

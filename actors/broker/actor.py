@@ -34,8 +34,9 @@ from protocols.java_hash import coordinator_partition_for
 from actors.gcs import create_named, gcs_backlog
 from actors.names import broker_name, coordinator_name, namespace_for, txn_coordinator_name
 from actors.timer.actor import keep_scheduled, node_timer
-from protocols.errors import (CoordinatorNotAvailableError, InvalidRequestError, KafkaError,
-                              StaleControllerEpochError, TopicAlreadyExistsError)
+from protocols.errors import (BrokerNotAvailableError, CoordinatorNotAvailableError,
+                              InvalidRequestError, KafkaError, StaleControllerEpochError,
+                              TopicAlreadyExistsError)
 from protocols.messages import LeaderAndIsr, StopReplica
 from protocols.topics import (GROUP_KEY_TYPE, OFFSETS_TOPIC, TRANSACTION_KEY_TYPE,
                               TRANSACTION_STATE_TOPIC)
@@ -46,6 +47,9 @@ from storage.log_manager import CLEAN_SHUTDOWN_FILE
 log = logging.getLogger(__name__)
 
 BOOT_RETRY_BACKOFF_S = 2.0   # a broker whose start failed waits this long before exiting
+# A controller batch whose replica work failed (a host died under it) is tried again after
+# this long: the host's replacement is started meanwhile.
+REPLICA_WORK_RETRY_BACKOFF_S = 0.5
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=10_000)
@@ -79,7 +83,8 @@ class BrokerActor:
         self.ready = asyncio.Event()
         self._caught_up = asyncio.Event()   # the image names this broker (see _boot)
         # The controller's batches whose replica work is still to do, and the task doing it.
-        self._replica_work: collections.deque[ControllerWork] = collections.deque()
+        self._replica_work: collections.deque[tuple[ControllerWork, asyncio.Future | None]] = \
+            collections.deque()
         self._replica_worker: asyncio.Task | None = None
         self.boot_step = "starting"   # where _boot is: describe() shows a broker stuck there
         self.timer = None
@@ -208,37 +213,59 @@ class BrokerActor:
         # Answered once the metadata holds the batch, as a KRaft broker's metadata image does
         # before its replicas act on it: the controller answers CreateTopics when every
         # broker knows the topic, not when ten thousand replicas have opened. The replicas'
-        # work follows in the controller's order (``_replica_work``).
-        self._replica_work.append(work)
+        # work follows in the controller's order (``_do_replica_work``). A batch that stops
+        # replicas is answered once they have stopped (and their directories, deleting, are
+        # gone): a broker that went away before then is sent it again, as before.
+        done = asyncio.get_running_loop().create_future() if work.stops else None
+        self._replica_work.append((work, done))
         if self._replica_worker is None:
             self._replica_worker = asyncio.get_running_loop().create_task(
                 self._do_replica_work())
+        if done is not None:
+            await done
         return encode([])
 
     async def _do_replica_work(self) -> None:
         """The replicas' side of the controller's batches, one batch at a time in order. A
-        batch that fails is tried again once (the controller resent it, before); failing
-        again, the broker registers again, which sends it the whole state of its replicas
-        (as a batch the controller could not deliver does)."""
+        batch that fails is tried again once, after a pause (the controller resent it,
+        before); failing again, the broker registers again, which sends it the whole state
+        of its replicas (as a batch the controller could not deliver does). Batches left
+        when the broker stops are the next start's to learn from the controller."""
         try:
-            while self._replica_work and not self._stopping:
-                work = self._replica_work.popleft()
+            while self._replica_work:
+                work, done = self._replica_work.popleft()
+                failure: BaseException | None = None
                 for attempt in range(2):
+                    if self._stopping:
+                        failure = BrokerNotAvailableError(
+                            f"Broker {self.broker_id} is shutting down")
+                        break
                     try:
                         await self._apply_to_replicas(work)
+                        failure = None
                         break
                     except Exception as e:  # noqa: BLE001 - a host died under it, say
+                        failure = e
                         log.warning("broker %d: the replicas' part of a controller batch "
                                     "failed (%r)%s", self.broker_id, e,
                                     "; registering again" if attempt else "; trying again")
                         if attempt:
                             self.lifecycle.resync_wanted = True
+                        else:
+                            await asyncio.sleep(REPLICA_WORK_RETRY_BACKOFF_S)
+                if done is not None and not done.done():
+                    if failure is None:
+                        done.set_result(None)
+                    else:
+                        done.set_exception(failure)
         finally:
             self._replica_worker = None
 
     async def _apply_to_replicas(self, work: ControllerWork) -> None:
         replicas = self.replica_manager
         async with replicas.lock:
+            if self._stopping:   # shutdown closed the replicas while this waited
+                raise BrokerNotAvailableError(f"Broker {self.broker_id} is shutting down")
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
             if work.leader_and_isr:

@@ -166,10 +166,10 @@ class BrokerLifecycle:
                     self.session_s())
                 self.channel.answered()
                 if register or self.resync_wanted:
-                    self.resync_wanted = False
                     # Bounded like the heartbeat: a call sent while the link was down may
                     # never be answered, and the next heartbeat asks again.
                     await asyncio.wait_for(self._register(controller), self.session_s())
+                    self.resync_wanted = False
             except asyncio.CancelledError:
                 raise
             except asyncio.TimeoutError:

@@ -122,7 +122,8 @@ class HostedReplica:
         state = self.checkpoint_state()
         self.log.close()
         if not delete:
-            await asyncio.to_thread(self.flush_metadata)
+            if self.metadata_file.dirty:
+                await asyncio.to_thread(self.flush_metadata)
         else:
             self.metadata_file.discard()
             doomed = self.log.dir.with_name(self.log.dir.name + ".deleting-delete")

@@ -127,10 +127,12 @@ class LeaderHostLocator:
     not one Ray lookup and one call each. Broker handles are kept; one whose call fails is
     looked up afresh next time (the broker restarted, or is gone)."""
 
-    def __init__(self, namespace: str):
+    def __init__(self, namespace: str, timeout_s: float = 30.0):
         self.namespace = namespace
+        self.timeout_s = timeout_s   # a broker not answering by then: every one absent
         self._brokers: dict[int, Any] = {}
         self._pending: dict[int, list[tuple[str, int, asyncio.Future]]] = {}
+        self._asking: set[asyncio.Task] = set()   # the loop keeps only weak references
 
     async def locate(self, topic: str, partition: int, broker_id: int) -> ReplicaHandle:
         """The replica of topic-partition on ``broker_id``; UNKNOWN_TOPIC_OR_PARTITION when
@@ -141,9 +143,14 @@ class LeaderHostLocator:
         if pending is None:
             pending = self._pending[broker_id] = []
             # Asked once the callers ready now have all enqueued.
-            loop.call_soon(lambda: loop.create_task(self._ask(broker_id)))
+            loop.call_soon(self._start_asking, broker_id)
         pending.append((topic, partition, future))
         return await future
+
+    def _start_asking(self, broker_id: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._ask(broker_id))
+        self._asking.add(task)
+        task.add_done_callback(self._asking.discard)
 
     async def _ask(self, broker_id: int) -> None:
         wanted = self._pending.pop(broker_id, [])
@@ -153,7 +160,9 @@ class LeaderHostLocator:
             if broker is None:
                 broker = _broker(self.namespace, broker_id)
             if broker is not None:
-                hosts = await broker.replica_hosts.remote([(t, p) for t, p, _ in wanted])
+                hosts = await asyncio.wait_for(
+                    broker.replica_hosts.remote([(t, p) for t, p, _ in wanted]),
+                    self.timeout_s)
                 self._brokers[broker_id] = broker
         except Exception:   # noqa: BLE001 - its broker is restarting or gone: all absent
             self._brokers.pop(broker_id, None)

@@ -53,6 +53,9 @@ from storage.log_dir_failure import LogDirFailureChannel
 log = logging.getLogger(__name__)
 
 FREEZE_DELAY_S = 1.0
+# Worker threads opening a broker's replicas (Kafka's num.recovery.threads.per.data.dir,
+# 2 since Kafka 4.0).
+RECOVERY_THREADS = 2
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_concurrency=10_000)
@@ -103,39 +106,6 @@ class ReplicaHostActor:
         freeze_startup_objects()
 
     # ---- the broker's calls ----------------------------------------------------------------
-    async def open(self, topic: str, partition: int, log_dir: str, topic_config: dict,
-                   recovery_point: int = 0, log_start_offset: int = 0,
-                   high_watermark: int | None = None, clean_shutdown: bool = False,
-                   topic_id: str | None = None) -> None:
-        """Open (or recover) the replica's log and start serving it; opening one that is
-        already open does nothing. ``topic_id`` goes in the partition's partition.metadata
-        (a directory naming another id is a stray log, deleted first)."""
-        tp = TopicPartition(topic, partition)
-        if tp in self.replicas:
-            return
-        opening = self._opening.get(tp)
-        if opening is not None:
-            await asyncio.shield(opening)
-            return
-        opening = self._opening[tp] = asyncio.get_running_loop().create_future()
-        try:
-            replica = await asyncio.to_thread(self._open_replica, topic, partition, log_dir,
-                                              topic_config, recovery_point,
-                                              log_start_offset, high_watermark,
-                                              clean_shutdown, topic_id)
-            self.replicas[tp] = replica
-            self.cores[tp] = replica.replica
-            opening.set_result(None)
-            if replica.metadata_file.dirty:
-                self._flush_metadata_soon(replica)
-        except BaseException as e:
-            opening.set_exception(e)
-            opening.exception()  # retrieved: a failed open is the caller's error only
-            raise
-        finally:
-            del self._opening[tp]
-        self._freeze_soon()
-
     def _open_replica(self, topic: str, partition: int, log_dir: str, topic_config: dict,
                       recovery_point: int, log_start_offset: int, high_watermark: int | None,
                       clean_shutdown: bool, topic_id: str | None) -> HostedReplica:
@@ -184,9 +154,18 @@ class ReplicaHostActor:
         try:
             while self._metadata_to_flush:
                 batch, self._metadata_to_flush = self._metadata_to_flush, []
-                await asyncio.to_thread(lambda: [r.flush_metadata() for r in batch])
+                await asyncio.to_thread(self._flush_metadata_files, batch)
         finally:
             self._metadata_flusher = None
+
+    @staticmethod
+    def _flush_metadata_files(replicas: list[HostedReplica]) -> None:
+        for replica in replicas:
+            try:
+                replica.flush_metadata()
+            except Exception:   # noqa: BLE001 - the others are still written
+                log.exception("replica host: writing %s failed",
+                              replica.metadata_file.directory)
 
     def _freeze_soon(self) -> None:
         """Freeze the logs' indexes out of the GC's reach once a burst of opens is over (one
@@ -200,10 +179,71 @@ class ReplicaHostActor:
             asyncio.get_running_loop().call_later(FREEZE_DELAY_S, freeze)
 
     async def open_many(self, specs: list[tuple]) -> None:
-        """``open`` for many replicas (a broker's share of one controller message):
-        (topic, partition, log_dir, topic_config, recovery_point, log_start_offset,
-        high_watermark, clean_shutdown, topic_id) each."""
-        await asyncio.gather(*[self.open(*spec) for spec in specs])
+        """Open (or recover) replicas' logs and start serving them (a broker's share of one
+        controller message): (topic, partition, log_dir, topic_config, recovery_point,
+        log_start_offset, high_watermark, clean_shutdown, topic_id) each. One already open
+        is left as it is; ``topic_id`` goes in the partition's partition.metadata (a
+        directory naming another id is a stray log, deleted first). The first failure is
+        raised once every other replica is open.
+
+        The logs open in ``RECOVERY_THREADS`` worker threads, many each (Kafka's
+        num.recovery.threads.per.data.dir): a thread hop per replica cost more than opening
+        a new replica's empty log when a topic brings thousands."""
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future] = []
+        todo: list[tuple] = []
+        for spec in specs:
+            tp = TopicPartition(spec[0], spec[1])
+            if tp in self.replicas:
+                continue
+            opening = self._opening.get(tp)
+            if opening is not None:
+                waits.append(opening)
+                continue
+            self._opening[tp] = loop.create_future()
+            todo.append(spec)
+        chunks = [todo[i::RECOVERY_THREADS] for i in range(RECOVERY_THREADS)]
+        try:
+            outcomes = await asyncio.gather(*[asyncio.to_thread(self._open_replicas, chunk)
+                                              for chunk in chunks if chunk])
+        except BaseException:   # cancelled: none of them is served
+            for spec in todo:
+                self._opening.pop(TopicPartition(spec[0], spec[1])).cancel()
+            raise
+        failures: list[BaseException] = []
+        for chunk, opened in zip([c for c in chunks if c], outcomes):
+            for spec, outcome in zip(chunk, opened):
+                tp = TopicPartition(spec[0], spec[1])
+                opening = self._opening.pop(tp)
+                if isinstance(outcome, BaseException):
+                    opening.set_exception(outcome)
+                    opening.exception()  # retrieved: a failed open is its caller's error
+                    failures.append(outcome)
+                    continue
+                self.replicas[tp] = outcome
+                self.cores[tp] = outcome.replica
+                opening.set_result(None)
+                if outcome.metadata_file.dirty:
+                    self._flush_metadata_soon(outcome)
+        if todo:
+            self._freeze_soon()
+        if waits:   # opened by another call meanwhile: its failures are this one's too
+            await asyncio.wait(waits)
+            failures += [RuntimeError("opening the replica was cancelled") if w.cancelled()
+                         else w.exception() for w in waits
+                         if w.cancelled() or w.exception() is not None]
+        if failures:
+            raise failures[0]
+
+    def _open_replicas(self, specs: list[tuple]) -> list:
+        """In a worker thread: each replica opened, or the exception opening it raised."""
+        out: list = []
+        for spec in specs:
+            try:
+                out.append(self._open_replica(*spec))
+            except Exception as e:  # noqa: BLE001 - handed back: the others still open
+                out.append(e)
+        return out
 
     async def become_many(self, messages: bytes, replica_epoch: int = -1) -> bytes:
         """LeaderAndIsr for many replicas here, applied in order; one answer each (None, or

@@ -239,3 +239,38 @@ def test_a_host_killed_during_acks_all_produce_loses_nothing_acknowledged(
     wait_until(lambda: sorted(cluster.metadata()["topics"]["t"][0]["isr"]) == [0, 1, 2], 60,
                "the recovered replica to rejoin the ISR")
     assert ray.get(cluster.replica("t", 0, leader_id).pid.remote()) != killed["host_pid"]
+
+
+def test_a_host_opens_many_replicas_and_one_that_fails_does_not_hold_up_the_rest(
+        ray_session, tmp_path):
+    """A broker's share of a new topic opens in one call (``open_many``: the logs opened by
+    two worker threads, Kafka's num.recovery.threads.per.data.dir). A replica whose
+    directory cannot be opened (here its partition.metadata does not parse) fails alone:
+    the call raises its error after every other replica opened, and asking again opens
+    nothing twice."""
+    from actors.broker.config import ClusterConfig
+    from actors.replica.replica_host import ReplicaHostActor
+    from protocols.errors import KafkaStorageError
+    from storage.partition_metadata import FILE_NAME, read_topic_id
+
+    cfg = ClusterConfig.parse({})
+    namespace = f"open-many-{next(_names)}"
+    host = ReplicaHostActor.options(namespace=namespace).remote(
+        namespace, 0, "host-0", cfg.log, cfg.broker)
+    topic_id = "e5MQlNTRRyu1jDJsUpIpPw"
+    broken = tmp_path / "t-7"
+    broken.mkdir()
+    (broken / FILE_NAME).write_text("not the file's format")
+    specs = [("t", p, str(tmp_path / f"t-{p}"), {}, 0, 0, None, True, topic_id)
+             for p in range(40)]
+    with pytest.raises(KafkaStorageError, match=FILE_NAME):
+        ray.get(host.open_many.remote(specs))
+    assert ray.get(host.num_replicas.remote()) == 39
+    (broken / FILE_NAME).unlink()
+    ray.get(host.open_many.remote(specs))
+    assert ray.get(host.num_replicas.remote()) == 40
+    # Each new replica's partition.metadata is written soon after, off the opening path.
+    wait_until(lambda: all(read_topic_id(tmp_path / f"t-{p}") == topic_id
+                           for p in range(40)), 30, "partition.metadata written")
+    ray.get(host.stop_all.remote())
+    ray.kill(host)
