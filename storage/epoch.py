@@ -3,11 +3,21 @@
 An ordered list of (epoch, start offset): the first offset each leader epoch wrote. A new
 follower asks the leader where its latest epoch ends and truncates there, which replaces
 "truncate to the high watermark" and closes both failure cases of KIP-101.
+
+Writing the checkpoint: truncations write it at once. A new epoch (``assign``) does too,
+unless the owner takes the write (``on_dirty``: a replica host writes thousands of new
+leaders' checkpoints in a worker thread instead of one fsync each on its event loop, when a
+topic's partitions all become leaders at once). A checkpoint not yet written is then
+written before the log's recovery point passes the new epoch's start (``Log.flush``) and
+when the log closes: until then a crash loses nothing, since recovery re-reads every batch
+after the recovery point and assigns the epochs it finds (``LogLoader``), as Kafka's does.
 """
 from __future__ import annotations
 
 import bisect
 import logging
+import threading
+from typing import Callable
 
 from storage.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 
@@ -21,6 +31,13 @@ class LeaderEpochFileCache:
     def __init__(self, checkpoint: LeaderEpochCheckpointFile | None):
         self.checkpoint = checkpoint
         self._entries: list[EpochEntry] = []
+        # Changes made, and how many of them the file holds; writes one at a time, each of
+        # the entries as they are when it starts (a change meanwhile leaves it dirty).
+        self._version = 0
+        self._written = 0
+        self._write_lock = threading.Lock()
+        # Takes the write of a new epoch (called with this cache); None: written at once.
+        self.on_dirty: Callable[["LeaderEpochFileCache"], None] | None = None
         stored = list(checkpoint.read()) if checkpoint else []
         for entry in stored:
             # As Kafka loads it: each entry assigned in turn, so a later one replaces those
@@ -32,8 +49,20 @@ class LeaderEpochFileCache:
                         checkpoint.path, stored, self._entries)
 
     def _flush(self) -> None:
-        if self.checkpoint is not None:
-            self.checkpoint.write(self._entries)
+        with self._write_lock:
+            version, entries = self._version, self._entries
+            if self.checkpoint is not None:
+                self.checkpoint.write(entries)
+            self._written = max(self._written, version)
+
+    @property
+    def dirty(self) -> bool:
+        """A change the checkpoint file does not hold yet."""
+        return self._written != self._version
+
+    def flush_if_dirty(self) -> None:
+        if self.dirty:
+            self._flush()
 
     # ---- reads ---------------------------------------------------------------------------
     def epoch_entries(self) -> list[EpochEntry]:
@@ -85,7 +114,11 @@ class LeaderEpochFileCache:
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"Cannot assign epoch {epoch} at offset {start_offset}")
         if self._assign(epoch, start_offset):
-            self._flush()
+            self._version += 1
+            if self.on_dirty is None:
+                self._flush()
+            else:
+                self.on_dirty(self)
 
     def _assign(self, epoch: int, start_offset: int) -> bool:
         latest = self.latest_entry
@@ -105,6 +138,7 @@ class LeaderEpochFileCache:
         """Forget epochs starting at or after ``end_offset`` (the log was truncated there)."""
         if end_offset >= 0 and self._entries and self._entries[-1].start_offset >= end_offset:
             self._entries = [e for e in self._entries if e.start_offset < end_offset]
+            self._version += 1
             self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
@@ -116,8 +150,10 @@ class LeaderEpochFileCache:
         i = bisect.bisect_right(starts, start_offset) - 1
         holder = self._entries[i]
         self._entries = [EpochEntry(holder.epoch, start_offset)] + self._entries[i + 1:]
+        self._version += 1
         self._flush()
 
     def clear_and_flush(self) -> None:
         self._entries = []
+        self._version += 1
         self._flush()

@@ -702,6 +702,9 @@ class Log:
                 if seg.base_offset >= upto:
                     break
                 seg.flush()
+            # Recovery re-reads only what follows the recovery point: a new epoch's entry
+            # must be on disk before the point passes its start (``storage.epoch``).
+            self.leader_epoch_cache.flush_if_dirty()
             self.recovery_point = max(self.recovery_point, upto)
             self.unflushed_messages = 0
             self.last_flush_ms = self.clock()
@@ -722,6 +725,7 @@ class Log:
             for seg in self._segments:
                 seg.flush()
                 seg.close()
+            self.leader_epoch_cache.flush_if_dirty()
             self.recovery_point = self._log_end_offset
             self.producer_state.map_end_offset = self._log_end_offset
             self.producer_state.take_snapshot()

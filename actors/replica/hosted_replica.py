@@ -66,7 +66,8 @@ class HostedReplica:
                  fetchers: ReplicaFetcherManager, recovery_point: int = 0,
                  log_start_offset: int = 0, high_watermark: int | None = None,
                  clean_shutdown: bool = False, topic_id: str | None = None,
-                 failure_channel: LogDirFailureChannel | None = None):
+                 failure_channel: LogDirFailureChannel | None = None,
+                 flush_soon: Callable[[Callable[[], None]], None] | None = None):
         self.namespace = namespace
         self.broker_id = broker_id
         self.broker_log_config = dict(broker_log_config)
@@ -75,7 +76,7 @@ class HostedReplica:
         directory = Path(log_dir)
         # partition.metadata (KIP-516). A stray log (of a deleted topic of the same name) is
         # deleted first, and the broker's checkpoints of it no longer apply. The host writes
-        # the file soon after (``ReplicaHostActor._flush_metadata_soon``), or ``stop`` does.
+        # the file soon after (``ReplicaHostActor._flush_soon``), or ``stop`` does.
         self.metadata_file = PartitionMetadataFile(directory)
         if topic_id is not None and claim(self.metadata_file, topic_id):
             recovery_point, log_start_offset, high_watermark = 0, 0, None
@@ -85,6 +86,12 @@ class HostedReplica:
                             high_watermark=high_watermark,
                             clean_shutdown=clean_shutdown or not any(directory.glob("*.log")),
                             failure_channel=failure_channel)
+        if flush_soon is not None:
+            # A new epoch's checkpoint is written by the host's worker thread, not with an
+            # fsync on the event loop per new leader (``storage.epoch``). ``flush_soon`` may
+            # be called from any thread.
+            self.log.leader_epoch_cache.on_dirty = \
+                lambda _cache: flush_soon(self.flush_leader_epochs)
         # The host's config, purgatories (and their one timer) serve every hosted replica.
         self.replica = PartitionReplica(topic, partition, broker_id, self.log, clock=wall_ms,
                                         config=config, purgatories=purgatories)
@@ -130,6 +137,15 @@ class HostedReplica:
             self.log.dir.rename(doomed)
             await asyncio.to_thread(shutil.rmtree, doomed, True)
         return state
+
+    def flush_leader_epochs(self) -> None:
+        """Write the leader-epoch checkpoint if it lags (in a worker thread); a failed write
+        takes the log directory offline."""
+        try:
+            self.log.leader_epoch_cache.flush_if_dirty()
+        except OSError as e:
+            self.log_dir_failed(f"Error while writing the leader epoch checkpoint of "
+                                f"{self.log.dir}: {e}")
 
     def flush_metadata(self) -> None:
         """Write partition.metadata if its topic id is not written yet (in a worker thread);

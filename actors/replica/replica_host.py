@@ -23,6 +23,7 @@ import collections
 import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 import ray
 
@@ -83,10 +84,9 @@ class ReplicaHostActor:
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
         self._freeze_pending = False
-        # Opened replicas whose partition.metadata is still to be written, and the task
-        # writing them (``_flush_metadata_soon``).
-        self._metadata_to_flush: list[HostedReplica] = []
-        self._metadata_flusher: asyncio.Task | None = None
+        # Files to write soon, off the event loop (``_flush_soon``), and the task writing them.
+        self._to_flush: list[Callable[[], None]] = []
+        self._flusher: asyncio.Task | None = None
         self.verifier = TxnVerifier(namespace, broker_id)
         self._group_coordinator = None   # this broker's, for markers on __consumer_offsets
         # Where follower hosts fetch from, and producers and consumers send their requests
@@ -118,7 +118,9 @@ class ReplicaHostActor:
                                  topic_config, self.broker_log_config, self.config,
                                  self.purgatories, self.fetchers, recovery_point,
                                  log_start_offset, high_watermark, clean_shutdown, topic_id,
-                                 failure_channel=self.log_dir_failures)
+                                 failure_channel=self.log_dir_failures,
+                                 flush_soon=lambda write: self._loop.call_soon_threadsafe(
+                                     self._flush_soon, write))
         except OSError as e:
             message = f"Error while opening {topic}-{partition} in dir {parent}: {e}"
             self.log_dir_failures.mark_offline(parent, message)
@@ -143,29 +145,30 @@ class ReplicaHostActor:
                 log.info("replica host %s: log dir failure reported (%r)", self.name, e)
             await asyncio.sleep(1.0)
 
-    def _flush_metadata_soon(self, replica: HostedReplica) -> None:
-        """Write the new replicas' partition.metadata in a worker thread, many at a time,
-        off the path that opens them (Kafka's scheduled "flush-metadata-file")."""
-        self._metadata_to_flush.append(replica)
-        if self._metadata_flusher is None:
-            self._metadata_flusher = self._loop.create_task(self._flush_metadata())
+    def _flush_soon(self, write: Callable[[], None]) -> None:
+        """Run ``write`` in a worker thread soon, with the others asked for meanwhile:
+        new replicas' partition.metadata and new leaders' epoch checkpoints, thousands at
+        once when a topic is created (Kafka's scheduled "flush-metadata-file"; see
+        ``storage.epoch`` for the checkpoints). Each ``write`` handles its own I/O errors."""
+        self._to_flush.append(write)
+        if self._flusher is None:
+            self._flusher = self._loop.create_task(self._flush())
 
-    async def _flush_metadata(self) -> None:
+    async def _flush(self) -> None:
         try:
-            while self._metadata_to_flush:
-                batch, self._metadata_to_flush = self._metadata_to_flush, []
-                await asyncio.to_thread(self._flush_metadata_files, batch)
+            while self._to_flush:
+                batch, self._to_flush = self._to_flush, []
+                await asyncio.to_thread(self._run_writes, batch)
         finally:
-            self._metadata_flusher = None
+            self._flusher = None
 
     @staticmethod
-    def _flush_metadata_files(replicas: list[HostedReplica]) -> None:
-        for replica in replicas:
+    def _run_writes(writes: list[Callable[[], None]]) -> None:
+        for write in writes:
             try:
-                replica.flush_metadata()
+                write()
             except Exception:   # noqa: BLE001 - the others are still written
-                log.exception("replica host: writing %s failed",
-                              replica.metadata_file.directory)
+                log.exception("replica host: a background write failed")
 
     def _freeze_soon(self) -> None:
         """Freeze the logs' indexes out of the GC's reach once a burst of opens is over (one
@@ -224,7 +227,7 @@ class ReplicaHostActor:
                 self.cores[tp] = outcome.replica
                 opening.set_result(None)
                 if outcome.metadata_file.dirty:
-                    self._flush_metadata_soon(outcome)
+                    self._flush_soon(outcome.flush_metadata)
         if todo:
             self._freeze_soon()
         if waits:   # opened by another call meanwhile: its failures are this one's too

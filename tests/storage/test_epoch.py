@@ -89,3 +89,64 @@ def test_seed_001_last_offset_for_a_follower_in_epoch_1(tmp_path):
     is 1 is told LastOffset = 80 and truncates there if its LEO is larger."""
     leader = cache(tmp_path, (1, 20), (2, 80), (3, 120))
     assert leader.end_offset_for(1, log_end_offset=150) == (1, 80)
+
+
+# ---- who writes the checkpoint ---------------------------------------------------------------
+# A replica host takes the write of a new epoch (``on_dirty``): thousands of partitions
+# becoming leaders at once are not thousands of fsyncs on its event loop.
+
+def test_a_new_epoch_whose_write_is_taken_is_written_when_flushed(tmp_path):
+    c = cache(tmp_path, (0, 0))
+    taken = []
+    c.on_dirty = taken.append
+    c.assign(1, 10)
+    assert taken == [c] and c.dirty
+    assert cache(tmp_path).epoch_entries() == [(0, 0)]       # not written yet
+    c.flush_if_dirty()
+    assert not c.dirty
+    assert cache(tmp_path).epoch_entries() == [(0, 0), (1, 10)]
+    c.assign(1, 12)                                          # no change: nothing to write
+    assert taken == [c] and not c.dirty
+
+
+def test_a_truncation_writes_at_once_with_a_pending_epoch(tmp_path):
+    c = cache(tmp_path, (0, 0))
+    c.on_dirty = lambda _c: None
+    c.assign(1, 10)
+    c.assign(2, 20)
+    c.truncate_from_end(15)                                  # written now, (1, 10) with it
+    assert not c.dirty
+    assert cache(tmp_path).epoch_entries() == [(0, 0), (1, 10)]
+
+
+def test_the_log_writes_a_pending_epoch_before_its_recovery_point_passes_it(tmp_path, clock):
+    """Recovery re-reads only the batches after the recovery point: an epoch's entry must
+    be on disk before the point moves past its start."""
+    from storage import Log
+    from tests.storage.conftest import batch
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    log.leader_epoch_cache.on_dirty = lambda _c: None
+    log.leader_epoch_cache.assign(4, 0)                      # became leader, epoch 4
+    log.append_as_leader(batch(5), 4)
+    assert cache(tmp_path / "t-0").epoch_entries() == []
+    log.flush()
+    assert log.recovery_point == 5
+    assert cache(tmp_path / "t-0").epoch_entries() == [(4, 0)]
+    log.leader_epoch_cache.assign(5, 5)
+    log.close()                                              # and when it closes
+    assert cache(tmp_path / "t-0").epoch_entries() == [(4, 0), (5, 5)]
+
+
+def test_a_crash_before_the_write_loses_no_epoch_of_a_record(tmp_path, clock):
+    """As in Kafka: a log reopened after a crash recovers from its recovery point and
+    assigns the epochs of the batches it re-reads."""
+    from storage import Log
+    from tests.storage.conftest import batch
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    log.leader_epoch_cache.on_dirty = lambda _c: None
+    log.leader_epoch_cache.assign(4, 0)
+    log.append_as_leader(batch(5), 4)
+    # No flush, no close: the process died with the checkpoint unwritten.
+    again = Log.open(tmp_path / "t-0", clock=clock)
+    assert again.log_end_offset == 5
+    assert again.leader_epoch_cache.epoch_entries() == [(4, 0)]

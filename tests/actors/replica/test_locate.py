@@ -67,6 +67,19 @@ def test_many_followers_locate_their_leaders_in_one_call_per_broker(ray_session)
     ray.kill(host)
 
 
+def _dead(actor) -> None:
+    """Wait until calls to ``actor`` fail (ray.kill returns before the actor is gone)."""
+    import time
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.recorded.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed broker still answers after 30 s")
+
+
 def _named_again(host, namespace: str):
     """A broker started again under the name (free once Ray has buried the old one)."""
     import time
@@ -94,6 +107,7 @@ def test_a_broker_that_died_is_looked_up_afresh(ray_session):
 
     assert asyncio.run(locate()).partition == 0
     ray.kill(first)
+    _dead(first)
     with pytest.raises(UnknownTopicOrPartitionError):
         asyncio.run(locate())            # its old handle fails: absent, handle dropped
     second = _named_again(host, namespace)
