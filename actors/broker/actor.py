@@ -33,6 +33,7 @@ from actors.group_coordinator.actor import GroupCoordinatorActor
 from protocols.java_hash import coordinator_partition_for
 from actors.gcs import create_named, gcs_backlog
 from actors.names import broker_name, coordinator_name, namespace_for, txn_coordinator_name
+from actors.process import raise_open_files_limit
 from actors.timer.actor import keep_scheduled, node_timer
 from protocols.errors import (BrokerNotAvailableError, CoordinatorNotAvailableError,
                               InvalidRequestError, KafkaError, StaleControllerEpochError,
@@ -62,6 +63,7 @@ class BrokerActor:
         self.cfg = ClusterConfig.parse(config)
         self.dir = Path(self.data_dir) / f"broker-{broker_id}"
         self.dir.mkdir(parents=True, exist_ok=True)
+        raise_open_files_limit()   # one per client connection, and its replica hosts' files
         self.incarnation = uuid.uuid4().hex
         marker = self.dir / CLEAN_SHUTDOWN_FILE
         # The broker's decisions on what the controller sends (actors.broker.state).

@@ -29,7 +29,8 @@ import ray
 
 from actors.gcs import lookup
 from actors.names import broker_name, coordinator_name
-from actors.process import freeze_startup_objects, keep_freed_memory
+from actors.process import (freeze_startup_objects, keep_freed_memory,
+                             raise_open_files_limit)
 from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH,
                                     API_PRODUCE,
                                     ReplicationListener)
@@ -103,6 +104,7 @@ class ReplicaHostActor:
         self.log_dir_failures = LogDirFailureChannel(self._log_dir_offline)
         self._reporting: asyncio.Task | None = None
         keep_freed_memory()
+        raise_open_files_limit()
         freeze_startup_objects()
 
     # ---- the broker's calls ----------------------------------------------------------------
