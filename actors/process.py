@@ -49,11 +49,12 @@ def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> tuple[int, int]:
     directory offline (EMFILE). Returns the (soft, hard) limits now in force."""
     import os
     import resource
+    from pathlib import Path
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and hard != resource.RLIM_INFINITY:
+    if os.geteuid() == 0 and hard != resource.RLIM_INFINITY:
         try:
-            nr_open = int(open("/proc/sys/fs/nr_open").read())
+            nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
         except (OSError, ValueError):
             nr_open = hard
         target = max(hard, min(wanted, nr_open))
