@@ -12,7 +12,8 @@ backoff), and the leader's host answers with ``fetch_many`` and its ``FetchSessi
 network (``tests.sim.network``): fetches (long polls included) and their answers,
 OffsetsForLeaderEpoch, AlterPartition, heartbeats, the reports of failed replicas, and the
 controller's LeaderAndIsr / UpdateMetadata. Links have latency and jitter (answers overtake
-each other), and the fault schedule cuts links (a broker can lose the controller and be
+each other; a host's requests to one leader keep their order, as on one TCP connection),
+and the fault schedule cuts links (a broker can lose the controller and be
 fenced while it still believes it leads), slows links (slow followers), crashes brokers (the
 process dies: what was written to its files survives, nothing else) and restarts them, stops
 them with a controlled shutdown (``ControlledShutdown``'s retries against the controller's
@@ -532,7 +533,12 @@ class Simulation:
                 kind = "epochs"
                 self.stats["OffsetsForLeaderEpoch requests"] += 1
             host.in_flight[leader_id] = (request, now + REQUEST_TIMEOUT_MS)
-            self.net.send(broker.id, leader_id, kind, (request, host.life))
+            # One connection per fetcher host and leader, kept across timeouts
+            # (fetcher_manager._FetcherTask): the leader reads its requests in order. A
+            # later start of the host has its own, so a dead start's fetch may still come
+            # late (the replica epoch refuses it).
+            self.net.send(broker.id, leader_id, kind, (request, host.life),
+                          order_key=(broker.id, host.life, leader_id))
 
     def consume(self, p: int) -> None:
         """A consumer's fetch, as a consumer sends it: one FetchManyRequest to the leader's

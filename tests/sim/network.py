@@ -3,7 +3,9 @@
 Every message between two endpoints (brokers, the controller, a replaced controller) travels
 a directed link with its own latency. Broker-to-broker links add random jitter, so answers
 overtake each other; controller links are FIFO, as Kafka's controller channel is (one queue
-per broker). A link can be cut (what is on it or sent over it is lost) or made slow (a slow
+per broker), and so are the messages a sender names one connection for (``order_key``): a
+follower host's requests to a leader ride one TCP connection of the hosts' channel, and the
+leader's host starts serving them in the order they were sent. A link can be cut (what is on it or sent over it is lost) or made slow (a slow
 follower), and healed. Messages are delivered in order of arrival time; the simulator's clock
 jumps to each arrival.
 """
@@ -54,6 +56,8 @@ class Network:
         self._fifo = fifo
         self.links: dict[tuple[Endpoint, Endpoint], Link] = {}
         self.queue: list[Message] = []
+        # The last arrival on each connection named by an ``order_key``.
+        self._connections: dict[Hashable, int] = {}
         self._seq = 0
         self.sent = self.lost = 0
 
@@ -66,8 +70,11 @@ class Network:
         return link
 
     def send(self, src: Endpoint, dst: Endpoint, kind: str, payload: Any,
-             dst_life: int | None = None, delay_ms: int = 0) -> None:
-        """``delay_ms``: the sender holds the message that long first (a backoff)."""
+             dst_life: int | None = None, delay_ms: int = 0,
+             order_key: Hashable | None = None) -> None:
+        """``delay_ms``: the sender holds the message that long first (a backoff).
+        ``order_key``: the connection it travels on; it arrives after every message sent
+        earlier on that connection (a retry after a timeout follows the late original)."""
         self.sent += 1
         link = self.link(src, dst)
         self._seq += 1
@@ -80,6 +87,9 @@ class Network:
         if link.fifo:
             arrival = max(arrival, link.last_arrival_ms)
             link.last_arrival_ms = arrival
+        if order_key is not None:
+            arrival = max(arrival, self._connections.get(order_key, 0))
+            self._connections[order_key] = arrival
         heapq.heappush(self.queue, Message(arrival, self._seq, src, dst, kind, payload,
                                            dst_life))
 

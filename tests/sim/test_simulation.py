@@ -62,3 +62,12 @@ def test_the_simulator_finds_loss_without_leader_epochs():
         except InvariantViolation:
             return
     pytest.fail("no seed in 0..2999 broke an invariant with leader epochs switched off")
+
+
+def test_seed_8101472_a_retried_fetch_arrives_after_the_one_that_timed_out():
+    """A fetch held up on a slow link times out; its retry and the late original reach the
+    leader on one connection, in the order they were sent (``fetch_many`` runs as a frame
+    is read). Delivered the other way round, the original would set the follower's position
+    back after its partition was parked in the retry's session, leaving the HW one short of
+    the log end for good."""
+    Simulation(8101472).run()
