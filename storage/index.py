@@ -1,4 +1,4 @@
-"""Kafka's sparse segment indexes, memory-mapped.
+"""Kafka's sparse segment indexes, memory-mapped (``storage.mapped``: no descriptor held).
 
 ``.index``: 8-byte entries (relativeOffset u32, position u32), offsets strictly increasing.
 ``.timeindex``: 12-byte entries (timestamp i64, relativeOffset u32), timestamps increasing.
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from protocols.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from storage.mapped import MappedFile
 
 U32_MAX = 2**32 - 1
 PAGE = mmap.PAGESIZE
@@ -59,7 +60,7 @@ class _Index:
             else:
                 self.entries = os.fstat(fd).st_size // self.entry_size
             self._length = os.fstat(fd).st_size
-            self._mmap = self._map(fd, self._length)
+            self._map(fd, self._length)
         finally:
             os.close(fd)
         # Bytes from the start known to be backed by disk: the pages holding entries.
@@ -69,22 +70,24 @@ class _Index:
     def _round(self, size: int) -> int:
         return size - size % self.entry_size
 
-    def _map(self, fd: int, length: int):
-        if length == 0:
-            return None  # mmap cannot map an empty file
-        access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-        return mmap.mmap(fd, length, access=access)
+    def _map(self, fd: int, length: int) -> None:
+        # ``_pages``: the mapped bytes, None for an empty file (which cannot be mapped).
+        self._mapping = MappedFile(fd, length, self.writable) if length else None
+        self._pages = None if self._mapping is None else self._mapping.buffer
+
+    def _unmap(self) -> None:
+        if self._mapping is not None:
+            self._mapping.close()
+        self._mapping = self._pages = None
 
     def _remap(self, length: int) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+        self._unmap()
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.ftruncate(fd, length)
             self._length = length
             self._backed = min(self._backed, length)
-            self._mmap = self._map(fd, length)
+            self._map(fd, length)
         finally:
             os.close(fd)
 
@@ -119,7 +122,7 @@ class _Index:
         return self.entries >= self.max_entries
 
     def _raw(self, n: int) -> tuple[int, ...]:
-        return self._entry.unpack_from(self._mmap, n * self.entry_size)
+        return self._entry.unpack_from(self._pages, n * self.entry_size)
 
     def _key(self, n: int) -> int:
         return self._raw(n)[0]  # the offset or the timestamp: both lead their entry
@@ -163,8 +166,8 @@ class _Index:
         self.resize(self.entries * self.entry_size)
 
     def flush(self) -> None:
-        if self._mmap is not None and self.writable:
-            self._mmap.flush()
+        if self._mapping is not None and self.writable:
+            self._mapping.flush()
 
     def close(self) -> None:
         if self._closed:
@@ -175,9 +178,7 @@ class _Index:
 
     def close_handler(self) -> None:
         self._closed = True
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+        self._unmap()
 
     def rename_to(self, new_path: Path) -> None:
         os.replace(self.path, new_path)
@@ -220,7 +221,7 @@ class OffsetIndex(_Index):
             raise KafkaStorageError(f"Attempt to append to a full index (size = "
                                     f"{self.entries}) {self.path}")
         self._back(self.entries)
-        self._entry.pack_into(self._mmap, self.entries * 8, self._relative(offset), position)
+        self._entry.pack_into(self._pages, self.entries * 8, self._relative(offset), position)
         self.entries += 1
 
     def lookup(self, target_offset: int) -> OffsetPosition:
@@ -302,7 +303,7 @@ class TimeIndex(_Index):
             if self.entries >= self.max_entries:
                 return  # no room even for the final entry (the file was trimmed)
             self._back(self.entries)
-            self._entry.pack_into(self._mmap, self.entries * 12, timestamp,
+            self._entry.pack_into(self._pages, self.entries * 12, timestamp,
                                   self._relative(offset))
             self.entries += 1
 
