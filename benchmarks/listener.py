@@ -262,9 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-peer", action="store_true", help="measure rafka only")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="rafka's cluster config, as `rafka server start --override` "
-                             "takes it (e.g. num.replica.hosts=2: three files per replica "
-                             "held open, so 30,000 replicas on three brokers need two hosts "
-                             "each under a 20,000 open-files limit)")
+                             "takes it (e.g. num.replica.hosts=2)")
     args = parser.parse_args(argv)
     table = realistic_stream(args.realistic_records)
     realistic = records_of(table)

@@ -7,6 +7,13 @@ is trimmed to its entries when the segment rolls or closes, so on reopen an exis
 length tells how many entries it has. Lookups are binary searches for the largest entry at or
 below the target.
 
+A new index's file is made when its segment first takes records (``ensure_on_disk``), as
+Kafka's LazyIndex is loaded, and its file made, by the first append's roll check: a new
+partition costs a directory and its ``.log``, not three files (creating a file is most of
+what opening a replica costs, and a topic of thousands of partitions opens thousands at
+once). So an empty segment may have no index files; the log loader knows that
+(``storage.log_loader``).
+
 The preallocated file is sparse (a 10 MiB index per segment would otherwise take 10 MiB of
 disk each). Storing into an unbacked page of the map on a full filesystem is not an error
 Python can catch: the kernel sends SIGBUS and the process dies. So each page is allocated
@@ -49,17 +56,20 @@ class _Index:
         self.writable = writable
         self.max_index_size = max_index_size
         self._closed = False
-        new = not self.path.exists()
-        if new and not writable:
-            raise FileNotFoundError(self.path)
-        fd = os.open(self.path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
+        self._mapping = self._pages = None
+        # Whether the file exists: a new index's is made when needed (module doc).
+        self.on_disk = self.path.exists()
+        if not self.on_disk:
+            if not writable:
+                raise FileNotFoundError(self.path)
+            self.entries = 0
+            self._length = self._round(max_index_size)   # what the file will be made with
+            self._backed = 0
+            return
+        fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
         try:
-            if new:
-                os.ftruncate(fd, self._round(max_index_size))
-                self.entries = 0
-            else:
-                self.entries = os.fstat(fd).st_size // self.entry_size
             self._length = os.fstat(fd).st_size
+            self.entries = self._length // self.entry_size
             self._map(fd, self._length)
         finally:
             os.close(fd)
@@ -80,7 +90,24 @@ class _Index:
             self._mapping.close()
         self._mapping = self._pages = None
 
+    def ensure_on_disk(self) -> None:
+        """Make the file of a new index (preallocated, mapped) if not yet."""
+        if not self.on_disk:
+            self._create()
+
+    def _create(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, self._length)
+            self._map(fd, self._length)
+        finally:
+            os.close(fd)
+        self.on_disk = True
+
     def _remap(self, length: int) -> None:
+        if not self.on_disk:
+            self._length = length
+            return
         self._unmap()
         fd = os.open(self.path, os.O_RDWR)
         try:
@@ -96,6 +123,7 @@ class _Index:
         end = (n + 1) * self.entry_size
         if end <= self._backed:
             return
+        self.ensure_on_disk()
         start = self._backed
         length = min(-(-end // PAGE) * PAGE, self._length) - start
         fd = os.open(self.path, os.O_RDWR)
@@ -181,12 +209,14 @@ class _Index:
         self._unmap()
 
     def rename_to(self, new_path: Path) -> None:
-        os.replace(self.path, new_path)
+        if self.on_disk:
+            os.replace(self.path, new_path)
         self.path = Path(new_path)
 
     def delete(self) -> None:
         self.close_handler()
         self.path.unlink(missing_ok=True)
+        self.on_disk = False
 
     def __enter__(self):
         return self

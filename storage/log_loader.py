@@ -122,7 +122,9 @@ class LogLoader:
             index_missing = not segment_file(self.dir, base, INDEX_SUFFIX).exists()
             time_missing = not segment_file(self.dir, base, TIME_INDEX_SUFFIX).exists()
             segment = self.new_segment(base, "")
-            needs_rebuild = index_missing or time_missing
+            # Index files are made when the segment first takes records (storage.index):
+            # an empty segment's missing indexes are empty, not lost.
+            needs_rebuild = (index_missing or time_missing) and segment.size > 0
             if not needs_rebuild:
                 try:
                     segment.sanity_check(largest_timestamp=base < recovered_from)

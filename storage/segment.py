@@ -154,6 +154,9 @@ class LogSegment:
         more than index.interval.bytes were appended since the last entry."""
         if not batches:
             return
+        if not self.offset_index.on_disk or not self.time_index.on_disk:
+            self.offset_index.ensure_on_disk()   # the first records: the index files too
+            self.time_index.ensure_on_disk()
         position = start_size = self.log.size
         rolling_before = self._rolling_based_timestamp
         if position == 0:
@@ -434,10 +437,11 @@ class LogSegment:
         self.txn_index.flush()
 
     def files(self) -> list[Path]:
-        """The segment's files (with a ``.txnindex`` only when one was made: on the first
-        aborted transaction)."""
+        """The segment's files: its indexes once it took records, a ``.txnindex`` only
+        on the first aborted transaction."""
         txn = [self.txn_index.path] if self.txn_index.path.exists() else []
-        return [self.log.path, self.offset_index.path, self.time_index.path, *txn]
+        return [self.log.path, *(index.path for index in (self.offset_index, self.time_index)
+                                 if index.on_disk), *txn]
 
     def change_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the segment's files, e.g. "" -> ".deleted" or ".swap" -> ""."""

@@ -49,6 +49,37 @@ def test_partition_directory_holds_20_digit_segment_files(tmp_path, clock):
     assert os.path.getsize(log.dir / "00000000000000000000.timeindex") == 10485756
 
 
+def test_a_new_partition_holds_its_log_alone_until_records_arrive(tmp_path, clock, caplog):
+    """Kafka's LazyIndex: a segment's index files are made by its first append, so a
+    topic of thousands of partitions opens a .log each, not three files each. Closed and
+    opened again empty, the log finds nothing to rebuild."""
+    log = open_log(tmp_path, clock)
+    assert listing(log.dir) == ["00000000000000000000.log"]
+    log.close()
+    log = open_log(tmp_path, clock)
+    assert not [name for name in listing(log.dir) if "index" in name]
+    log.append_as_leader(batch(2), 0)
+    assert {"00000000000000000000.index", "00000000000000000000.timeindex"} <= set(
+        listing(log.dir))
+    assert offsets(log.read(0, 1 << 20)) == [0, 1]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_rolled_segment_that_took_no_records_reopens_without_index_files(tmp_path, clock):
+    log = open_log(tmp_path, clock)
+    log.append_as_leader(batch(3), 0)
+    log.roll()
+    assert listing(log.dir).count("00000000000000000003.log") == 1
+    assert "00000000000000000003.index" not in listing(log.dir)
+    log.close()
+    log = open_log(tmp_path, clock)
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    assert log.log_end_offset == 3
+    log.append_as_leader(batch(1), 0)
+    assert offsets(log.read(3, 1 << 20)) == [3]
+    assert "00000000000000000003.index" in listing(log.dir)
+
+
 def test_the_producers_buffer_is_not_modified(tmp_path, clock):
     log = open_log(tmp_path, clock)
     log.append_as_leader(batch(1), 0)
