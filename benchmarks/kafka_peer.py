@@ -11,6 +11,7 @@ figures are taken with the ``confluent-kafka`` Python client (librdkafka) and wi
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 import shutil
@@ -73,12 +74,50 @@ class JavaTools:
         self.lib = classpath()
         (root / "log4j2.yaml").write_text(LOG4J2)
 
-    def java_cmd(self, main: str, *args: str) -> list[str]:
+    def java_cmd(self, main: str, *args: str, classes: Path | None = None) -> list[str]:
         java = shutil.which("java")
         if java is None:
             raise PeerUnavailable(f"{WHO}: java is not on PATH")
-        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-cp", f"{self.lib}/*",
+        cp = f"{self.lib}/*" + (f"{os.pathsep}{classes}" if classes is not None else "")
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-cp", cp,
                 f"-Dlog4j2.configurationFile={self.root / 'log4j2.yaml'}", main, *args]
+
+    def compiled(self, source: Path) -> Path:
+        """Our own Java program (``benchmarks/java``) compiled against Kafka's client jars,
+        once per version of its source: the directory holding its classes."""
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        out = CACHE / "classes" / f"{source.stem}-{digest}"
+        if not (out / f"{source.stem}.class").exists():
+            javac = shutil.which("javac")
+            if javac is None:
+                raise PeerUnavailable(f"{WHO}: javac is not on PATH")
+            tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+            tmp.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run([javac, "-cp", f"{self.lib}/*", "-d", str(tmp), str(source)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise PeerUnavailable(f"javac {source.name}: {done.stderr[-400:]}")
+            tmp.replace(out)
+        return out
+
+    def end_to_end(self, bootstrap_servers: str, topic: str, rate: int, seconds: float,
+                   warmup: float, size: int, acks: str = "all") -> dict[str, float]:
+        """``benchmarks/java/EndToEnd.java``: Kafka's Java producer at ``rate`` records/s
+        and its consumer in one JVM; the delays' ``p50``, ``p99``, ``p99.9`` (ms) and how
+        many ``records`` were measured."""
+        source = Path(__file__).resolve().parent / "java" / "EndToEnd.java"
+        proc = subprocess.Popen(self.java_cmd(
+            "EndToEnd", bootstrap_servers, topic, str(rate), str(seconds), str(warmup),
+            str(size), acks, classes=self.compiled(source)),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        out = output(WHO, "EndToEnd", proc, warmup + seconds + 180)
+        found = re.search(r"^records (\d+) p50 ([\d.]+) p99 ([\d.]+) p99\.9 ([\d.]+)", out,
+                          re.M)
+        if not found:
+            raise PeerUnavailable(f"EndToEnd: no summary: {out[-400:]}")
+        records, p50, p99, p999 = found.groups()
+        return {"records": int(records), "p50": float(p50), "p99": float(p99),
+                "p99.9": float(p999)}
 
     def java(self, main: str, *args: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(self.java_cmd(main, *args), **kwargs)

@@ -18,6 +18,9 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
 - end-to-end delay at ``--e2e-rate`` records/s (10,000), acks=all, RF=3, confluent-kafka at
   both ends with its defaults, producer and consumer each in a process of their own:
   p50, p99 and p99.9 from ``produce()`` to the consumer's ``poll()``, after 2 s of warm-up;
+  and the same with Kafka's Java clients (``benchmarks/java/EndToEnd.java``, compiled once
+  against Kafka's client jars: producer and consumer in one JVM, the delay from ``send()``
+  to ``poll()`` on one clock), in the "java" group;
 - ``--scale-partitions`` partitions at RF=3 (3,334: 10,002 replicas; a comma-separated list
   measures each size in turn, e.g. ``3334,10000`` for 30,000 replicas too, stopping below
   3 GiB of available memory): CreateTopics answered, and every leader answering
@@ -192,6 +195,17 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
                         for _ in range(r)])
         out.add("Java ConsumerPerformance fetch rate", value, "rate",
                 f" ({value * mb / n:.2f} MB/sec)")
+        e2e = topic("e2e-java", 3)
+        runs = [tools.end_to_end(bootstrap_servers, e2e, args.e2e_rate, args.e2e_seconds,
+                                 2.0, len(VALUE)) for _ in range(r)]
+        for run in runs:
+            if run["records"] < args.e2e_rate * args.e2e_seconds * 0.9:
+                raise PeerUnavailable(f"{server}: Java end-to-end consumer read "
+                                      f"{run['records']:,} of "
+                                      f"{args.e2e_rate * args.e2e_seconds:,.0f} records")
+        label = f"end-to-end at {args.e2e_rate:,}/s acks=all RF=3 Java clients"
+        for name in ("p50", "p99", "p99.9"):
+            out.add(f"{label} {name}", median([x[name] for x in runs]), "ms")
 
     for partitions in (args.scale_partitions if "scale" in rows else []):
         # Sizes grow stepwise; a step is not started below the floor, and one that brings

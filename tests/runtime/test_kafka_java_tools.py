@@ -186,6 +186,19 @@ def test_kafka_producer_perf_test_writes_every_record(cluster, kafka):
     assert sum(ends.values()) == 20000
 
 
+def test_the_java_end_to_end_benchmark_reads_every_record_it_measures(cluster, kafka,
+                                                                     tmp_path):
+    """``benchmarks/java/EndToEnd.java`` (listener.py's Java end-to-end row), compiled
+    against Kafka's client jars: at 2,000 records/s for 1 s after 1 s of warm-up, acks=all,
+    its consumer reads each of the 2,000 measured records."""
+    from benchmarks.kafka_peer import JavaTools
+    cluster.admin().create_topics([rafka.NewTopic("e2e-j", 3, 3)])
+    tools = JavaTools(tmp_path, heap="256m")
+    figures = tools.end_to_end(cluster.bootstrap_servers, "e2e-j", 2_000, 1.0, 1.0, 100)
+    assert figures["records"] == 2_000
+    assert 0 < figures["p50"] <= figures["p99"] <= figures["p99.9"]
+
+
 def test_java_transactions_read_committed_console_consumer_and_kafka_transactions(
         cluster, kafka):
     """kafka-producer-perf-test with a transactional id (Kafka's Java transactional
