@@ -11,7 +11,10 @@ right after.
 Python's map raises if it is used after it was closed; an unmapped page read here would kill
 the process. So the pages are unmapped only when the last reference to the buffer goes (a
 finalizer): ``close`` drops this object's, and a reader in another thread still inside
-``struct.unpack_from`` keeps the pages until it returns.
+``struct.unpack_from`` keeps the pages until it returns. The finalizer does not run at
+interpreter exit (a thread may still be reading then; the kernel unmaps at process exit).
+A read-only map is a private one under a read-only view: a write that got past the view
+would change this process's copy, never fault.
 """
 from __future__ import annotations
 
@@ -44,15 +47,15 @@ class MappedFile:
     def __init__(self, fd: int, length: int, writable: bool):
         if length <= 0:
             raise ValueError("cannot map an empty file")
-        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        address = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, 0)
+        address = _libc.mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE,
+                             mmap.MAP_SHARED if writable else mmap.MAP_PRIVATE, fd, 0)
         if address in (None, _MAP_FAILED):
             errno = ctypes.get_errno()
             raise OSError(errno, f"mmap: {os.strerror(errno)}")
         self.address = address
         self.length = length
         pages = (ctypes.c_char * length).from_address(address)
-        weakref.finalize(pages, _unmap, address, length)
+        weakref.finalize(pages, _unmap, address, length).atexit = False
         view = memoryview(pages).cast("B")
         self.buffer: memoryview | None = view if writable else view.toreadonly()
 

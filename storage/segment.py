@@ -154,9 +154,7 @@ class LogSegment:
         more than index.interval.bytes were appended since the last entry."""
         if not batches:
             return
-        if not self.offset_index.on_disk or not self.time_index.on_disk:
-            self.offset_index.ensure_on_disk()   # the first records: the index files too
-            self.time_index.ensure_on_disk()
+        self._ensure_index_files()   # the first records: the index files too
         position = start_size = self.log.size
         rolling_before = self._rolling_based_timestamp
         if position == 0:
@@ -185,6 +183,11 @@ class LogSegment:
             self._rolling_based_timestamp = rolling_before
             self._undo_append(offsets_before, times_before, state_before)
             raise
+
+    def _ensure_index_files(self) -> None:
+        if not self.offset_index.on_disk or not self.time_index.on_disk:
+            self.offset_index.ensure_on_disk()
+            self.time_index.ensure_on_disk()
 
     def _undo_append(self, offset_entries: int, time_entries: int, state) -> None:
         if self.offset_index.entries > offset_entries:
@@ -354,6 +357,10 @@ class LogSegment:
         self.txn_index.truncate_to(expected_min[0])
         self.time_index.maybe_append(self._max_timestamp_so_far,
                                      self._offset_of_max_timestamp_so_far, skip_full_check=True)
+        if self.log.size:
+            # Records and no index file (lost, or a small segment's entries all in memory):
+            # made now, or every later open would find it missing and recover again.
+            self._ensure_index_files()
         return truncated
 
     def truncate_to(self, offset: int) -> int:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +46,32 @@ def test_a_read_only_map_refuses_a_write_instead_of_faulting(tmp_path):
     assert mapped.buffer[0] == 1
     with pytest.raises(TypeError):
         struct.pack_into(">I", mapped.buffer, 0, 7)
+    # Past the view, the pages are the process's private copy: no fault, the file unchanged.
+    memoryview(mapped.buffer.obj).cast("B")[0] = 9
+    assert path.read_bytes()[0] == 1
+
+
+def test_a_thread_reading_a_map_while_the_interpreter_exits_does_not_fault(tmp_path):
+    """The finalizer does not unmap at exit under a reader (a daemon thread, an actor's
+    event loop thread): the process ends with its status, not SIGSEGV."""
+    path = tmp_path / "f"
+    path.write_bytes(bytes(1 << 20))
+    program = (
+        "import os, struct, threading\n"
+        "from storage.mapped import MappedFile\n"
+        f"fd = os.open({str(path)!r}, os.O_RDONLY)\n"
+        "m = MappedFile(fd, 1 << 20, writable=False)\n"
+        "os.close(fd)\n"
+        "buf = m.buffer\n"
+        "def read():\n"
+        "    while True:\n"
+        "        for i in range(0, 1 << 20, 4096):\n"
+        "            struct.unpack_from('>q', buf, i)\n"
+        "threading.Thread(target=read, daemon=True).start()\n")
+    root = Path(__file__).resolve().parents[2]
+    for _ in range(10):
+        done = subprocess.run([sys.executable, "-c", program], cwd=root, timeout=60)
+        assert done.returncode == 0
 
 
 def test_pages_stay_mapped_while_a_reader_holds_them_after_close(tmp_path):

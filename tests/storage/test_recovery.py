@@ -80,6 +80,19 @@ def test_a_missing_or_corrupt_index_is_rebuilt(tmp_path, clock, damage):
     assert offsets(again.read(237, 1 << 20))[0] == 230
 
 
+def test_a_small_segments_lost_index_is_made_again_once(tmp_path, clock):
+    """Below index.interval.bytes the rebuilt index has no entry to store; its file is made
+    anyway, or every later open would find it missing and recover the segment again."""
+    log, one = fill(tmp_path / "t-0", clock, n=2, records=2)
+    log.close()
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    index.unlink()
+    for _ in range(2):
+        again = Log.open(tmp_path / "t-0", {}, clock=clock, clean_shutdown=True)
+        assert index.exists() and again.log_end_offset == 4
+        again.close()
+
+
 def test_leftover_deleted_files_are_removed_on_open(tmp_path, clock):
     log, one = fill(tmp_path / "t-0", clock, n=6, **{"retention.ms": 1})
     log.update_high_watermark(60)
