@@ -43,10 +43,11 @@ WANTED_OPEN_FILES = 1 << 20
 
 def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> tuple[int, int]:
     """Raise this process's limit of open files as far as it may: the soft limit to the
-    hard one, and, for root, both to ``wanted`` (within fs.nr_open). A replica keeps three
-    files open per replica (its active segment's log and the two indexes' mappings), so
-    the 20,000 of a typical default ran out at 6,600 replicas on one host and took its log
-    directory offline (EMFILE). Returns the (soft, hard) limits now in force."""
+    hard one, and, for root, both to ``wanted`` (within fs.nr_open). A replica host keeps
+    a file open per segment of each replica (its ``.log``; the indexes' maps hold none,
+    ``storage.mapped``) and a broker one per client connection: a host of 10,000 replicas
+    needs more than half of a typical default of 20,000, and running out (EMFILE) takes a
+    log directory offline. Returns the (soft, hard) limits now in force."""
     import os
     import resource
     from pathlib import Path

@@ -40,9 +40,9 @@ def _unmap(address: int, length: int) -> None:
 
 
 class MappedFile:
-    """``length`` bytes of the file open as ``fd``, shared with the file (writes reach the
-    page cache at once). ``buffer`` is what ``struct.pack_into``/``unpack_from`` take;
-    read-only maps give a read-only view, so a stray write raises instead of faulting."""
+    """``length`` bytes of the file open as ``fd``: a writable map is shared with the file
+    (writes reach the page cache at once), a read-only one is private under a read-only
+    view. ``buffer`` is what ``struct.pack_into``/``unpack_from`` take."""
 
     def __init__(self, fd: int, length: int, writable: bool):
         if length <= 0:

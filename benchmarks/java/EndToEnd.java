@@ -5,6 +5,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Properties;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -49,7 +50,7 @@ public class EndToEnd {
         long measuredFrom = (long) (rate * warmup);   // the first measured record's number
         long[] delays = new long[(int) (total - measuredFrom)];
         int[] count = {0};
-        long[] seen = {0};
+        AtomicLong seen = new AtomicLong();   // read by the main thread as it waits
         AtomicBoolean stop = new AtomicBoolean();
         Thread reader = new Thread(() -> {
             while (!stop.get()) {
@@ -57,7 +58,7 @@ public class EndToEnd {
                     long now = System.nanoTime();
                     ByteBuffer v = ByteBuffer.wrap(r.value());
                     long sent = v.getLong(0), number = v.getLong(8);
-                    seen[0]++;
+                    seen.incrementAndGet();
                     if (number >= measuredFrom && count[0] < delays.length)
                         delays[count[0]++] = now - sent;
                 }
@@ -81,7 +82,7 @@ public class EndToEnd {
         }
         producer.flush();
         long deadline = System.nanoTime() + 30_000_000_000L;
-        while (seen[0] < total && System.nanoTime() < deadline) Thread.sleep(10);
+        while (seen.get() < total && System.nanoTime() < deadline) Thread.sleep(10);
         stop.set(true);
         reader.join();
         producer.close();

@@ -1,7 +1,7 @@
 """What every actor process does at start: here, raising its limit of open files. A replica
-host keeps three files open per replica; at a typical default of 20,000, a host holding
-6,600 replicas (10,000 partitions at RF=3 on three brokers) ran out (EMFILE) and took its
-log directory offline."""
+host keeps a file open per segment of each replica (its ``.log``), and a broker one per
+client connection: a host of 10,000 replicas needs more than half of a typical default of
+20,000, and running out (EMFILE) takes a log directory offline."""
 from __future__ import annotations
 
 import os
