@@ -82,9 +82,42 @@ def _to_callable(name: str, value: Any) -> Any:
                              "expected a callable")
 
 
+class Password:
+    """A secret's value (Kafka's ``Password``): shown as ``[hidden]`` wherever the config is
+    printed, logged or described; ``.value`` is the secret."""
+    __slots__ = ("value",)
+    HIDDEN = "[hidden]"
+
+    def __init__(self, value: str):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return self.HIDDEN
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Password) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __reduce__(self):   # to a Ray actor, as itself
+        return (Password, (self.value,))
+
+
+def _to_password(name: str, value: Any) -> Password:
+    if isinstance(value, Password):
+        return value
+    if isinstance(value, str):
+        return Password(value)
+    raise InvalidConfigError(f"Invalid value for configuration {name}: expected a string "
+                             "(a password)")
+
+
 _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "int": _to_int, "long": _to_int, "double": _to_float, "boolean": _to_bool,
-    "string": _to_str, "list": _to_list, "callable": _to_callable,
+    "string": _to_str, "list": _to_list, "callable": _to_callable, "password": _to_password,
 }
 
 

@@ -86,6 +86,31 @@ def _addresses_if_unique(ray, brokers: Mapping[int, str]) -> dict[int, str]:
     return {b: by_node[node] for b, node in brokers.items()}
 
 
+# A secret in the cluster's settings keeps its type through Ray's KV store (where the
+# settings live to start brokers again, as Kafka's live in server.properties): a Password,
+# shown [hidden] wherever the settings are printed.
+_PASSWORD_EXT = 1
+
+
+def _pack_info(info: Mapping[str, Any]) -> bytes:
+    from protocols.config import Password
+
+    def ext(value):
+        if isinstance(value, Password):
+            return msgpack.ExtType(_PASSWORD_EXT, value.value.encode())
+        raise TypeError(f"cannot pack {type(value).__name__}")
+    return msgpack.packb(info, use_bin_type=True, default=ext)
+
+
+def _unpack_info(raw: bytes) -> dict:
+    def ext(code: int, data: bytes):
+        from protocols.config import Password
+        if code != _PASSWORD_EXT:
+            raise ValueError(f"unknown msgpack extension {code} in a cluster's info")
+        return Password(data.decode())
+    return msgpack.unpackb(raw, strict_map_key=False, ext_hook=ext)
+
+
 class Cluster:
     def __init__(self, name: str, info: Mapping[str, Any]):
         self.name = name
@@ -138,7 +163,7 @@ class Cluster:
         ensure_ray(address)
         existing = _kv("kv_get", INFO_KEY.format(name=name))
         if existing is not None:
-            running = cls(name, msgpack.unpackb(existing, strict_map_key=False))
+            running = cls(name, _unpack_info(existing))
             if running._any_broker_alive():
                 raise InvalidRequestError(f"A rafka cluster named '{name}' is already running "
                                           f"on this Ray cluster; use Cluster.connect('{name}')")
@@ -153,7 +178,7 @@ class Cluster:
                 "brokers": brokers,
                 "addresses": _addresses_if_unique(ray, brokers) if place_by_address else {}}
         Path(info["data_dir"]).mkdir(parents=True, exist_ok=True)
-        _kv("kv_put", INFO_KEY.format(name=name), msgpack.packb(info, use_bin_type=True))
+        _kv("kv_put", INFO_KEY.format(name=name), _pack_info(info))
         cluster = cls(name, info)
         for b in range(num_brokers):
             cluster._create_broker(b)
@@ -181,7 +206,7 @@ class Cluster:
         if raw is None:
             raise BrokerNotAvailableError(f"No rafka cluster named '{name}' is running on "
                                           "this Ray cluster")
-        return cls(name, msgpack.unpackb(raw, strict_map_key=False))
+        return cls(name, _unpack_info(raw))
 
     @staticmethod
     def running() -> list[str]:
@@ -210,7 +235,7 @@ class Cluster:
         for name in cls.running():
             try:
                 cluster = cls.connect(name)
-                servers = cluster.bootstrap_servers
+                servers = ",".join(a for a in cluster.listeners().values() if a)
             except KafkaError:
                 continue
             seen.append(f"{name} ({servers})")
@@ -298,9 +323,21 @@ class Cluster:
     def bootstrap_servers(self) -> str:
         """``host:port,...`` of the live brokers' Kafka listeners (``PLAINTEXT``): what a
         Kafka client's ``bootstrap.servers`` takes."""
+        return self.listener_addresses("PLAINTEXT")
+
+    def listener_addresses(self, listener: str) -> str:
+        """``host:port,...`` of the live brokers' listener named ``listener`` (``SSL``, or
+        a name of ``listener.security.protocol.map``); "" where none has it."""
+        return self.listeners().get(listener.upper(), "")
+
+    def listeners(self) -> dict[str, str]:
+        """{listener name: ``host:port,...``} of the live brokers' Kafka listeners."""
         from protocols.kafka.listeners import bootstrap_servers
-        return bootstrap_servers({b: info.get("endpoints", [])
-                                  for b, info in self.metadata()["brokers"].items()})
+        brokers = {b: info.get("endpoints", [])
+                   for b, info in self.metadata()["brokers"].items()}
+        names = dict.fromkeys(name for endpoints in brokers.values()
+                              for name, _, _ in endpoints)
+        return {name: bootstrap_servers(brokers, name) for name in names}
 
     def leader(self, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, Any]:
         """(broker id, replica handle) of the partition's leader, once it leads."""

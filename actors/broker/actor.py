@@ -107,12 +107,14 @@ class BrokerActor:
         from actors.broker.listener.txn_apis import TxnApis
         from actors.replica.fetch_session import FetchSessionCache
         from actors.replica.hosted_replica import wall_ms
-        from protocols.kafka.listeners import advertised, parse_listeners
+        from actors.broker.listener.tls import listener_tls
+        from protocols.kafka.listeners import advertised, parse_listeners, parse_protocol_map
         self._advertised = advertised
         b = self.cfg.broker
-        self.listeners = parse_listeners(b["listeners"])
+        protocols = parse_protocol_map(b["listener.security.protocol.map"])
+        self.listeners = parse_listeners(b["listeners"], protocol_map=protocols)
         self._advertised_config = parse_listeners(b["advertised.listeners"],
-                                                  "advertised.listeners")
+                                                  "advertised.listeners", protocols)
         admin = AdminApis(broker_id, lambda: self.state.image, self.lifecycle.ensure_controller,
                           self._group_coordinator, broker_log=self.cfg.log,
                           log_dir=str(self.dir))
@@ -121,7 +123,8 @@ class BrokerActor:
             b["auto.create.topics.enable"],
             host_of=self.replica_manager.host_of,
             groups=GroupApis(broker_id, self._group_coordinator, self.find_coordinator,
-                             lambda b: endpoint_of(self.state.image, b)),
+                             lambda broker, listener: endpoint_of(self.state.image,
+                                                                  broker, listener)),
             admin=admin,
             txn=TxnApis(lambda: self.state.image, self._txn_coordinator,
                         admin.controller_call, self.replica_manager.host_of),
@@ -132,7 +135,8 @@ class BrokerActor:
             node_id=ray.get_runtime_context().get_node_id())
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
-                                          b["connections.max.idle.ms"])
+                                          b["connections.max.idle.ms"],
+                                          listener_tls(b, self.listeners))
         asyncio.get_running_loop().create_task(self._boot())
 
     # ---- start -----------------------------------------------------------------------------
@@ -467,6 +471,8 @@ class BrokerActor:
                 "controller_requests": dict(self.controller_requests),
                 "endpoints": self.endpoints,
                 "kafka_connections": self.socket_server.connection_count,
+                # Open connections per principal (User:ANONYMOUS without authentication).
+                "kafka_connections_by_principal": dict(self.socket_server.principals),
                 "kafka_requests_processed": self.socket_server.processing,
                 "kafka_connections_closed": dict(self.socket_server.closed_for),
                 "kafka_fetch_bytes_sent_from_files": self.socket_server.bytes_sent_from_files,

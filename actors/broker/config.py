@@ -7,12 +7,14 @@ name is refused with the closest known one, as everywhere else.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from actors.controller.state import CONTROLLER_CONFIG
-from protocols.config import ConfigDef, at_least
+from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import InvalidConfigError
+from protocols.kafka.listeners import DEFAULT_PROTOCOL_MAP
 from storage.config import BROKER_DEFAULTS, LogConfig
 
 BROKER_CONFIG = (
@@ -65,7 +67,47 @@ BROKER_CONFIG = (
     .define("num.network.threads", "int", 3, at_least(1))
     .define("connections.max.idle.ms", "long", 600_000, at_least(1))
     .define("auto.create.topics.enable", "boolean", True)
+    .define("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP)
+    # SSL listeners (actors.broker.listener.tls), with Kafka's names and defaults; each may be
+    # given for one listener as listener.name.<listener>.<key> (``SSL_KEYS``).
+    .define("ssl.keystore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM"))
+    .define("ssl.keystore.location", "string", None, nullable=True)
+    .define("ssl.keystore.password", "password", None, nullable=True)
+    .define("ssl.key.password", "password", None, nullable=True)
+    .define("ssl.keystore.key", "password", None, nullable=True)
+    .define("ssl.keystore.certificate.chain", "password", None, nullable=True)
+    .define("ssl.truststore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM"))
+    .define("ssl.truststore.location", "string", None, nullable=True)
+    .define("ssl.truststore.password", "password", None, nullable=True)
+    .define("ssl.truststore.certificates", "password", None, nullable=True)
+    .define("ssl.client.auth", "string", "none", one_of("none", "requested", "required"))
+    .define("ssl.protocol", "string", "TLSv1.3", one_of("TLSv1.2", "TLSv1.3", "TLS"))
+    .define("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"],
+            one_of("TLSv1.2", "TLSv1.3"))
+    .define("ssl.cipher.suites", "list", [])
+    .define("ssl.principal.mapping.rules", "string", "DEFAULT")
+    .define("ssl.endpoint.identification.algorithm", "string", "https")
+    .define("security.inter.broker.protocol", "string", "PLAINTEXT",
+            one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
 )
+SSL_KEYS = frozenset(k for k in BROKER_CONFIG.keys if k.startswith("ssl."))
+# listener.name.<listener, lower case>.<an ssl.* key>: that key for that listener only.
+_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(ssl\..+)$")
+
+
+def listener_key(name: str) -> tuple[str, str] | None:
+    """``listener.name.external.ssl.keystore.location`` -> ("EXTERNAL", "ssl.keystore.location")
+    where the key is a listener's own; else None."""
+    m = _LISTENER_KEY.match(name)
+    if m is None or m.group(2) not in SSL_KEYS:
+        return None
+    return m.group(1).upper(), m.group(2)
+
+
+def for_listener(broker: Mapping[str, Any], listener: str) -> dict[str, Any]:
+    """The broker's ssl.* settings as ``listener`` sees them: its own where given."""
+    prefix = f"listener.name.{listener.lower()}."
+    return {k: broker.get(prefix + k, broker[k]) for k in SSL_KEYS}
 
 LOG_KEYS = frozenset(key for sources in BROKER_DEFAULTS.values() for key, _ in sources)
 
@@ -81,10 +123,16 @@ class ClusterConfig:
         controller: dict[str, Any] = {}
         broker: dict[str, Any] = {}
         log: dict[str, Any] = {}
+        listener_keys: dict[str, Any] = {}
         known = set(CONTROLLER_CONFIG.keys) | set(BROKER_CONFIG.keys) | LOG_KEYS
         for source in (config or {}), kwargs:
             for raw, value in source.items():
                 name = raw if raw in known else raw.replace("_", ".")
+                prefixed = listener_key(raw)
+                if prefixed is not None:
+                    converted = BROKER_CONFIG.parse({prefixed[1]: value}, defaults=False)
+                    listener_keys[raw] = converted[prefixed[1]]
+                    continue
                 if name not in known:
                     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
                     hint = f" Did you mean '{close[0]}'?" if close else ""
@@ -97,7 +145,7 @@ class ClusterConfig:
                     log[name] = value
         LogConfig.from_props({}, broker=log)  # bad values fail here, naming the key
         return cls(CONTROLLER_CONFIG.parse(controller, defaults=False),
-                   BROKER_CONFIG.parse(broker), log)
+                   {**BROKER_CONFIG.parse(broker), **listener_keys}, log)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.log, **self.broker, **self.controller}

@@ -64,6 +64,8 @@ class Request:
     client_id: str | None
     body: Any              # the kio request object; None for an unsupported ApiVersions
     size: int              # the frame's bytes (for logs and quotas)
+    listener: str = "PLAINTEXT"         # the name of the listener it came in on
+    principal: str = "User:ANONYMOUS"   # who sent it (KafkaPrincipal's text)
 
 
 class FrameDecoder:
@@ -100,7 +102,8 @@ class FrameDecoder:
             self._size = None
 
 
-def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Request:
+def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]],
+                  listener: str = "PLAINTEXT", principal: str = "User:ANONYMOUS") -> Request:
     """One frame -> a Request, if ``supported`` ({api_key: (min, max)}) has its version.
 
     An ApiVersions request of a version the broker does not know comes back with ``body``
@@ -117,7 +120,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
         header_cls = RequestHeaderV2 if api_version >= 3 else RequestHeaderV1
         header = _read(header_cls, frame, 0, api_key, api_version)[0]
         return Request(api_key, api_version, correlation_id, header.client_id, None,
-                       len(frame))
+                       len(frame), listener, principal)
     if span is None:
         raise InvalidRequest(f"Unknown API key {api_key}")
     if not span[0] <= api_version <= span[1]:
@@ -132,7 +135,8 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
     # Bytes after the body are ignored, as Kafka's generated readers do (librdkafka 2.16
     # sends three after its all-topics Metadata v13 body).
     body, _ = _read(request_cls, frame, used, api_key, api_version)
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
+                   listener, principal)
 
 
 def _read(cls, frame: bytes, offset: int, api_key: int, api_version: int):

@@ -1,6 +1,7 @@
 """Kafka's ``listeners`` / ``advertised.listeners`` values: ``NAME://host:port`` entries,
 comma-separated (``PLAINTEXT://127.0.0.1:0``; an empty host binds every interface; port 0
-takes a free one)."""
+takes a free one), and ``listener.security.protocol.map``, which says what each listener
+name speaks (``INTERNAL:SSL,EXTERNAL:SSL``; by default each security protocol's own name)."""
 from __future__ import annotations
 
 import re
@@ -8,9 +9,13 @@ from dataclasses import dataclass
 
 from protocols.errors import InvalidConfigError
 
-# Security protocols this broker speaks; SSL and SASL are not built yet (a listener naming
-# one is refused).
-SECURITY_PROTOCOLS = ("PLAINTEXT",)
+# Security protocols this broker speaks; a listener mapped to SASL_PLAINTEXT or SASL_SSL is
+# refused until SASL is built.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's default listener.security.protocol.map.
+DEFAULT_PROTOCOL_MAP = ("SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,"
+                        "SASL_PLAINTEXT:SASL_PLAINTEXT")
 _ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>-?\d+)$")
 
 
@@ -19,12 +24,37 @@ class Endpoint:
     name: str
     host: str
     port: int
+    security_protocol: str = "PLAINTEXT"
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
 
 
-def parse_listeners(value: str | None, config: str = "listeners") -> list[Endpoint]:
+def parse_protocol_map(value: str | None) -> dict[str, str]:
+    """``listener.security.protocol.map`` -> {listener name: security protocol}."""
+    mapping: dict[str, str] = {}
+    for raw in str(value if value is not None else DEFAULT_PROTOCOL_MAP).split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, protocol = entry.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name or protocol not in KAFKA_SECURITY_PROTOCOLS:
+            raise InvalidConfigError(
+                f"Invalid value {entry!r} for configuration listener.security.protocol.map: "
+                f"expected LISTENER_NAME:SECURITY_PROTOCOL, the protocol one of "
+                f"{', '.join(KAFKA_SECURITY_PROTOCOLS)}")
+        if name in mapping:
+            raise InvalidConfigError(
+                f"Invalid value {value!r} for configuration listener.security.protocol.map: "
+                f"listener {name} is mapped twice")
+        mapping[name] = protocol
+    return mapping
+
+
+def parse_listeners(value: str | None, config: str = "listeners",
+                    protocol_map: dict[str, str] | None = None) -> list[Endpoint]:
+    protocols = parse_protocol_map(None) if protocol_map is None else protocol_map
     if value is None or not str(value).strip():
         return []
     endpoints = []
@@ -35,14 +65,20 @@ def parse_listeners(value: str | None, config: str = "listeners") -> list[Endpoi
             raise InvalidConfigError(f"Invalid value {entry!r} for configuration {config}: "
                                      "expected NAME://host:port")
         name, host, port = m["name"].upper(), m["host"].strip("[]"), int(m["port"])
-        if name not in SECURITY_PROTOCOLS:
+        protocol = protocols.get(name)
+        if protocol is None:
             raise InvalidConfigError(
-                f"Invalid value {entry!r} for configuration {config}: listener {name} is not "
-                f"supported (supported: {', '.join(SECURITY_PROTOCOLS)})")
+                f"Invalid value {entry!r} for configuration {config}: no security protocol "
+                f"defined for listener {name} (listener.security.protocol.map)")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise InvalidConfigError(
+                f"Invalid value {entry!r} for configuration {config}: security protocol "
+                f"{protocol} of listener {name} is not supported (supported: "
+                f"{', '.join(SECURITY_PROTOCOLS)})")
         if not 0 <= port <= 65535:
             raise InvalidConfigError(f"Invalid value {entry!r} for configuration {config}: "
                                      f"port {port} is out of range")
-        endpoints.append(Endpoint(name, host, port))
+        endpoints.append(Endpoint(name, host, port, protocol))
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):
         raise InvalidConfigError(f"Invalid value {value!r} for configuration {config}: each "
@@ -59,8 +95,8 @@ def advertised(listeners: list[Endpoint], bound: dict[str, int],
     host's canonical name)."""
     if configured:
         return configured
-    return [Endpoint(e.name, e.host or host_address, bound.get(e.name, e.port))
-            for e in listeners]
+    return [Endpoint(e.name, e.host or host_address, bound.get(e.name, e.port),
+                     e.security_protocol) for e in listeners]
 
 
 def bootstrap_servers(endpoints_by_broker: dict[int, list], name: str = "PLAINTEXT") -> str:

@@ -130,7 +130,9 @@ def _start(args: argparse.Namespace) -> int:
     print(f"rafka cluster '{args.name}' started: {num_brokers} brokers, data in "
           f"{Path(args.data_dir).resolve()}")
     print(f"connect with: rafka topics --cluster {args.name} --address {address} --list")
-    print(f"Kafka clients: bootstrap.servers={cluster.bootstrap_servers}")
+    for listener, servers in cluster.listeners().items():
+        named = "" if listener == "PLAINTEXT" else f" on {listener}"
+        print(f"Kafka clients{named}: bootstrap.servers={servers}")
     print("(the same shell environment carries the Ray auth token; Ctrl-C stops the cluster)",
           flush=True)
     while not stop.wait(STOPPED_ELSEWHERE_CHECK_S):

@@ -33,3 +33,22 @@ def test_a_listener_on_every_interface_is_advertised_at_the_nodes_address():
     assert advertised(listeners, {"PLAINTEXT": 41234}, configured, "10.77.0.11") == configured
     assert bootstrap_servers({1: [["PLAINTEXT", "b", 2]], 0: [["PLAINTEXT", "a", 1]]}) == \
         "a:1,b:2"
+
+
+def test_listener_names_map_to_security_protocols():
+    """listener.security.protocol.map: a listener's name is the map's key (by default each
+    security protocol's own name), so a broker may have two SSL listeners."""
+    from protocols.kafka.listeners import parse_protocol_map
+    assert parse_listeners("SSL://:9093") == [Endpoint("SSL", "", 9093, "SSL")]
+    mapping = parse_protocol_map("INTERNAL:PLAINTEXT, EXTERNAL:SSL")
+    assert parse_listeners("INTERNAL://127.0.0.1:0,EXTERNAL://:9093", protocol_map=mapping) == [
+        Endpoint("INTERNAL", "127.0.0.1", 0, "PLAINTEXT"), Endpoint("EXTERNAL", "", 9093, "SSL")]
+    with pytest.raises(InvalidConfigError, match="no security protocol defined for listener "
+                                                 "CLIENT"):
+        parse_listeners("CLIENT://:0")
+    with pytest.raises(InvalidConfigError, match="SASL_SSL of listener SASL_SSL is not "
+                                                 "supported"):
+        parse_listeners("SASL_SSL://:0")
+    for bad in ("INTERNAL", "INTERNAL:TLS", "A:SSL,A:PLAINTEXT"):
+        with pytest.raises(InvalidConfigError, match="listener.security.protocol.map"):
+            parse_protocol_map(bad)

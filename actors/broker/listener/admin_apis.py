@@ -88,13 +88,12 @@ MISMATCHED_ENDPOINT_TYPE = 114
 class AdminApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  controller: Callable[[], Awaitable[Any]],
-                 coordinator: Callable[[], Awaitable[Any]], listener: str = "PLAINTEXT",
+                 coordinator: Callable[[], Awaitable[Any]],
                  broker_log: Mapping[str, Any] | None = None, log_dir: str | None = None):
         self.broker_id = broker_id
         self.image = image
         self.controller = controller     # the controller's handle (waits for one)
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
-        self.listener = listener
         self.broker_log = dict(broker_log or {})   # the cluster's log.* settings
         self.log_dir = log_dir                     # this broker's one log directory
 
@@ -205,7 +204,8 @@ class AdminApis:
         endpoint_type = int(getattr(request.body, "endpoint_type", BROKERS_ENDPOINT_TYPE))
         brokers = [{"broker_id": b, "host": host, "port": port, "rack": info.get("rack")}
                    for b, info in sorted(image.get("brokers", {}).items())
-                   for name, host, port in info.get("endpoints", []) if name == self.listener]
+                   for name, host, port in info.get("endpoints", [])
+                   if name == request.listener]
         if endpoint_type != BROKERS_ENDPOINT_TYPE:
             # Kafka's answer to a broker asked for controllers' endpoints: the controller is
             # an actor here, with no endpoint of its own.

@@ -54,13 +54,12 @@ def fetch_error(error: KafkaError, route: PartitionRoute, name: str | None,
 
 class FetchApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
-                 host_of: Callable[[str, int], Any], listener: str,
+                 host_of: Callable[[str, int], Any],
                  sessions: FetchSessionCache | None, channels: HostChannels,
                  node_id: str = ""):
         self.broker_id = broker_id
         self.image = image
         self.host_of = host_of
-        self.listener = listener
         self.sessions = sessions   # None: every fetch is sessionless
         self.channels = channels
         # This broker's node: its hosts name their records' place in the segment files
@@ -149,7 +148,7 @@ class FetchApis:
             "responses": [{"topic": t, "topic_id": t, "partitions": parts}
                           for t, parts in by_topic(order, answers)],
             "node_endpoints": node_endpoints(route.image, leaders_named(answers),
-                                             self.listener)})
+                                             request.listener)})
 
 
 async def fetch_hosts(by_host: Mapping[Any, list], ask, max_wait_ms: int) -> list:

@@ -47,24 +47,24 @@ async def call_coordinator(coordinator: Callable[[], Awaitable[Any]], method: st
 class GroupApis:
     def __init__(self, broker_id: int, coordinator: Callable[[], Awaitable[Any]],
                  find: Callable[[str, int], Awaitable[bytes]],
-                 endpoint: Callable[[int], tuple[str, int] | None]):
+                 endpoint: Callable[[int, str], tuple[str, int] | None]):
         self.broker_id = broker_id
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
         self.find = find     # BrokerActor.find_coordinator(key, key type): broker id or error
-        self.endpoint = endpoint         # a broker's (host, port) on this listener
+        self.endpoint = endpoint         # a broker's (host, port) on a listener
 
     async def _call(self, method: str, *args) -> Any:
         return await call_coordinator(self.coordinator, method, *args)
 
     # ---- FindCoordinator -------------------------------------------------------------------
-    async def _coordinator_of(self, key: str, key_type: int) -> dict:
+    async def _coordinator_of(self, key: str, key_type: int, listener: str) -> dict:
         try:
             answer = decode(await self.find(key, key_type))
         except Exception as e:
             answer = CoordinatorNotAvailableError(str(e))
         error = answer if isinstance(answer, KafkaError) else None
         node = None if error else answer
-        where = self.endpoint(node) if node is not None else None
+        where = self.endpoint(node, listener) if node is not None else None
         if node is not None and where is None:
             error = CoordinatorNotAvailableError(f"Broker {node} has no endpoint here")
         return {"key": key, "node_id": node if where else -1,
@@ -76,11 +76,11 @@ class GroupApis:
         key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
         # A transactional id's coordinator (key type 1) is found from v1 on.
         if request.api_version >= 4:
-            coordinators = [await self._coordinator_of(k, key_type)
+            coordinators = [await self._coordinator_of(k, key_type, request.listener)
                             for k in body.coordinator_keys]
             return build(response_class(request), {"throttle_time": 0,
                                                    "coordinators": coordinators})
-        one = await self._coordinator_of(body.key, key_type)
+        one = await self._coordinator_of(body.key, key_type, request.listener)
         return build(response_class(request), {"throttle_time": 0, **one})
 
     # ---- the group protocol ----------------------------------------------------------------

@@ -44,7 +44,7 @@ Handler = Callable[[Request], Awaitable[Any]]
 class KafkaApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  create_topic: Callable[[str], Awaitable[KafkaError | None]],
-                 auto_create: bool, listener: str = "PLAINTEXT",
+                 auto_create: bool,
                  host_of: Callable[[str, int], Any] = lambda topic, partition: None,
                  groups: GroupApis | None = None, admin: AdminApis | None = None,
                  txn: TxnApis | None = None,
@@ -53,12 +53,11 @@ class KafkaApis:
         self.image = image
         self.create_topic = create_topic
         self.auto_create = auto_create
-        self.listener = listener
         # The replica host holding this broker's replica of a partition (None: none here).
         self.host_of = host_of
         # Produce and Fetch reach the hosts over their channel.
         self.channels = HostChannels()
-        fetches = FetchApis(broker_id, image, host_of, listener, fetch_sessions, self.channels,
+        fetches = FetchApis(broker_id, image, host_of, fetch_sessions, self.channels,
                             node_id)
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
@@ -144,7 +143,8 @@ class KafkaApis:
                     log.info("broker %d: auto-creating topic %r failed: %r", self.broker_id,
                              name, error)
         return build(response_class(request),
-                     metadata_values(image, wanted, self.listener, self.broker_id, creating))
+                     metadata_values(image, wanted, request.listener, self.broker_id,
+                                     creating))
 
     async def produce(self, request: Request):
         """Kafka's ProduceRequest: each partition's batches go, as bytes, to the replica host
@@ -184,7 +184,8 @@ class KafkaApis:
             "responses": [{"name": t, "topic_id": t, "partition_responses": parts}
                           for t, parts in by_topic(order, answers)],
             "throttle_time": 0,
-            "node_endpoints": node_endpoints(route.image, leaders_named(answers), self.listener)})
+            "node_endpoints": node_endpoints(route.image, leaders_named(answers),
+                                             request.listener)})
 
     async def list_offsets(self, request: Request):
         """Kafka's ListOffsetsRequest: earliest (-2), latest (-1, the high watermark; the last

@@ -19,20 +19,28 @@ metadata names it, as Kafka's BrokerServer enables its SocketServer only after t
 metadata catch-up. A broker answering before then told clients a cluster without itself (a
 Metadata answer naming as controller a broker not in its broker list left librdkafka's admin
 client waiting for a controller, for minutes).
+
+An SSL listener (``tls``) handshakes before its first read; each connection's principal
+(the client certificate's subject through ssl.principal.mapping.rules, else
+User:ANONYMOUS) and listener name go with each of its requests.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
+import ssl
 from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.listener.file_regions import OpenRegion, close_regions
+from actors.broker.listener.tls import principal_of
 from actors.replica.channel import JOIN_BELOW
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
                                    parse_request)
 from protocols.kafka.listeners import Endpoint
+from protocols.kafka.ssl_principal import ANONYMOUS, NoMatchingRule, SslPrincipalMapper
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +145,13 @@ class SocketServer:
     def __init__(self, broker_id: int, listeners: list[Endpoint],
                  handle: Callable[[Request], Awaitable[Any]],
                  supported: Mapping[int, tuple[int, int]], max_request_bytes: int,
-                 idle_ms: int):
+                 idle_ms: int,
+                 tls: Mapping[str, tuple[ssl.SSLContext, SslPrincipalMapper]] | None = None):
         self.broker_id = broker_id
         self.listeners = listeners
+        # Per SSL listener's name: its TLS context and ssl.principal.mapping.rules.
+        self.tls = dict(tls or {})
+        self.principals: dict[str, int] = {}   # open connections per principal
         self.handle = handle
         self.supported = supported
         self.max_request_bytes = max_request_bytes
@@ -161,14 +173,16 @@ class SocketServer:
     async def start(self) -> dict[str, int]:
         """Bind every listener; returns {listener name: port bound}."""
         for endpoint in self.listeners:
+            accept = functools.partial(self._connection, endpoint.name)
+            context = self.tls[endpoint.name][0] if endpoint.name in self.tls else None
             if endpoint.host:
-                server = await asyncio.start_server(self._connection, endpoint.host,
-                                                    endpoint.port, limit=READ_BYTES,
-                                                    backlog=1024)
+                server = await asyncio.start_server(accept, endpoint.host, endpoint.port,
+                                                    limit=READ_BYTES, backlog=1024,
+                                                    ssl=context)
             else:
                 server = await asyncio.start_server(
-                    self._connection, sock=every_interface(endpoint.port), limit=READ_BYTES,
-                    backlog=1024)
+                    accept, sock=every_interface(endpoint.port), limit=READ_BYTES,
+                    backlog=1024, ssl=context)
             self._servers.append(server)
             self.bound[endpoint.name] = server.sockets[0].getsockname()[1]
         return dict(self.bound)
@@ -189,11 +203,26 @@ class SocketServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def _connection(self, reader: asyncio.StreamReader,
+    def _principal(self, listener: str, writer: asyncio.StreamWriter) -> str:
+        """Who the connection is (Kafka's KafkaPrincipal): over SSL the client
+        certificate's subject through ssl.principal.mapping.rules, else ANONYMOUS."""
+        if listener not in self.tls:
+            return ANONYMOUS
+        return principal_of(writer.get_extra_info("ssl_object"), self.tls[listener][1])
+
+    async def _connection(self, listener: str, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            principal = self._principal(listener, writer)
+        except NoMatchingRule as e:
+            self._closing(peer, "authentication", f"failed authentication: {e}",
+                          logging.INFO)
+            writer.close()
+            return
         task = asyncio.current_task()
         self._connections.add(task)
-        peer = writer.get_extra_info("peername")
+        self.principals[principal] = self.principals.get(principal, 0) + 1
         decoder = FrameDecoder(self.max_request_bytes)
         answers: asyncio.Queue = asyncio.Queue()   # (request, its handling), in order
         responder = asyncio.ensure_future(self._respond(answers, writer))
@@ -227,7 +256,7 @@ class SocketServer:
                         await self._answered(answers, responder)
                     return
                 for frame in decoder.feed(data):
-                    request = parse_request(frame, self.supported)
+                    request = parse_request(frame, self.supported, listener, principal)
                     keys = overlap_keys(request)
                     while True:
                         in_hand = [(k, f) for k, f in in_hand if not f.done()]
@@ -259,6 +288,9 @@ class SocketServer:
             for _, handling in in_hand:
                 handling.cancel()
             self._connections.discard(task)
+            self.principals[principal] -= 1
+            if not self.principals[principal]:
+                del self.principals[principal]
             writer.close()
 
     async def _respond(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:

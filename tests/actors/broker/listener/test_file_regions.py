@@ -76,9 +76,9 @@ def test_only_a_segment_file_by_its_absolute_path_is_a_region():
         decode_fetch_many_response(answer(7))
 
 
-def serve_once(chunks):
+def serve_once(chunks, tls=None):
     """A server writing ``chunks`` with ``write_response`` to its one client; what the
-    client read, and the server's error if any."""
+    client read, and the server's error if any. ``tls``: (server's SSL context, client's)."""
     async def run():
         failed: list = []
         sent: list = []
@@ -90,9 +90,11 @@ def serve_once(chunks):
             except Exception as e:
                 failed.append(e)
             writer.close()
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0,
+                                            ssl=tls[0] if tls else None)
         port = server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                       ssl=tls[1] if tls else None)
         got = await reader.read()
         writer.close()
         server.close()

@@ -125,7 +125,8 @@ def test_every_api_served_has_one_handler_and_every_handler_an_api_served():
     controller to ask."""
     async def nothing():
         return None
-    groups = GroupApis(0, nothing, lambda key, key_type: nothing(), lambda broker: None)
+    groups = GroupApis(0, nothing, lambda key, key_type: nothing(),
+                       lambda broker, listener: None)
     admin = AdminApis(0, lambda: IMAGE, nothing, nothing)
     txn = TxnApis(lambda: IMAGE, nothing, admin.controller_call)
     apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False, groups=groups,

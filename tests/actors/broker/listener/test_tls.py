@@ -1,0 +1,230 @@
+"""SSL listeners (``actors.broker.listener.tls``): Kafka's ssl.* settings read as Kafka
+reads them (PEM in files or in the settings, PKCS12, an encrypted key), ssl.client.auth, a
+connection's principal through ssl.principal.mapping.rules, and zero-copy fetch answers
+copied instead over TLS, as Kafka's are; real sockets, one process."""
+from __future__ import annotations
+
+import asyncio
+import ssl
+import struct
+
+import pytest
+
+from actors.broker.config import ClusterConfig, for_listener
+from actors.broker.listener.api_versions import SUPPORTED
+from actors.broker.listener.file_regions import open_region
+from actors.broker.listener.kafka_apis import KafkaApis
+from actors.broker.listener.socket_server import SocketServer
+from actors.broker.listener.tls import listener_tls, server_context
+from protocols.errors import InvalidConfigError
+from protocols.kafka.listeners import parse_listeners, parse_protocol_map
+from tests import tls_certs
+from tests.actors.broker.listener.test_file_regions import DATA, region_of, serve_once
+from tests.actors.broker.listener.test_socket_server import IMAGE, no_creation, read_frame
+from tests.kafka_wire import request_bytes
+
+
+@pytest.fixture(scope="module")
+def pki():
+    ca = tls_certs.authority()
+    return {"ca": ca, "broker": tls_certs.issue(ca, "CN=broker-0,O=rafka", server=True),
+            "alice": tls_certs.issue(ca, "CN=alice,OU=ServiceUsers,O=Org"),
+            "stranger": tls_certs.issue(tls_certs.authority("CN=other CA"), "CN=mallory")}
+
+
+def ssl_config(**given) -> dict:
+    return for_listener(ClusterConfig.parse(given).broker, "SSL")
+
+
+def client_context(pki, who: str | None = None, tmp_path=None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=pki["ca"].cert_pem().decode())
+    if who is not None:
+        chain = tmp_path / f"{who}.pem"
+        chain.write_bytes(pki[who].cert_pem() + pki[who].key_pem())
+        context.load_cert_chain(str(chain))
+    return context
+
+
+def handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> str | None:
+    """The subject of the client's certificate as the server saw it, over a real socket."""
+    from actors.broker.listener.tls import peer_subject
+
+    async def run():
+        seen = []
+
+        async def handle(reader, writer):
+            seen.append(peer_subject(writer.get_extra_info("ssl_object")))
+            writer.write(b"ok")
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
+                                                       server_hostname="127.0.0.1")
+        assert await reader.read() == b"ok"
+        writer.close()
+        server.close()
+        return seen[0]
+    return asyncio.run(run())
+
+
+def test_a_pem_keystore_file_holds_key_and_chain(pki, tmp_path):
+    keystore = tls_certs.write(tmp_path / "broker.pem",
+                               pki["broker"].key_pem() + pki["broker"].cert_pem())
+    context = server_context(ssl_config(**{"ssl.keystore.type": "PEM",
+                                           "ssl.keystore.location": keystore}), "SSL")
+    assert handshake(context, client_context(pki)) is None   # ssl.client.auth=none
+
+
+def test_pem_in_the_settings_with_an_encrypted_key(pki, tmp_path):
+    cfg = ssl_config(**{"ssl.keystore.type": "PEM",
+                        "ssl.keystore.key": pki["broker"].key_pem("s3cret").decode(),
+                        "ssl.keystore.certificate.chain": pki["broker"].cert_pem().decode(),
+                        "ssl.key.password": "s3cret",
+                        "ssl.truststore.type": "PEM",
+                        "ssl.truststore.certificates": pki["ca"].cert_pem().decode(),
+                        "ssl.client.auth": "required"})
+    assert handshake(server_context(cfg, "SSL"), client_context(pki, "alice", tmp_path)) == \
+        "CN=alice,OU=ServiceUsers,O=Org"
+    cfg["ssl.key.password"] = ClusterConfig.parse({"ssl.key.password": "wrong"}).broker[
+        "ssl.key.password"]
+    with pytest.raises(InvalidConfigError, match="Listener SSL: cannot read the keystore's "
+                                                 "private key"):
+        server_context(cfg, "SSL")
+
+
+def test_pkcs12_stores_and_kafkas_default_type_jks_reading_a_pkcs12_file(pki, tmp_path):
+    keystore = tls_certs.write(tmp_path / "broker.p12", pki["broker"].pkcs12("kpass", pki["ca"]))
+    truststore = tls_certs.write(tmp_path / "ca.p12", pki["ca"].pkcs12("tpass"))
+    for store_type in ("PKCS12", "JKS"):
+        cfg = ssl_config(**{"ssl.keystore.type": store_type, "ssl.keystore.location": keystore,
+                            "ssl.keystore.password": "kpass",
+                            "ssl.truststore.type": store_type,
+                            "ssl.truststore.location": truststore,
+                            "ssl.truststore.password": "tpass",
+                            "ssl.client.auth": "requested"})
+        context = server_context(cfg, "SSL")
+        assert handshake(context, client_context(pki, "alice", tmp_path)) == \
+            "CN=alice,OU=ServiceUsers,O=Org"
+        assert handshake(context, client_context(pki)) is None   # requested: may show none
+    with pytest.raises(InvalidConfigError, match="cannot open the keystore .* as PKCS12"):
+        server_context(ssl_config(**{"ssl.keystore.type": "PKCS12",
+                                     "ssl.keystore.location": keystore,
+                                     "ssl.keystore.password": "nope"}), "SSL")
+
+
+def test_settings_that_cannot_make_a_listener_say_which_and_why(pki, tmp_path):
+    jks = tls_certs.write(tmp_path / "broker.jks", b"\xfe\xed\xfe\xed" + b"\0" * 64)
+    cases = [
+        ({}, "needs a keystore"),
+        ({"ssl.keystore.location": jks, "ssl.keystore.password": "x"},
+         "is a JKS keystore, which this broker cannot read; convert it to PKCS12"),
+        ({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "missing.pem")},
+         "cannot read the keystore .*missing.pem: No such file"),
+        ({"ssl.keystore.type": "PEM", "ssl.keystore.key": pki["broker"].key_pem().decode()},
+         "without ssl.keystore.certificate.chain"),
+        ({"ssl.keystore.type": "PEM",
+          "ssl.keystore.key": pki["broker"].key_pem().decode(),
+          "ssl.keystore.certificate.chain": pki["broker"].cert_pem().decode(),
+          "ssl.client.auth": "required"}, "ssl.client.auth=required needs a truststore"),
+    ]
+    for given, error in cases:
+        with pytest.raises(InvalidConfigError, match=error):
+            server_context(ssl_config(**given), "SSL")
+    with pytest.raises(InvalidConfigError, match="ssl.client.auth"):
+        ClusterConfig.parse({"ssl.client.auth": "sometimes"})
+    with pytest.raises(InvalidConfigError, match="ssl.principal.mapping.rules"):
+        listener_tls({**ClusterConfig.parse({"ssl.principal.mapping.rules": "DEFAUL"}).broker},
+                     parse_listeners("SSL://:0"))
+
+
+def test_secrets_print_as_hidden():
+    broker = ClusterConfig.parse({"ssl.keystore.password": "s3cret",
+                                  "listener.name.external.ssl.key.password": "s3cret"}).broker
+    assert "s3cret" not in repr(broker) and "s3cret" not in str(broker)
+    assert broker["ssl.keystore.password"].value == "s3cret"
+    assert broker["listener.name.external.ssl.key.password"].value == "s3cret"
+
+
+def test_a_listeners_own_settings_come_first():
+    broker = ClusterConfig.parse({"ssl.client.auth": "none",
+                                  "listener.name.mtls.ssl.client.auth": "required"}).broker
+    assert for_listener(broker, "MTLS")["ssl.client.auth"] == "required"
+    assert for_listener(broker, "SSL")["ssl.client.auth"] == "none"
+    with pytest.raises(InvalidConfigError, match="ssl.client.auth"):
+        ClusterConfig.parse({"listener.name.mtls.ssl.client.auth": "always"})
+    with pytest.raises(InvalidConfigError, match="Unknown configuration"):
+        ClusterConfig.parse({"listener.name.mtls.ssl.keystore.locaton": "x"})
+
+
+def test_mutual_tls_listener_names_each_connection_by_its_certificate(pki, tmp_path):
+    """Two SSL listeners of one broker (listener.security.protocol.map), the second
+    requiring a client certificate, its subject mapped by ssl.principal.mapping.rules to
+    the principal Kafka's DefaultKafkaPrincipalBuilder gives."""
+    keystore = tls_certs.write(tmp_path / "broker.pem",
+                               pki["broker"].key_pem() + pki["broker"].cert_pem())
+    broker = ClusterConfig.parse({
+        "listener.security.protocol.map": "SSL:SSL,MTLS:SSL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.certificates": pki["ca"].cert_pem().decode(),
+        "listener.name.mtls.ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT"}).broker
+    listeners = parse_listeners("SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
+                                protocol_map=parse_protocol_map(
+                                    broker["listener.security.protocol.map"]))
+
+    async def run():
+        apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
+        s = SocketServer(0, listeners, apis.handle, SUPPORTED, 104_857_600, 60_000,
+                         listener_tls(broker, listeners))
+        ports = await s.start()
+        s.enable_request_processing()
+
+        async def api_versions(port, context):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+            writer.write(request_bytes(18, 3, {}, 7))
+            frame = await read_frame(reader)
+            return struct.unpack_from(">i", frame)[0], writer
+
+        anonymous = await api_versions(ports["SSL"], client_context(pki))
+        alice = await api_versions(ports["MTLS"], client_context(pki, "alice", tmp_path))
+        assert anonymous[0] == alice[0] == 7
+        assert s.principals == {"User:ANONYMOUS": 1, "User:alice": 1}
+        # No certificate, or one no trusted CA signed: the handshake fails (TLS 1.3 tells
+        # the client at its first read), and the broker carries on.
+        for who in (None, "stranger"):
+            context = client_context(pki, who, tmp_path)
+            with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+                await api_versions(ports["MTLS"], context)
+        # A plaintext client on an SSL port: its request is not a TLS hello, the broker
+        # closes the connection without an answer.
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["SSL"])
+        writer.write(request_bytes(18, 3, {}, 8))
+        try:
+            answer = await asyncio.wait_for(reader.read(), 10)
+        except ConnectionResetError:
+            answer = b""
+        assert answer == b""
+        assert s.principals == {"User:ANONYMOUS": 1, "User:alice": 1}
+        await s.stop()
+    asyncio.run(run())
+
+
+def test_a_fetch_answers_file_regions_are_copied_over_tls(pki, tmp_path):
+    """Zero-copy needs the socket to take the file's bytes as they are; TLS must encrypt
+    them, so asyncio's sendfile copies through the TLS transport (as Kafka's does)."""
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(DATA)
+    keystore = tls_certs.write(tmp_path / "broker.pem",
+                               pki["broker"].key_pem() + pki["broker"].cert_pem())
+    server = server_context(ssl_config(**{"ssl.keystore.type": "PEM",
+                                          "ssl.keystore.location": keystore}), "SSL")
+    client = client_context(pki)
+    client.check_hostname = False
+    first = open_region(region_of(segment, 0, 5000))
+    second = open_region(region_of(segment, 9000, 7000))
+    got, failed, sent = serve_once([b"head", first, b"middle" * 20_000, second, b"tail"],
+                                   tls=(server, client))
+    assert failed == [] and sent == [12_000]
+    assert got == b"head" + DATA[:5000] + b"middle" * 20_000 + DATA[9000:16000] + b"tail"

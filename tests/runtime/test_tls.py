@@ -1,0 +1,151 @@
+"""SSL listeners on a real cluster (issue 43, step 1): Kafka's own clients over TLS with a
+CA made in the test: confluent-kafka (librdkafka) producing and consuming (the fetch
+answers' file regions copied through TLS), mutual TLS naming each connection by its
+certificate through ssl.principal.mapping.rules, a client with no certificate or an
+untrusted one refused, and Kafka's Java tools with a client.properties
+(``--command-config``), as Kafka users configure them."""
+from __future__ import annotations
+
+import pytest
+import ray
+
+from tests import tls_certs
+from tests.runtime.conftest import cluster_with
+from tests.runtime.helpers import wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pki")
+    ca = tls_certs.authority()
+    broker = tls_certs.issue(ca, "CN=rafka-broker,O=rafka", server=True)
+    alice = tls_certs.issue(ca, "CN=alice,OU=ServiceUsers,O=Org")
+    mallory = tls_certs.issue(tls_certs.authority("CN=other CA"), "CN=mallory,OU=ServiceUsers")
+    return {
+        "root": root,
+        "ca.pem": tls_certs.write(root / "ca.pem", ca.cert_pem()),
+        "broker.pem": tls_certs.write(root / "broker.pem",
+                                      broker.key_pem() + broker.cert_pem()),
+        "broker.p12": tls_certs.write(root / "broker.p12", broker.pkcs12("changeit", ca)),
+        "alice.crt": tls_certs.write(root / "alice.crt", alice.cert_pem()),
+        "alice.key": tls_certs.write(root / "alice.key", alice.key_pem()),
+        "alice.pem": tls_certs.write(root / "alice.pem", alice.key_pem() + alice.cert_pem()),
+        "mallory.crt": tls_certs.write(root / "mallory.crt", mallory.cert_pem()),
+        "mallory.key": tls_certs.write(root / "mallory.key", mallory.key_pem()),
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_session, pki, tmp_path_factory):
+    config = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["broker.pem"],
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": pki["ca.pem"],
+        # The mutual-TLS listener's own keystore (PKCS12) and client authentication.
+        "listener.name.mtls.ssl.keystore.type": "PKCS12",
+        "listener.name.mtls.ssl.keystore.location": pki["broker.p12"],
+        "listener.name.mtls.ssl.keystore.password": "changeit",
+        "listener.name.mtls.ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT",
+    }
+    with cluster_with(tmp_path_factory.mktemp("tls"), config) as c:
+        yield c
+
+
+def ssl_client(cluster, pki, listener: str = "SSL", who: str | None = None) -> dict:
+    config = {"bootstrap.servers": cluster.listener_addresses(listener),
+              "security.protocol": "SSL", "ssl.ca.location": pki["ca.pem"]}
+    if who is not None:
+        config.update({"ssl.certificate.location": pki[f"{who}.crt"],
+                       "ssl.key.location": pki[f"{who}.key"]})
+    return config
+
+
+def principals(cluster) -> dict:
+    out: dict = {}
+    for b in sorted(cluster.metadata()["brokers"]):
+        for name, n in ray.get(cluster.broker(b).describe.remote())[
+                "kafka_connections_by_principal"].items():
+            out[name] = out.get(name, 0) + n
+    return out
+
+
+def test_confluent_kafka_produces_and_consumes_over_ssl(cluster, pki):
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(ssl_client(cluster, pki))
+    for f in admin.create_topics([NewTopic("tls-events", 3, 3)]).values():
+        f.result(30)
+    # Every broker advertises its SSL listener to a client that came in on it.
+    brokers = admin.list_topics(timeout=30).brokers
+    assert {f"{b.host}:{b.port}" for b in brokers.values()} == \
+        set(cluster.listener_addresses("SSL").split(","))
+    producer = Producer({**ssl_client(cluster, pki), "acks": "all"})
+    sent = {f"v{i}".encode() * (1 + i % 40) for i in range(2000)}
+    for value in sent:
+        producer.produce("tls-events", value, key=value[:4])
+    assert producer.flush(60) == 0
+    consumer = Consumer({**ssl_client(cluster, pki), "group.id": "tls-readers",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["tls-events"])
+    got: list = []
+    wait_until(lambda: got.extend(m.value() for m in consumer.consume(500, 1)
+                                  if m.error() is None) or len(got) >= len(sent), 90,
+               "every record read back over TLS")
+    consumer.close()
+    assert sorted(got) == sorted(sent)
+    # The fetch answers' records came from the segment files, copied through TLS.
+    assert sum(ray.get(cluster.broker(b).describe.remote())["kafka_fetch_bytes_sent_from_files"]
+               for b in cluster.metadata()["brokers"]) > 0
+
+
+def test_mutual_tls_names_the_client_by_its_certificate_and_refuses_others(cluster, pki):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    alice = AdminClient(ssl_client(cluster, pki, "MTLS", "alice"))
+    assert alice.list_topics(timeout=30).brokers
+    wait_until(lambda: principals(cluster).get("User:alice", 0) >= 1, 30,
+               "alice's connection named User:alice (ssl.principal.mapping.rules)")
+    for who in (None, "mallory"):
+        refused = AdminClient({**ssl_client(cluster, pki, "MTLS", who),
+                               "socket.connection.setup.timeout.ms": 5000})
+        with pytest.raises(KafkaException):
+            refused.list_topics(timeout=8)
+    assert "User:mallory" not in principals(cluster)
+
+
+def test_kafka_java_tools_over_ssl_and_mutual_tls(cluster, pki):
+    from tests.runtime.test_kafka_java_tools import KafkaTools
+    from benchmarks.kafka_peer import classpath
+
+    root = pki["root"]
+    ssl_props = root / "ssl.properties"
+    ssl_props.write_text("security.protocol=SSL\nssl.truststore.type=PEM\n"
+                         f"ssl.truststore.location={pki['ca.pem']}\n")
+    mtls_props = root / "mtls.properties"
+    mtls_props.write_text(ssl_props.read_text() + "ssl.keystore.type=PEM\n"
+                          f"ssl.keystore.location={pki['alice.pem']}\n")
+    tools = KafkaTools(classpath(), root, cluster.listener_addresses("SSL"))
+    tools.tool("TopicCommand", "--command-config", str(ssl_props), "--create", "--topic",
+               "tls-java", "--partitions", "2", "--replication-factor", "2")
+    mtls = KafkaTools(classpath(), root, cluster.listener_addresses("MTLS"))
+    listed = mtls.tool("TopicCommand", "--command-config", str(mtls_props), "--list").stdout
+    assert "tls-java" in listed.split()
+    # Without its certificate the Java client cannot get past the handshake.
+    refused = mtls.tool("TopicCommand", "--command-config", str(ssl_props), "--list",
+                        check=False, timeout=120)
+    assert refused.returncode != 0
+
+
+def test_the_keystore_password_is_hidden_wherever_the_settings_show(cluster):
+    import rafka
+    from protocols.config import Password
+    for c in (cluster, rafka.Cluster.connect(cluster.name)):
+        secret = c.config["listener.name.mtls.ssl.keystore.password"]
+        assert isinstance(secret, Password) and secret.value == "changeit"
+        assert "changeit" not in repr(c.config) and "changeit" not in str(c.config)
