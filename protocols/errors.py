@@ -85,6 +85,9 @@ InvalidCommitOffsetSizeError = _error("InvalidCommitOffsetSizeError", 28,
 TopicAuthorizationFailedError = _error("TopicAuthorizationFailedError", 29,
                                        "TOPIC_AUTHORIZATION_FAILED")
 InvalidTimestampError = _error("InvalidTimestampError", 32, "INVALID_TIMESTAMP")
+UnsupportedSaslMechanismError = _error("UnsupportedSaslMechanismError", 33,
+                                       "UNSUPPORTED_SASL_MECHANISM")
+IllegalSaslStateError = _error("IllegalSaslStateError", 34, "ILLEGAL_SASL_STATE")
 UnsupportedVersionError = _error("UnsupportedVersionError", 35, "UNSUPPORTED_VERSION")
 TopicAlreadyExistsError = _error("TopicAlreadyExistsError", 36, "TOPIC_ALREADY_EXISTS")
 InvalidPartitionsError = _error("InvalidPartitionsError", 37, "INVALID_PARTITIONS")
@@ -113,6 +116,7 @@ TransactionalIdAuthorizationFailedError = _error("TransactionalIdAuthorizationFa
                                                  "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
 OperationNotAttemptedError = _error("OperationNotAttemptedError", 55, "OPERATION_NOT_ATTEMPTED")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True)
+SaslAuthenticationError = _error("SaslAuthenticationError", 58, "SASL_AUTHENTICATION_FAILED")
 UnknownProducerIdError = _error("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID")
 ReassignmentInProgressError = _error("ReassignmentInProgressError", 60,
                                      "REASSIGNMENT_IN_PROGRESS")

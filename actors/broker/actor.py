@@ -107,6 +107,7 @@ class BrokerActor:
         from actors.broker.listener.txn_apis import TxnApis
         from actors.replica.fetch_session import FetchSessionCache
         from actors.replica.hosted_replica import wall_ms
+        from actors.broker.listener.sasl_authenticator import listener_sasl
         from actors.broker.listener.tls import listener_tls
         from protocols.kafka.listeners import advertised, parse_listeners, parse_protocol_map
         self._advertised = advertised
@@ -136,7 +137,8 @@ class BrokerActor:
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"],
-                                          listener_tls(b, self.listeners))
+                                          listener_tls(b, self.listeners),
+                                          listener_sasl(b, self.listeners))
         asyncio.get_running_loop().create_task(self._boot())
 
     # ---- start -----------------------------------------------------------------------------

@@ -69,7 +69,7 @@ BROKER_CONFIG = (
     .define("auto.create.topics.enable", "boolean", True)
     .define("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP)
     # SSL listeners (actors.broker.listener.tls), with Kafka's names and defaults; each may be
-    # given for one listener as listener.name.<listener>.<key> (``SSL_KEYS``).
+    # given for one listener as listener.name.<listener>.<key> (``LISTENER_KEYS``).
     .define("ssl.keystore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM"))
     .define("ssl.keystore.location", "string", None, nullable=True)
     .define("ssl.keystore.password", "password", None, nullable=True)
@@ -89,25 +89,62 @@ BROKER_CONFIG = (
     .define("ssl.endpoint.identification.algorithm", "string", "https")
     .define("security.inter.broker.protocol", "string", "PLAINTEXT",
             one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    # SASL listeners (protocols.kafka.sasl). Kafka's default is GSSAPI (Kerberos), which is
+    # not built: a SASL listener must name its mechanisms. Each mechanism's users come from
+    # listener.name.<listener>.<mechanism>.sasl.jaas.config, as on a Kafka broker.
+    .define("sasl.enabled.mechanisms", "list", ["GSSAPI"])
 )
-SSL_KEYS = frozenset(k for k in BROKER_CONFIG.keys if k.startswith("ssl."))
-# listener.name.<listener, lower case>.<an ssl.* key>: that key for that listener only.
-_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(ssl\..+)$")
+# The settings a listener may have of its own, as listener.name.<listener>.<key>.
+LISTENER_KEYS = frozenset(k for k in BROKER_CONFIG.keys
+                          if k.startswith("ssl.") or k == "sasl.enabled.mechanisms")
+# listener.name.<listener, lower case>.<one of LISTENER_KEYS>, or
+# listener.name.<listener>.<mechanism, lower case>.sasl.jaas.config.
+_LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.((ssl\..+)|(sasl\.enabled\.mechanisms)"
+                           r"|([a-z0-9-]+)\.sasl\.jaas\.config)$")
+JAAS_CONFIG = ConfigDef().define("sasl.jaas.config", "password", None)
 
 
 def listener_key(name: str) -> tuple[str, str] | None:
-    """``listener.name.external.ssl.keystore.location`` -> ("EXTERNAL", "ssl.keystore.location")
+    """``listener.name.external.ssl.keystore.location`` -> ("EXTERNAL", "ssl.keystore.location"),
+    ``listener.name.sasl_ssl.plain.sasl.jaas.config`` -> ("SASL_SSL", "plain.sasl.jaas.config")
     where the key is a listener's own; else None."""
     m = _LISTENER_KEY.match(name)
-    if m is None or m.group(2) not in SSL_KEYS:
+    if m is None or (m.group(3) is not None and m.group(3) not in LISTENER_KEYS):
         return None
     return m.group(1).upper(), m.group(2)
 
 
+def parse_listener_value(name: str, value: Any) -> Any:
+    """A listener's own setting's value, converted and checked as its key's."""
+    key = listener_key(name)
+    assert key is not None, name
+    if key[1].endswith(".sasl.jaas.config"):
+        from protocols.kafka.jaas import JaasConfigError, parse_jaas_config
+        secret = JAAS_CONFIG.parse({"sasl.jaas.config": value}, defaults=False)[
+            "sasl.jaas.config"]
+        try:
+            modules = parse_jaas_config(secret.value)
+        except JaasConfigError as e:
+            raise InvalidConfigError(f"Invalid value for configuration {name}: {e}") from None
+        if len(modules) != 1:
+            raise InvalidConfigError(f"Invalid value for configuration {name}: JAAS config "
+                                     f"property contains {len(modules)} login modules, "
+                                     "should be 1 module")
+        return secret
+    return BROKER_CONFIG.parse({key[1]: value}, defaults=False)[key[1]]
+
+
 def for_listener(broker: Mapping[str, Any], listener: str) -> dict[str, Any]:
-    """The broker's ssl.* settings as ``listener`` sees them: its own where given."""
+    """The broker's listener settings (ssl.*, sasl.enabled.mechanisms) as ``listener``
+    sees them: its own where given."""
     prefix = f"listener.name.{listener.lower()}."
-    return {k: broker.get(prefix + k, broker[k]) for k in SSL_KEYS}
+    return {k: broker.get(prefix + k, broker[k]) for k in LISTENER_KEYS}
+
+
+def jaas_config(broker: Mapping[str, Any], listener: str, mechanism: str):
+    """``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (a Password), or None."""
+    return broker.get(f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config")
+
 
 LOG_KEYS = frozenset(key for sources in BROKER_DEFAULTS.values() for key, _ in sources)
 
@@ -128,10 +165,8 @@ class ClusterConfig:
         for source in (config or {}), kwargs:
             for raw, value in source.items():
                 name = raw if raw in known else raw.replace("_", ".")
-                prefixed = listener_key(raw)
-                if prefixed is not None:
-                    converted = BROKER_CONFIG.parse({prefixed[1]: value}, defaults=False)
-                    listener_keys[raw] = converted[prefixed[1]]
+                if listener_key(raw) is not None:
+                    listener_keys[raw] = parse_listener_value(raw, value)
                     continue
                 if name not in known:
                     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)

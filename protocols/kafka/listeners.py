@@ -9,10 +9,7 @@ from dataclasses import dataclass
 
 from protocols.errors import InvalidConfigError
 
-# Security protocols this broker speaks; a listener mapped to SASL_PLAINTEXT or SASL_SSL is
-# refused until SASL is built.
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
-KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's default listener.security.protocol.map.
 DEFAULT_PROTOCOL_MAP = ("SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,"
                         "SASL_PLAINTEXT:SASL_PLAINTEXT")
@@ -39,11 +36,11 @@ def parse_protocol_map(value: str | None) -> dict[str, str]:
             continue
         name, sep, protocol = entry.partition(":")
         name, protocol = name.strip().upper(), protocol.strip().upper()
-        if not sep or not name or protocol not in KAFKA_SECURITY_PROTOCOLS:
+        if not sep or not name or protocol not in SECURITY_PROTOCOLS:
             raise InvalidConfigError(
                 f"Invalid value {entry!r} for configuration listener.security.protocol.map: "
                 f"expected LISTENER_NAME:SECURITY_PROTOCOL, the protocol one of "
-                f"{', '.join(KAFKA_SECURITY_PROTOCOLS)}")
+                f"{', '.join(SECURITY_PROTOCOLS)}")
         if name in mapping:
             raise InvalidConfigError(
                 f"Invalid value {value!r} for configuration listener.security.protocol.map: "
@@ -70,11 +67,6 @@ def parse_listeners(value: str | None, config: str = "listeners",
             raise InvalidConfigError(
                 f"Invalid value {entry!r} for configuration {config}: no security protocol "
                 f"defined for listener {name} (listener.security.protocol.map)")
-        if protocol not in SECURITY_PROTOCOLS:
-            raise InvalidConfigError(
-                f"Invalid value {entry!r} for configuration {config}: security protocol "
-                f"{protocol} of listener {name} is not supported (supported: "
-                f"{', '.join(SECURITY_PROTOCOLS)})")
         if not 0 <= port <= 65535:
             raise InvalidConfigError(f"Invalid value {entry!r} for configuration {config}: "
                                      f"port {port} is out of range")

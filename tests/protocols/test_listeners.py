@@ -14,7 +14,7 @@ def test_listeners_parse_with_kafkas_syntax():
 
 
 @pytest.mark.parametrize("value", ["PLAINTEXT://127.0.0.1", "PLAINTEXT://h:99999",
-                                   "SASL_SSL://h:1", "PLAINTEXT://a:1,PLAINTEXT://b:2"])
+                                   "KERBEROS://h:1", "PLAINTEXT://a:1,PLAINTEXT://b:2"])
 def test_bad_listeners_are_invalid_config(value):
     with pytest.raises(InvalidConfigError, match="listeners"):
         parse_listeners(value)
@@ -46,9 +46,7 @@ def test_listener_names_map_to_security_protocols():
     with pytest.raises(InvalidConfigError, match="no security protocol defined for listener "
                                                  "CLIENT"):
         parse_listeners("CLIENT://:0")
-    with pytest.raises(InvalidConfigError, match="SASL_SSL of listener SASL_SSL is not "
-                                                 "supported"):
-        parse_listeners("SASL_SSL://:0")
+    assert parse_listeners("SASL_SSL://:0") == [Endpoint("SASL_SSL", "", 0, "SASL_SSL")]
     for bad in ("INTERNAL", "INTERNAL:TLS", "A:SSL,A:PLAINTEXT"):
         with pytest.raises(InvalidConfigError, match="listener.security.protocol.map"):
             parse_protocol_map(bad)

@@ -2,7 +2,7 @@
 server parses requests by and ``ApiVersions`` answers from.
 
 Only the APIs built here are in it, each at the versions of Kafka's schemas whose fields are
-all honoured. An API not in it (not built yet: ACLs, quotas, SASL among others) is answered as Kafka answers an unsupported request: the connection is closed
+all honoured. An API not in it (not built yet: ACLs and quotas among others) is answered as Kafka answers an unsupported request: the connection is closed
 (``protocols.kafka.codec``). Every key here has its handler in ``KafkaApis``' dispatch.
 """
 from __future__ import annotations
@@ -68,6 +68,10 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     # v1 (KIP-860) lets the client refuse a change of replication factor.
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    # ---- SASL (sasl_authenticator, before a SASL connection is authenticated) ----
+    # v0: the mechanism's tokens follow as bare frames; v1: in SaslAuthenticate requests.
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 
 # What ApiVersions tells: SUPPORTED, but Produce from v0, as Kafka 4 does (KAFKA-18659,

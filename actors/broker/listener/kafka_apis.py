@@ -25,6 +25,7 @@ from actors.broker.listener.metadata_apis import (metadata_values, node_endpoint
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
                                                     leaders_named)
 from actors.broker.listener.reassignment_apis import ReassignmentApis
+from actors.broker.listener.sasl_authenticator import after_authentication
 from actors.broker.listener.txn_apis import TxnApis
 from actors.replica.channel import API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE
 from actors.replica.fetch_session import FetchSessionCache
@@ -68,6 +69,10 @@ class KafkaApis:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.DELETE_RECORDS: self.delete_records,
             ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
+            # Answered by the socket server's Authenticator before a SASL connection is
+            # authenticated; here, after it or on a listener without SASL.
+            ApiKey.SASL_HANDSHAKE: self.sasl_out_of_place,
+            ApiKey.SASL_AUTHENTICATE: self.sasl_out_of_place,
         }
         # A listener built without the group coordinator or the controller (a test's) has
         # no handler for their APIs.
@@ -118,6 +123,9 @@ class KafkaApis:
         if handler is None:   # SUPPORTED names an API this listener was built without
             raise AssertionError(f"no handler for API key {request.api_key}")
         return await handler(request)
+
+    async def sasl_out_of_place(self, request: Request):
+        return after_authentication(request)
 
     async def api_versions(self, request: Request):
         return api_versions_body(request, ADVERTISED)

@@ -20,9 +20,13 @@ metadata catch-up. A broker answering before then told clients a cluster without
 Metadata answer naming as controller a broker not in its broker list left librdkafka's admin
 client waiting for a controller, for minutes).
 
-An SSL listener (``tls``) handshakes before its first read; each connection's principal
-(the client certificate's subject through ssl.principal.mapping.rules, else
-User:ANONYMOUS) and listener name go with each of its requests.
+An SSL or SASL_SSL listener (``tls``) handshakes TLS before its first read. A SASL
+listener's connection (``sasl``) may ask only ApiVersions, SaslHandshake and
+SaslAuthenticate until it is authenticated (``sasl_authenticator``); a failed
+authentication is answered, then the connection closed, as in Kafka. Each connection's
+principal (the SASL user, else the client certificate's subject through
+ssl.principal.mapping.rules, else User:ANONYMOUS) and listener name go with each of its
+requests.
 """
 from __future__ import annotations
 
@@ -31,15 +35,18 @@ import functools
 import logging
 import socket
 import ssl
+import struct
 from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.listener.file_regions import OpenRegion, close_regions
+from actors.broker.listener.sasl_authenticator import Authenticator
 from actors.broker.listener.tls import principal_of
 from actors.replica.channel import JOIN_BELOW
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
                                    parse_request)
 from protocols.kafka.listeners import Endpoint
+from protocols.kafka.sasl import SaslConfig
 from protocols.kafka.ssl_principal import ANONYMOUS, NoMatchingRule, SslPrincipalMapper
 
 log = logging.getLogger(__name__)
@@ -146,11 +153,14 @@ class SocketServer:
                  handle: Callable[[Request], Awaitable[Any]],
                  supported: Mapping[int, tuple[int, int]], max_request_bytes: int,
                  idle_ms: int,
-                 tls: Mapping[str, tuple[ssl.SSLContext, SslPrincipalMapper]] | None = None):
+                 tls: Mapping[str, tuple[ssl.SSLContext, SslPrincipalMapper]] | None = None,
+                 sasl: Mapping[str, SaslConfig] | None = None):
         self.broker_id = broker_id
         self.listeners = listeners
         # Per SSL listener's name: its TLS context and ssl.principal.mapping.rules.
         self.tls = dict(tls or {})
+        # Per SASL listener's name: its mechanisms and users.
+        self.sasl = dict(sasl or {})
         self.principals: dict[str, int] = {}   # open connections per principal
         self.handle = handle
         self.supported = supported
@@ -222,7 +232,8 @@ class SocketServer:
             return
         task = asyncio.current_task()
         self._connections.add(task)
-        self.principals[principal] = self.principals.get(principal, 0) + 1
+        self._count(principal, 1)
+        auth = Authenticator(self.sasl[listener]) if listener in self.sasl else None
         decoder = FrameDecoder(self.max_request_bytes)
         answers: asyncio.Queue = asyncio.Queue()   # (request, its handling), in order
         responder = asyncio.ensure_future(self._respond(answers, writer))
@@ -256,7 +267,26 @@ class SocketServer:
                         await self._answered(answers, responder)
                     return
                 for frame in decoder.feed(data):
-                    request = parse_request(frame, self.supported, listener, principal)
+                    if auth is not None and not auth.complete:
+                        request, response, outcome = auth.receive(
+                            frame, lambda f: parse_request(f, self.supported, listener,
+                                                           principal))
+                        if outcome is not None:
+                            answered: asyncio.Future = asyncio.Future()
+                            answered.set_result(response)
+                            answers.put_nowait((request, answered))
+                            if outcome.close:
+                                await self._answered(answers, responder)
+                                self._closing(peer, "authentication", "failed authentication: "
+                                              f"{outcome.error}", logging.INFO)
+                                return
+                            if auth.complete:
+                                self._count(principal, -1)
+                                principal = auth.server.principal
+                                self._count(principal, 1)
+                            continue
+                    else:
+                        request = parse_request(frame, self.supported, listener, principal)
                     keys = overlap_keys(request)
                     while True:
                         in_hand = [(k, f) for k, f in in_hand if not f.done()]
@@ -288,10 +318,15 @@ class SocketServer:
             for _, handling in in_hand:
                 handling.cancel()
             self._connections.discard(task)
-            self.principals[principal] -= 1
-            if not self.principals[principal]:
-                del self.principals[principal]
+            self._count(principal, -1)
             writer.close()
+
+    def _count(self, principal: str, change: int) -> None:
+        left = self.principals.get(principal, 0) + change
+        if left:
+            self.principals[principal] = left
+        else:
+            self.principals.pop(principal, None)
 
     async def _respond(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         """Each request's response, in the order the requests came."""
@@ -299,7 +334,10 @@ class SocketServer:
             request, handling = await answers.get()
             try:
                 response = await handling
-                if response is not None:   # acks=0: no answer
+                if request is None:        # a bare SASL token's answer (SaslHandshake v0)
+                    writer.write(struct.pack(">i", len(response)) + response)
+                    await writer.drain()
+                elif response is not None:   # acks=0: no answer
                     self.bytes_sent_from_files += await write_response(
                         writer, encode_response(request, response))
                     await writer.drain()

@@ -185,11 +185,11 @@ def server_context(cfg: Mapping[str, Any], listener: str) -> ssl.SSLContext:
 
 def listener_tls(broker: Mapping[str, Any], listeners: list[Endpoint]
                  ) -> dict[str, tuple[ssl.SSLContext, SslPrincipalMapper]]:
-    """Each SSL listener's TLS context and principal mapper, from the broker's settings
+    """Each SSL and SASL_SSL listener's TLS context and principal mapper, from the broker's settings
     (a listener's own ``listener.name.<name>.ssl.*`` first)."""
     out = {}
     for endpoint in listeners:
-        if endpoint.security_protocol != "SSL":
+        if endpoint.security_protocol not in ("SSL", "SASL_SSL"):
             continue
         cfg = for_listener(broker, endpoint.name)
         try:

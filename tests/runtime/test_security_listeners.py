@@ -1,9 +1,11 @@
-"""SSL listeners on a real cluster (issue 43, step 1): Kafka's own clients over TLS with a
-CA made in the test: confluent-kafka (librdkafka) producing and consuming (the fetch
-answers' file regions copied through TLS), mutual TLS naming each connection by its
-certificate through ssl.principal.mapping.rules, a client with no certificate or an
-untrusted one refused, and Kafka's Java tools with a client.properties
-(``--command-config``), as Kafka users configure them."""
+"""SSL and SASL listeners on a real cluster (issue 43, steps 1 and 2): Kafka's own clients
+over TLS with a CA made in the test: confluent-kafka (librdkafka) producing and consuming
+(the fetch answers' file regions copied through TLS), mutual TLS naming each connection by
+its certificate through ssl.principal.mapping.rules, a client with no certificate or an
+untrusted one refused; SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL with users from the
+listener's JAAS config (confluent-kafka, kafka-python), a wrong password refused; and Kafka's
+Java tools with a client.properties (``--command-config``), as Kafka users configure them.
+One cluster, five listeners."""
 from __future__ import annotations
 
 import pytest
@@ -14,6 +16,9 @@ from tests.runtime.conftest import cluster_with
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_admin="admin-secret" user_alice="alice-secret";')
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,13 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster(ray_session, pki, tmp_path_factory):
     config = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,"
+                     "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,"
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["broker.pem"],
         "ssl.truststore.type": "PEM", "ssl.truststore.location": pki["ca.pem"],
         # The mutual-TLS listener's own keystore (PKCS12) and client authentication.
@@ -149,3 +159,94 @@ def test_the_keystore_password_is_hidden_wherever_the_settings_show(cluster):
         secret = c.config["listener.name.mtls.ssl.keystore.password"]
         assert isinstance(secret, Password) and secret.value == "changeit"
         assert "changeit" not in repr(c.config) and "changeit" not in str(c.config)
+
+
+def sasl_client(cluster, pki, listener: str, user: str = "alice",
+                password: str = "alice-secret") -> dict:
+    config = {"bootstrap.servers": cluster.listener_addresses(listener),
+              "security.protocol": listener, "sasl.mechanism": "PLAIN",
+              "sasl.username": user, "sasl.password": password}
+    if listener == "SASL_SSL":
+        config["ssl.ca.location"] = pki["ca.pem"]
+    return config
+
+
+def closed_for_authentication(cluster) -> int:
+    return sum(ray.get(cluster.broker(b).describe.remote())["kafka_connections_closed"].get(
+        "authentication", 0) for b in cluster.metadata()["brokers"])
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_confluent_kafka_with_sasl_plain(cluster, pki, listener):
+    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"sasl-{listener.lower()}"
+    admin = AdminClient(sasl_client(cluster, pki, listener))
+    for f in admin.create_topics([NewTopic(topic, 2, 2)]).values():
+        f.result(30)
+    assert {f"{b.host}:{b.port}" for b in admin.list_topics(timeout=30).brokers.values()} == \
+        set(cluster.listener_addresses(listener).split(","))
+    producer = Producer({**sasl_client(cluster, pki, listener), "acks": "all"})
+    for i in range(200):
+        producer.produce(topic, f"r{i}".encode())
+    assert producer.flush(60) == 0
+    consumer = Consumer({**sasl_client(cluster, pki, listener, "admin", "admin-secret"),
+                         "group.id": f"{topic}-readers", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list = []
+    wait_until(lambda: got.extend(m.value() for m in consumer.consume(200, 1)
+                                  if m.error() is None) or len(got) >= 200, 90,
+               "every record read back")
+    assert sorted(got) == sorted(f"r{i}".encode() for i in range(200))
+    seen = principals(cluster)
+    assert seen.get("User:admin", 0) >= 1 and seen.get("User:alice", 0) >= 1
+    consumer.close()
+    before = closed_for_authentication(cluster)
+    wrong = AdminClient({**sasl_client(cluster, pki, listener, "alice", "guess"),
+                         "socket.connection.setup.timeout.ms": 5000})
+    with pytest.raises(KafkaException):
+        wrong.list_topics(timeout=8)
+    assert closed_for_authentication(cluster) > before
+
+
+def test_kafka_python_with_sasl_plain(cluster, pki):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    config = dict(bootstrap_servers=cluster.listener_addresses("SASL_PLAINTEXT").split(","),
+                  security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                  sasl_plain_username="alice", sasl_plain_password="alice-secret")
+    producer = KafkaProducer(acks="all", **config)
+    producer.send("sasl-kafka-python", b"hello").get(60)
+    producer.close()
+    consumer = KafkaConsumer(**config, auto_offset_reset="earliest")
+    tp = TopicPartition("sasl-kafka-python", 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    records = consumer.poll(timeout_ms=20_000).get(tp, [])
+    consumer.close()
+    assert [r.value for r in records] == [b"hello"]
+
+
+def test_kafka_java_tools_over_sasl_ssl(cluster, pki):
+    from benchmarks.kafka_peer import classpath
+    from tests.runtime.test_kafka_java_tools import KafkaTools
+
+    root = pki["root"]
+    props = root / "sasl.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={pki['ca.pem']}\n")
+    tools = KafkaTools(classpath(), root, cluster.listener_addresses("SASL_SSL"))
+    tools.tool("TopicCommand", "--command-config", str(props), "--create", "--topic",
+               "sasl-java", "--partitions", "1", "--replication-factor", "1")
+    assert "sasl-java" in tools.tool("TopicCommand", "--command-config", str(props),
+                                     "--list").stdout.split()
+    wrong = root / "wrong.properties"
+    wrong.write_text(props.read_text().replace('password="admin-secret"', 'password="x"'))
+    refused = tools.tool("TopicCommand", "--command-config", str(wrong), "--list",
+                         check=False, timeout=120)
+    assert refused.returncode != 0 and "Authentication failed" in refused.stdout + \
+        refused.stderr

@@ -1,0 +1,100 @@
+"""The broker's side of SASL on a Kafka connection (Kafka's SaslServerAuthenticator, with
+PlainSaslServer): SaslHandshake names a mechanism, SaslAuthenticate carries its tokens;
+until the exchange completes only ApiVersions and those two may be asked. Plain values in,
+plain values out: the socket server turns them into responses and closes the connection
+where Kafka closes it.
+
+PLAIN (RFC 4616): one token ``[authzid] NUL authcid NUL passwd``, checked against the
+``user_<name>="<password>"`` options of the listener's PlainLoginModule
+(``listener.name.<listener>.plain.sasl.jaas.config``), as Kafka's
+PlainServerCallbackHandler checks them.
+"""
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from protocols.errors import (IllegalSaslStateError, KafkaError, SaslAuthenticationError,
+                              UnsupportedSaslMechanismError)
+
+PLAIN = "PLAIN"
+MECHANISMS = (PLAIN,)      # served; SCRAM-SHA-256/512 and GSSAPI are not built yet
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+@dataclass(frozen=True)
+class SaslConfig:
+    """One SASL listener's mechanisms and PLAIN's users ({name: password})."""
+    mechanisms: tuple[str, ...]
+    plain_users: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """An answer to one SASL request: its error (None: fine), what it carries, and whether
+    the connection is closed once it is sent."""
+    error: KafkaError | None = None
+    mechanisms: tuple[str, ...] = ()
+    auth_bytes: bytes = b""
+    close: bool = False
+
+
+class SaslServer:
+    """One connection's exchange: handshake, then authenticate, then complete."""
+
+    def __init__(self, config: SaslConfig):
+        self.config = config
+        self.mechanism: str | None = None
+        self.user: str | None = None    # the authenticated name, once complete
+
+    @property
+    def complete(self) -> bool:
+        return self.user is not None
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
+    def handshake(self, mechanism: str) -> Outcome:
+        enabled = self.config.mechanisms
+        if self.mechanism is not None or self.complete:
+            return Outcome(IllegalSaslStateError("Unexpected SaslHandshake request: a "
+                                                 "mechanism was already chosen"),
+                           enabled, close=True)
+        if mechanism not in enabled:
+            return Outcome(UnsupportedSaslMechanismError(
+                f"Unsupported SASL mechanism {mechanism}"), enabled, close=True)
+        self.mechanism = mechanism
+        return Outcome(mechanisms=enabled)
+
+    def authenticate(self, token: bytes) -> Outcome:
+        if self.mechanism is None or self.complete:
+            return Outcome(IllegalSaslStateError(
+                "Unexpected SaslAuthenticate request: no SaslHandshake before it"
+                if self.mechanism is None else
+                "SaslAuthenticate request received after successful authentication"),
+                close=True)
+        try:
+            self.user = self._plain(token)
+        except SaslAuthenticationError as e:
+            return Outcome(e, close=True)
+        return Outcome()
+
+    def _plain(self, token: bytes) -> str:
+        parts = token.decode("utf-8", "replace").split("\0", 3)
+        if len(parts) != 3:
+            raise SaslAuthenticationError(
+                f"Invalid SASL/PLAIN response: expected 3 tokens, got {min(len(parts), 4)}")
+        authzid, username, password = parts
+        if not username:
+            raise SaslAuthenticationError("Authentication failed: username not specified")
+        if not password:
+            raise SaslAuthenticationError("Authentication failed: password not specified")
+        expected = self.config.plain_users.get(username)
+        if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
+            raise SaslAuthenticationError("Authentication failed: Invalid username or password")
+        if authzid and authzid != username:
+            raise SaslAuthenticationError("Authentication failed: Client requested an "
+                                          "authorization id that is different from username")
+        return username

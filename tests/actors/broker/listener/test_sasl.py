@@ -1,0 +1,148 @@
+"""SASL listeners on the wire (``actors.broker.listener.sasl_authenticator``), real sockets in
+one process: SaslHandshake v1 then SaslAuthenticate, as Kafka's Java client and librdkafka
+send them; SaslHandshake v0 then the bare PLAIN token, as older clients do; a failed
+authentication answered SASL_AUTHENTICATION_FAILED and the connection closed; anything but
+ApiVersions before authentication closes the connection; the listener's settings, refused
+with the setting to fix."""
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from actors.broker.config import ClusterConfig
+from actors.broker.listener.api_versions import SUPPORTED
+from actors.broker.listener.kafka_apis import KafkaApis
+from actors.broker.listener.sasl_authenticator import listener_sasl
+from actors.broker.listener.socket_server import SocketServer
+from protocols.errors import InvalidConfigError
+from protocols.kafka.api_keys import ApiKey
+from protocols.kafka.listeners import parse_listeners
+from tests.actors.broker.listener.test_socket_server import IMAGE, no_creation, read_frame
+from tests.kafka_wire import parse_response, request_bytes
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_alice="alice-secret" user_bob="bob-secret";')
+HANDSHAKE, AUTHENTICATE, METADATA = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, \
+    ApiKey.METADATA
+
+
+def sasl_server() -> SocketServer:
+    broker = ClusterConfig.parse({
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS}).broker
+    listeners = parse_listeners(broker["listeners"])
+    apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
+    return SocketServer(0, listeners, apis.handle, SUPPORTED, 104_857_600, 60_000,
+                        sasl=listener_sasl(broker, listeners))
+
+
+def conversation(steps):
+    """Send each (api key, version, values) on one connection, reading each answer; returns
+    the answers' bodies and, after the last, whether the broker closed the connection."""
+    async def run():
+        s = sasl_server()
+        port = (await s.start())["SASL_PLAINTEXT"]
+        s.enable_request_processing()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        bodies = []
+        for i, (key, version, values) in enumerate(steps):
+            if key is None:                      # a bare token (after SaslHandshake v0)
+                writer.write(struct.pack(">i", len(values)) + values)
+                bodies.append(await read_frame(reader))
+                continue
+            writer.write(request_bytes(key, version, values, correlation_id=i))
+            try:
+                frame = await asyncio.wait_for(read_frame(reader), 10)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                bodies.append(None)              # closed without an answer
+                break
+            header, body = parse_response(frame, key, version)
+            assert header.correlation_id == i
+            bodies.append(body)
+        try:   # a closed connection reads EOF at once; an open one has nothing to say
+            closed = await asyncio.wait_for(reader.read(1), 2) == b""
+        except asyncio.TimeoutError:
+            closed = False
+        principals = dict(s.principals)
+        writer.close()
+        await s.stop()
+        return bodies, closed, principals, dict(s.closed_for)
+    return asyncio.run(run())
+
+
+def test_handshake_v1_then_authenticate_then_requests_as_the_user():
+    bodies, closed, principals, _ = conversation([
+        (ApiKey.API_VERSIONS, 3, {}),
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+        (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"}),
+        (METADATA, 12, {"topics": None}),
+    ])
+    assert bodies[1].error_code == 0 and list(bodies[1].mechanisms) == ["PLAIN"]
+    assert bodies[2].error_code == 0 and bodies[2].error_message is None
+    assert bodies[3].cluster_id == "c"
+    assert not closed and principals == {"User:alice": 1}
+
+
+def test_handshake_v0_then_the_bare_token():
+    bodies, closed, _, _ = conversation([
+        (HANDSHAKE, 0, {"mechanism": "PLAIN"}),
+        (None, None, b"\0bob\0bob-secret"),
+        (METADATA, 12, {"topics": None}),
+    ])
+    assert bodies[0].error_code == 0 and bodies[1] == b"" and bodies[2].cluster_id == "c"
+
+
+def test_a_wrong_password_is_answered_then_the_connection_closed():
+    bodies, closed, _, closed_for = conversation([
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+        (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0bob-secret"}),
+    ])
+    assert bodies[1].error_code == 58     # SASL_AUTHENTICATION_FAILED
+    assert bodies[1].error_message == "Authentication failed: Invalid username or password"
+    assert closed and closed_for == {"authentication": 1}
+
+
+def test_an_unsupported_mechanism_is_answered_with_those_enabled_then_closed():
+    bodies, closed, _, _ = conversation([(HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})])
+    assert bodies[0].error_code == 33 and list(bodies[0].mechanisms) == ["PLAIN"]
+    assert closed
+
+
+@pytest.mark.parametrize("first", [(METADATA, 12, {"topics": None}),
+                                   (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})])
+def test_no_request_but_api_versions_before_the_handshake(first):
+    bodies, closed, _, _ = conversation([first])
+    if first[0] == METADATA:
+        assert bodies == [None]                       # InvalidRequest: closed unanswered
+    else:
+        assert bodies[0].error_code == 34             # ILLEGAL_SASL_STATE
+    assert closed
+
+
+def test_a_handshake_after_authentication_or_on_plaintext_is_an_illegal_state():
+    bodies, closed, _, _ = conversation([
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+        (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"}),
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+    ])
+    assert bodies[2].error_code == 34 and not closed
+
+
+@pytest.mark.parametrize("given, error", [
+    ({}, "SASL mechanism GSSAPI is not supported .*sasl.enabled.mechanisms"),
+    ({"sasl.enabled.mechanisms": "PLAIN"},
+     "SASL/PLAIN needs listener.name.sasl_plaintext.plain.sasl.jaas.config"),
+    ({"sasl.enabled.mechanisms": "PLAIN",
+      "listener.name.sasl_plaintext.plain.sasl.jaas.config": "com.example.Other required;"},
+     "names com.example.Other, not org.apache.kafka.common.security.plain.PlainLoginModule"),
+])
+def test_settings_that_cannot_make_a_sasl_listener(given, error):
+    broker = ClusterConfig.parse({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", **given}).broker
+    with pytest.raises(InvalidConfigError, match=error):
+        listener_sasl(broker, parse_listeners(broker["listeners"]))
+    with pytest.raises(InvalidConfigError, match="should be 1 module"):
+        ClusterConfig.parse({"listener.name.x.plain.sasl.jaas.config": "a.B required; c.D "
+                                                                       "required;"})
