@@ -7,6 +7,7 @@ name is refused with the closest known one, as everywhere else.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -16,6 +17,13 @@ from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import InvalidConfigError
 from protocols.kafka.listeners import DEFAULT_PROTOCOL_MAP
 from storage.config import BROKER_DEFAULTS, LogConfig
+
+def _inter_broker(name: str, value: str) -> None:
+    if value != "PLAINTEXT":
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: the replicas' channel between "
+            "brokers speaks PLAINTEXT only (TLS on it is not built yet)")
+
 
 BROKER_CONFIG = (
     ConfigDef()
@@ -81,14 +89,24 @@ BROKER_CONFIG = (
     .define("ssl.truststore.password", "password", None, nullable=True)
     .define("ssl.truststore.certificates", "password", None, nullable=True)
     .define("ssl.client.auth", "string", "none", one_of("none", "requested", "required"))
-    .define("ssl.protocol", "string", "TLSv1.3", one_of("TLSv1.2", "TLSv1.3", "TLS"))
+    # The JVM's SSLContext protocol; what a listener offers is ssl.enabled.protocols.
+    .define("ssl.protocol", "string", "TLSv1.3",
+            one_of("TLS", "TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"))
     .define("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"],
-            one_of("TLSv1.2", "TLSv1.3"))
+            one_of("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"))
     .define("ssl.cipher.suites", "list", [])
     .define("ssl.principal.mapping.rules", "string", "DEFAULT")
+    # A broker's client side of inter-broker TLS; rafka's brokers do not call each other over
+    # Kafka's protocol (see security.inter.broker.protocol).
     .define("ssl.endpoint.identification.algorithm", "string", "https")
-    .define("security.inter.broker.protocol", "string", "PLAINTEXT",
-            one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    # The JVM's key and trust managers, provider and random source: accepted so that a
+    # Kafka broker's settings start a rafka broker; OpenSSL has no such choices.
+    .define("ssl.keymanager.algorithm", "string", "SunX509")
+    .define("ssl.trustmanager.algorithm", "string", "PKIX")
+    .define("ssl.secure.random.implementation", "string", None, nullable=True)
+    .define("ssl.provider", "string", None, nullable=True)
+    # Replicas fetch over the hosts' own channel, which has no TLS yet: only PLAINTEXT.
+    .define("security.inter.broker.protocol", "string", "PLAINTEXT", _inter_broker)
     # SASL listeners (protocols.kafka.sasl). Kafka's default is GSSAPI (Kerberos), which is
     # not built: a SASL listener must name its mechanisms. Each mechanism's users come from
     # listener.name.<listener>.<mechanism>.sasl.jaas.config, as on a Kafka broker.
@@ -132,6 +150,13 @@ def parse_listener_value(name: str, value: Any) -> Any:
                                      "should be 1 module")
         return secret
     return BROKER_CONFIG.parse({key[1]: value}, defaults=False)[key[1]]
+
+
+def absolute_locations(broker: dict[str, Any]) -> dict[str, Any]:
+    """Keystore and truststore locations made absolute where the settings are given (the
+    driver's working directory): a broker reads them from its own."""
+    return {k: (os.path.abspath(v) if k.endswith((".keystore.location", ".truststore.location"))
+                and isinstance(v, str) else v) for k, v in broker.items()}
 
 
 def for_listener(broker: Mapping[str, Any], listener: str) -> dict[str, Any]:
@@ -180,7 +205,7 @@ class ClusterConfig:
                     log[name] = value
         LogConfig.from_props({}, broker=log)  # bad values fail here, naming the key
         return cls(CONTROLLER_CONFIG.parse(controller, defaults=False),
-                   {**BROKER_CONFIG.parse(broker), **listener_keys}, log)
+                   absolute_locations({**BROKER_CONFIG.parse(broker), **listener_keys}), log)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.log, **self.broker, **self.controller}

@@ -34,10 +34,14 @@ class Rule:
     lower: bool = False
     upper: bool = False
 
+    def __post_init__(self):
+        if self.pattern is not None:
+            object.__setattr__(self, "compiled", _compile(self.pattern))
+
     def apply(self, name: str) -> str | None:
         if self.pattern is None:
             return name
-        compiled = re.compile(self.pattern)
+        compiled = self.compiled
         m = compiled.fullmatch(name)
         if m is None:
             return None
@@ -56,6 +60,24 @@ class Rule:
         if self.replacement is not None:
             text += "/" + self.replacement
         return text + ("/L" if self.lower else "/U" if self.upper else "")
+
+
+def _compile(pattern: str) -> re.Pattern:
+    """A rule's pattern, written for Java's regular expressions, as Python reads it. Java
+    allows inline flags anywhere (``^(?i)cn=...``, common in rules); Python only at the start,
+    so flags that follow the anchor are moved before it; Java's named groups ``(?<name>``
+    are Python's ``(?P<name>``. A pattern Python cannot read is an
+    invalid rule, found when the rules are read (the broker does not start), as Kafka's
+    Pattern.compile finds its own."""
+    m = re.match(r"^\^(\(\?[aiLmsux]+\))", pattern)
+    if m is not None:
+        pattern = m.group(1) + "^" + pattern[m.end():]
+    pattern = re.sub(r"\(\?<([A-Za-z][A-Za-z0-9]*)>", r"(?P<\1>", pattern)
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"Invalid rule: pattern {pattern!r} is not a regular expression "
+                         f"this broker reads: {e}") from None
 
 
 def _python_replacement(java: str, groups: int) -> str:

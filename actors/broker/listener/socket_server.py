@@ -225,7 +225,7 @@ class SocketServer:
         peer = writer.get_extra_info("peername")
         try:
             principal = self._principal(listener, writer)
-        except NoMatchingRule as e:
+        except (NoMatchingRule, ValueError) as e:   # no rule maps the subject
             self._closing(peer, "authentication", f"failed authentication: {e}",
                           logging.INFO)
             writer.close()

@@ -19,6 +19,7 @@ optional / required peer verification against the truststore.
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,7 +30,8 @@ from protocols.errors import InvalidConfigError
 from protocols.kafka.listeners import Endpoint
 from protocols.kafka.ssl_principal import SslPrincipalMapper
 
-_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_VERSIONS = {"TLSv1": ssl.TLSVersion.TLSv1, "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+             "TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
            "required": ssl.CERT_REQUIRED}
 
@@ -149,6 +151,49 @@ def _load_chain(context: ssl.SSLContext, key_pem: bytes, chain_pem: bytes) -> No
         os.close(fd)
 
 
+_TLS13_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                 "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_CCM_SHA256",
+                 "TLS_AES_128_CCM_8_SHA256")
+_SUITE = re.compile(r"^TLS_(?:(ECDHE|DHE)_)?(RSA|ECDSA)_WITH_(AES_(128|256)_(GCM|CBC|CCM)"
+                    r"|CHACHA20_POLY1305)(?:_(SHA|SHA256|SHA384))?$")
+
+
+def openssl_cipher(suite: str) -> str:
+    """A TLSv1.2 cipher suite by its standard (IANA, Java's) name, as Kafka's
+    ssl.cipher.suites names it, in OpenSSL's name (``TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256``
+    -> ``ECDHE-RSA-AES128-GCM-SHA256``); an OpenSSL name is kept."""
+    m = _SUITE.match(suite)
+    if m is None:
+        return suite
+    kx, auth, cipher, bits, mode, mac = m.groups()
+    prefix = f"{kx}-{auth}-" if kx else ""       # TLS_RSA_WITH_...: RSA key exchange
+    if cipher == "CHACHA20_POLY1305":
+        return prefix + "CHACHA20-POLY1305"
+    if mode == "CBC":
+        return prefix + f"AES{bits}-" + ("SHA" if mac == "SHA" else mac)
+    return prefix + f"AES{bits}-{mode}" + (f"-{mac}" if mac else "")
+
+
+def _set_cipher_suites(context: ssl.SSLContext, suites: list[str], listener: str) -> None:
+    """Only ``suites`` offered. TLSv1.2's by name (standard or OpenSSL's); OpenSSL offers
+    TLSv1.3's whatever is set, so a list naming none of them turns TLSv1.3 off, as a JVM
+    given only TLSv1.2 suites cannot negotiate TLSv1.3."""
+    tls12 = [openssl_cipher(s) for s in suites if s not in _TLS13_SUITES]
+    every = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    every.set_ciphers("ALL")
+    known = {c["name"] for c in every.get_ciphers()}
+    unknown = [s for s, name in zip([s for s in suites if s not in _TLS13_SUITES], tls12)
+               if name not in known]
+    if unknown:
+        raise InvalidConfigError(f"Listener {listener}: ssl.cipher.suites names "
+                                 f"{', '.join(unknown)}, which this broker's OpenSSL does not "
+                                 "offer")
+    if tls12:
+        context.set_ciphers(":".join(tls12))
+    if len(tls12) == len(suites):
+        context.maximum_version = min(context.maximum_version, ssl.TLSVersion.TLSv1_2)
+
+
 def server_context(cfg: Mapping[str, Any], listener: str) -> ssl.SSLContext:
     """The TLS context of an SSL listener, from its ssl.* settings
     (``actors.broker.config.for_listener``). Bad settings raise InvalidConfigError naming
@@ -159,13 +204,7 @@ def server_context(cfg: Mapping[str, Any], listener: str) -> ssl.SSLContext:
         raise InvalidConfigError(f"Listener {listener}: ssl.enabled.protocols is empty")
     context.minimum_version, context.maximum_version = min(enabled), max(enabled)
     if cfg["ssl.cipher.suites"]:
-        try:
-            context.set_ciphers(":".join(cfg["ssl.cipher.suites"]))
-        except ssl.SSLError:
-            raise InvalidConfigError(
-                f"Listener {listener}: no cipher of ssl.cipher.suites "
-                f"{','.join(cfg['ssl.cipher.suites'])} is known to OpenSSL (TLSv1.2 suites "
-                "by OpenSSL's names, e.g. ECDHE-RSA-AES128-GCM-SHA256)") from None
+        _set_cipher_suites(context, cfg["ssl.cipher.suites"], listener)
     _load_chain(context, *keystore_pem(cfg, listener))
     auth = cfg["ssl.client.auth"]
     trusted = truststore_pem(cfg, listener)
@@ -176,9 +215,8 @@ def server_context(cfg: Mapping[str, Any], listener: str) -> ssl.SSLContext:
             raise InvalidConfigError(f"Listener {listener}: cannot read the truststore's "
                                      f"certificates: {e}") from None
     elif auth != "none":
-        raise InvalidConfigError(f"Listener {listener}: ssl.client.auth={auth} needs a "
-                                 "truststore to check clients' certificates against "
-                                 "(ssl.truststore.location or ssl.truststore.certificates)")
+        # No truststore: the platform's trusted CAs, as Kafka falls back to the JVM's.
+        context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     context.verify_mode = _VERIFY[auth]
     return context
 
@@ -201,16 +239,66 @@ def listener_tls(broker: Mapping[str, Any], listeners: list[Endpoint]
     return out
 
 
+# The attribute types Java writes by name in an RFC 2253 name (X500Principal.getName());
+# every other is written as its OID and the hex of its DER value.
+_RFC2253_KEYWORDS = {"2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST",
+                     "2.5.4.10": "O", "2.5.4.11": "OU", "2.5.4.9": "STREET",
+                     "0.9.2342.19200300.100.1.25": "DC", "0.9.2342.19200300.100.1.1": "UID"}
+_ESCAPED = ',=+<>#;"\\'
+_STRING_CODECS = {12: "utf-8", 19: "latin-1", 20: "latin-1", 22: "latin-1", 26: "latin-1",
+                  30: "utf-16-be", 28: "utf-32-be"}
+
+
+def _der(tag: int, content: bytes) -> bytes:
+    n = len(content)
+    length = bytes([n]) if n < 128 else bytes([0x80 | ((n.bit_length() + 7) // 8)]) + \
+        n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag]) + length + content
+
+
+def _java_value(value: str) -> str:
+    """An attribute's value escaped as Java's AVA.toRFC2253String escapes it."""
+    chars = "".join("\\" + c if c in _ESCAPED else "\\00" if c == "\0" else c
+                    for c in value)
+    lead = len(chars) - len(chars.lstrip(" \r"))
+    trail = len(chars.rstrip(" \r"))
+    return "".join("\\" + c if i < lead or i >= trail else c for i, c in enumerate(chars))
+
+
+def rfc2253(name) -> str:
+    """An X.509 name (cryptography's ``x509.Name``) as Java's X500Principal.getName() writes
+    it, the string Kafka maps with ssl.principal.mapping.rules: most specific RDN first, the
+    standard keywords by name, any other attribute as ``<oid>=#<hex of its DER value>``
+    (emailAddress: ``1.2.840.113549.1.9.1=#16...``)."""
+    rdns = []
+    for rdn in reversed(name.rdns):
+        avas = []
+        for attribute in rdn:
+            oid = attribute.oid.dotted_string
+            keyword = _RFC2253_KEYWORDS.get(oid)
+            tag = attribute._type.value
+            codec = _STRING_CODECS.get(tag)
+            if keyword is None or codec is None:
+                value = attribute.value
+                content = value if isinstance(value, bytes) else \
+                    value.encode(codec or "utf-8")
+                avas.append(f"{oid}=#{_der(tag, content).hex()}")
+            else:
+                avas.append(f"{keyword}={_java_value(attribute.value)}")
+        rdns.append("+".join(avas))
+    return ",".join(rdns)
+
+
 def peer_subject(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:
-    """The client certificate's subject as an RFC 2253 name (``CN=client,O=Org``), or None
-    where the client showed none."""
+    """The client certificate's subject as Kafka sees it (``rfc2253``), or None where the
+    client showed none."""
     if ssl_object is None:
         return None
     der = ssl_object.getpeercert(binary_form=True)
     if not der:
         return None
     from cryptography import x509
-    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    return rfc2253(x509.load_der_x509_certificate(der).subject)
 
 
 def principal_of(ssl_object, mapper: SslPrincipalMapper) -> str:

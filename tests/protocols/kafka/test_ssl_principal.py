@@ -93,3 +93,13 @@ def test_no_rule_applies_and_no_certificate():
         mapper.name("CN=a,OU=b")
     assert mapper.principal(None) == "User:ANONYMOUS"
     assert SslPrincipalMapper(None).principal("CN=a,OU=b") == "User:CN=a,OU=b"
+
+
+def test_java_patterns_kafka_users_write_and_one_python_cannot_read():
+    mapper = SslPrincipalMapper("RULE:^(?i)cn=(.*?),.*$/$1/L,RULE:^O=(?<org>\\w+)$/$1/U")
+    assert mapper.name("CN=Duke,OU=x") == "duke"
+    assert mapper.name("O=acme") == "ACME"
+    # Read when the rules are read: the broker refuses to start, as Kafka's does.
+    with pytest.raises(ValueError, match="Invalid rule: pattern .* is not a regular "
+                                         "expression"):
+        SslPrincipalMapper("RULE:^CN=\\p{Alpha}+$/$0/")

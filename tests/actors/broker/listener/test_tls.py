@@ -61,7 +61,8 @@ def handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext) -> str | N
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx,
                                                        server_hostname="127.0.0.1")
-        assert await reader.read() == b"ok"
+        if await reader.read() != b"ok":   # TLS 1.3: a refused client learns it reading
+            raise ConnectionError("the server closed the connection in its handshake")
         writer.close()
         server.close()
         return seen[0]
@@ -123,16 +124,17 @@ def test_settings_that_cannot_make_a_listener_say_which_and_why(pki, tmp_path):
          "cannot read the keystore .*missing.pem: No such file"),
         ({"ssl.keystore.type": "PEM", "ssl.keystore.key": pki["broker"].key_pem().decode()},
          "without ssl.keystore.certificate.chain"),
-        ({"ssl.keystore.type": "PEM",
-          "ssl.keystore.key": pki["broker"].key_pem().decode(),
-          "ssl.keystore.certificate.chain": pki["broker"].cert_pem().decode(),
-          "ssl.client.auth": "required"}, "ssl.client.auth=required needs a truststore"),
+        ({"ssl.keystore.type": "PEM", "ssl.keystore.location": jks,
+          "ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_NO_SUCH_SUITE"},
+         "ssl.cipher.suites names TLS_NO_SUCH_SUITE, which this broker's OpenSSL does not"),
     ]
     for given, error in cases:
         with pytest.raises(InvalidConfigError, match=error):
             server_context(ssl_config(**given), "SSL")
     with pytest.raises(InvalidConfigError, match="ssl.client.auth"):
         ClusterConfig.parse({"ssl.client.auth": "sometimes"})
+    with pytest.raises(InvalidConfigError, match="speaks PLAINTEXT only"):
+        ClusterConfig.parse({"security.inter.broker.protocol": "SSL"})
     with pytest.raises(InvalidConfigError, match="ssl.principal.mapping.rules"):
         listener_tls({**ClusterConfig.parse({"ssl.principal.mapping.rules": "DEFAUL"}).broker},
                      parse_listeners("SSL://:0"))
@@ -228,3 +230,76 @@ def test_a_fetch_answers_file_regions_are_copied_over_tls(pki, tmp_path):
                                    tls=(server, client))
     assert failed == [] and sent == [12_000]
     assert got == b"head" + DATA[:5000] + b"middle" * 20_000 + DATA[9000:16000] + b"tail"
+
+
+def test_without_a_truststore_client_auth_checks_against_the_platforms_cas(pki, tmp_path):
+    """As Kafka falls back to the JVM's trusted CAs: a certificate from the test's own CA is
+    not among them."""
+    context = server_context(ssl_config(**{
+        "ssl.keystore.type": "PEM", "ssl.keystore.key": pki["broker"].key_pem().decode(),
+        "ssl.keystore.certificate.chain": pki["broker"].cert_pem().decode(),
+        "ssl.client.auth": "required"}), "SSL")
+    with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+        handshake(context, client_context(pki, "alice", tmp_path))
+
+
+def test_cipher_suites_by_kafkas_names_and_tls13_off_without_its_suites(pki, tmp_path):
+    keystore = tls_certs.write(tmp_path / "broker.pem",
+                               pki["broker"].key_pem() + pki["broker"].cert_pem())
+    from actors.broker.listener.tls import openssl_cipher
+    assert openssl_cipher("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256") == \
+        "ECDHE-RSA-AES128-GCM-SHA256"
+    assert openssl_cipher("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256") == \
+        "ECDHE-ECDSA-CHACHA20-POLY1305"
+    assert openssl_cipher("TLS_RSA_WITH_AES_256_CBC_SHA") == "AES256-SHA"
+    context = server_context(ssl_config(**{
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
+        "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}), "SSL")
+    assert [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"] == \
+        ["ECDHE-ECDSA-AES256-GCM-SHA384"]
+    assert handshake(context, client_context(pki)) is None      # the EC key's suite, TLSv1.2
+    only13 = client_context(pki)
+    only13.minimum_version = ssl.TLSVersion.TLSv1_3
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(context, only13)
+
+
+def test_subjects_are_written_as_javas_x500principal_writes_them(tmp_path):
+    """Kafka maps the name Java's X500Principal.getName() gives: checked against Java itself
+    (the JDK the Kafka tools' tests use), for standard keywords, escapes and attributes Java
+    writes as an OID and hex DER (emailAddress, serialNumber)."""
+    import shutil
+    import subprocess
+
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from actors.broker.listener.tls import rfc2253
+    name = x509.Name([
+        x509.NameAttribute(NameOID.DOMAIN_COMPONENT, "com"),
+        x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Org+<x>;"),
+        x509.NameAttribute(NameOID.EMAIL_ADDRESS, "alice@example.com"),
+        x509.NameAttribute(NameOID.SERIAL_NUMBER, "1234"),
+        x509.NameAttribute(NameOID.COMMON_NAME, ' a#b=c, d"\u00e9 ')])
+    der = tmp_path / "name.der"
+    der.write_bytes(name.public_bytes())
+    source = tmp_path / "Name.java"
+    source.write_text(
+        "public class Name { public static void main(String[] a) throws Exception {"
+        " System.out.print(new javax.security.auth.x500.X500Principal(java.nio.file.Files"
+        ".readAllBytes(java.nio.file.Path.of(a[0]))).getName()); } }")
+    java = shutil.which("java")
+    assert java, "java is not on PATH (Java 17 is part of this machine's set-up)"
+    out = subprocess.run([java, str(source), str(der)], capture_output=True, timeout=120,
+                         check=True).stdout.decode()
+    assert rfc2253(name) == out
+    assert out.startswith("CN=\\ a\\#b\\=c\\, d\\\"\u00e9\\ ,2.5.4.5=#130431323334,")
+
+
+def test_relative_store_locations_are_made_absolute_where_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    broker = ClusterConfig.parse({"ssl.keystore.location": "certs/broker.p12",
+                                  "listener.name.mtls.ssl.truststore.location": "ca.p12"}).broker
+    assert broker["ssl.keystore.location"] == str(tmp_path / "certs/broker.p12")
+    assert broker["listener.name.mtls.ssl.truststore.location"] == str(tmp_path / "ca.p12")
