@@ -111,14 +111,17 @@ BROKER_CONFIG = (
     # not built: a SASL listener must name its mechanisms. Each mechanism's users come from
     # listener.name.<listener>.<mechanism>.sasl.jaas.config, as on a Kafka broker.
     .define("sasl.enabled.mechanisms", "list", ["GSSAPI"])
+    # KIP-368: an authenticated SASL session's lifetime (0: for ever); per listener and
+    # mechanism as listener.name.<listener>.<mechanism>.connections.max.reauth.ms.
+    .define("connections.max.reauth.ms", "long", 0, at_least(0))
 )
 # The settings a listener may have of its own, as listener.name.<listener>.<key>.
 LISTENER_KEYS = frozenset(k for k in BROKER_CONFIG.keys
                           if k.startswith("ssl.") or k == "sasl.enabled.mechanisms")
 # listener.name.<listener, lower case>.<one of LISTENER_KEYS>, or
-# listener.name.<listener>.<mechanism, lower case>.sasl.jaas.config.
+# listener.name.<listener>.<mechanism, lower case>.(sasl.jaas.config|connections.max.reauth.ms).
 _LISTENER_KEY = re.compile(r"^listener\.name\.([a-z0-9_]+)\.((ssl\..+)|(sasl\.enabled\.mechanisms)"
-                           r"|([a-z0-9-]+)\.sasl\.jaas\.config)$")
+                           r"|[a-z0-9-]+\.(sasl\.jaas\.config|connections\.max\.reauth\.ms))$")
 JAAS_CONFIG = ConfigDef().define("sasl.jaas.config", "password", None)
 
 
@@ -149,7 +152,9 @@ def parse_listener_value(name: str, value: Any) -> Any:
                                      f"property contains {len(modules)} login modules, "
                                      "should be 1 module")
         return secret
-    return BROKER_CONFIG.parse({key[1]: value}, defaults=False)[key[1]]
+    base = "connections.max.reauth.ms" if key[1].endswith(".connections.max.reauth.ms") \
+        else key[1]
+    return BROKER_CONFIG.parse({base: value}, defaults=False)[base]
 
 
 def absolute_locations(broker: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +169,12 @@ def for_listener(broker: Mapping[str, Any], listener: str) -> dict[str, Any]:
     sees them: its own where given."""
     prefix = f"listener.name.{listener.lower()}."
     return {k: broker.get(prefix + k, broker[k]) for k in LISTENER_KEYS}
+
+
+def reauth_ms(broker: Mapping[str, Any], listener: str, mechanism: str) -> int:
+    """connections.max.reauth.ms for ``mechanism`` on ``listener``."""
+    return broker.get(f"listener.name.{listener.lower()}.{mechanism.lower()}"
+                      ".connections.max.reauth.ms", broker["connections.max.reauth.ms"])
 
 
 def jaas_config(broker: Mapping[str, Any], listener: str, mechanism: str):

@@ -28,6 +28,8 @@ class SaslConfig:
     """One SASL listener's mechanisms and PLAIN's users ({name: password})."""
     mechanisms: tuple[str, ...]
     plain_users: Mapping[str, str] = field(default_factory=dict)
+    # connections.max.reauth.ms (KIP-368): a session's lifetime; 0, none.
+    reauth_ms: int = 0
 
 
 @dataclass
@@ -38,13 +40,17 @@ class Outcome:
     mechanisms: tuple[str, ...] = ()
     auth_bytes: bytes = b""
     close: bool = False
+    session_lifetime_ms: int = 0    # told in SaslAuthenticate v1+ (KIP-368)
 
 
 class SaslServer:
-    """One connection's exchange: handshake, then authenticate, then complete."""
+    """One exchange of a connection: handshake, then authenticate, then complete. A
+    re-authentication (KIP-368) is a new exchange given the session it renews
+    (``previous``: its mechanism and user), which may change neither."""
 
-    def __init__(self, config: SaslConfig):
+    def __init__(self, config: SaslConfig, previous: "SaslServer | None" = None):
         self.config = config
+        self.previous = previous
         self.mechanism: str | None = None
         self.user: str | None = None    # the authenticated name, once complete
 
@@ -65,6 +71,11 @@ class SaslServer:
         if mechanism not in enabled:
             return Outcome(UnsupportedSaslMechanismError(
                 f"Unsupported SASL mechanism {mechanism}"), enabled, close=True)
+        if self.previous is not None and mechanism != self.previous.mechanism:
+            return Outcome(SaslAuthenticationError(
+                f"SASL mechanism '{mechanism}' requested by client is not supported for "
+                f"re-authentication of mechanism '{self.previous.mechanism}'"), enabled,
+                close=True)
         self.mechanism = mechanism
         return Outcome(mechanisms=enabled)
 
@@ -76,10 +87,15 @@ class SaslServer:
                 "SaslAuthenticate request received after successful authentication"),
                 close=True)
         try:
-            self.user = self._plain(token)
+            user = self._plain(token)
         except SaslAuthenticationError as e:
             return Outcome(e, close=True)
-        return Outcome()
+        if self.previous is not None and user != self.previous.user:
+            return Outcome(SaslAuthenticationError(
+                f"Cannot change principals during re-authentication from "
+                f"User.{self.previous.user}: User.{user}"), close=True)
+        self.user = user
+        return Outcome(session_lifetime_ms=max(0, self.config.reauth_ms))
 
     def _plain(self, token: bytes) -> str:
         parts = token.decode("utf-8", "replace").split("\0", 3)

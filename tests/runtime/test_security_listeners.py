@@ -52,6 +52,8 @@ def cluster(ray_session, pki, tmp_path_factory):
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        # KIP-368 on one listener: its sessions last 2 s unless renewed.
+        "listener.name.sasl_plaintext.plain.connections.max.reauth.ms": 2000,
         "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["broker.pem"],
         "ssl.truststore.type": "PEM", "ssl.truststore.location": pki["ca.pem"],
         # The mutual-TLS listener's own keystore (PKCS12) and client authentication.
@@ -250,3 +252,29 @@ def test_kafka_java_tools_over_sasl_ssl(cluster, pki):
                          check=False, timeout=120)
     assert refused.returncode != 0 and "Authentication failed" in refused.stdout + \
         refused.stderr
+
+
+def test_librdkafka_re_authenticates_before_its_session_ends(cluster, pki):
+    """connections.max.reauth.ms=2000 on SASL_PLAINTEXT: a producer sending for 7 s renews
+    its sessions (KIP-368, librdkafka 2.2+) rather than having its connections closed."""
+    import time
+
+    from confluent_kafka import Producer
+
+    def expired() -> int:
+        return sum(ray.get(cluster.broker(b).describe.remote())["kafka_connections_closed"]
+                   .get("session-expired", 0) for b in cluster.metadata()["brokers"])
+    before = expired()
+    producer = Producer({**sasl_client(cluster, pki, "SASL_PLAINTEXT"), "acks": "all",
+                         "linger.ms": 50})
+    delivered: list = []
+    end = time.monotonic() + 7
+    i = 0
+    while time.monotonic() < end:
+        producer.produce("sasl-reauth", f"r{i}".encode(),
+                         on_delivery=lambda err, msg: delivered.append(err))
+        producer.poll(0.05)
+        i += 1
+    assert producer.flush(60) == 0
+    assert len(delivered) == i and not any(delivered)
+    assert expired() == before

@@ -4,9 +4,9 @@ from Kafka's settings, and SaslHandshake / SaslAuthenticate answered from a conn
 routes a SASL connection's requests here until it is authenticated."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from actors.broker.config import for_listener, jaas_config
+from actors.broker.config import for_listener, jaas_config, reauth_ms
 from protocols.errors import IllegalSaslStateError, InvalidConfigError
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.codec import (InvalidRequest, Request, build, error_fields,
@@ -50,7 +50,7 @@ def listener_sasl(broker: Mapping[str, Any], listeners: list[Endpoint]
                     f"{module.name}, not {PLAIN_LOGIN_MODULE}")
             users = {k[len("user_"):]: v for k, v in module.options.items()
                      if k.startswith("user_")}
-        out[name] = SaslConfig(mechanisms, users)
+        out[name] = SaslConfig(mechanisms, users, reauth_ms(broker, name, mechanisms[0]))
     return out
 
 
@@ -65,7 +65,7 @@ def answer(server: SaslServer, request: Request) -> tuple[Any, Outcome]:
     outcome = server.authenticate(bytes(request.body.auth_bytes))
     return build(response_class(request), {
         **error_fields(outcome.error), "auth_bytes": outcome.auth_bytes,
-        "session_lifetime": 0}), outcome
+        "session_lifetime": outcome.session_lifetime_ms}), outcome
 
 
 def after_authentication(request: Request) -> Any:
@@ -82,36 +82,76 @@ def after_authentication(request: Request) -> Any:
 
 
 class Authenticator:
-    """One SASL connection's frames until it is authenticated (Kafka's
-    SaslServerAuthenticator): SaslHandshake and SaslAuthenticate are answered here,
-    ApiVersions goes on to KafkaApis, anything else closes the connection. After a
-    SaslHandshake v0 the next frame is the mechanism's token itself, with no request header,
-    and its answer a bare frame (Kafka's "enableKafkaSaslAuthenticateHeaders" off)."""
+    """One SASL connection's exchanges (Kafka's SaslServerAuthenticator). Until the first
+    completes, SaslHandshake and SaslAuthenticate are answered here, ApiVersions goes on to
+    KafkaApis, anything else closes the connection. After a SaslHandshake v0 the next frame
+    is the mechanism's token itself, with no request header, and its answer a bare frame
+    (Kafka's "enableKafkaSaslAuthenticateHeaders" off).
 
-    def __init__(self, config: SaslConfig):
+    With connections.max.reauth.ms (KIP-368) a session lasts that long: a client that
+    authenticated with SaslAuthenticate v1+ may re-authenticate (a SaslHandshake on the
+    authenticated connection begins a new exchange, as the same user with the same
+    mechanism), and a request other than that after the session ended closes the
+    connection. ``clock``: milliseconds, monotonic."""
+
+    def __init__(self, config: SaslConfig, clock: Callable[[], float]):
+        self.config = config
+        self.clock = clock
         self.server = SaslServer(config)
+        self.session: SaslServer | None = None     # the last exchange completed
+        self.session_ends_ms: float | None = None
+        self._reauthenticates = False   # the client spoke SaslAuthenticate v1+
         self._raw_token = False
 
     @property
     def complete(self) -> bool:
+        """Authenticated, and not in a re-authentication."""
         return self.server.complete
 
+    @property
+    def principal(self) -> str:
+        return self.session.principal
+
+    def expired(self) -> bool:
+        return self.session_ends_ms is not None and self.clock() > self.session_ends_ms
+
+    def reauthenticating(self, request: Request) -> bool:
+        """Whether ``request``, on an authenticated connection, begins a re-authentication
+        (then it is answered here, ``take``)."""
+        if request.api_key != ApiKey.SASL_HANDSHAKE or not self._reauthenticates \
+                or self.config.reauth_ms <= 0:
+            return False
+        self.server = SaslServer(self.config, previous=self.session)
+        return True
+
     def receive(self, frame: bytes, parse) -> tuple[Request | None, Any, Outcome | None]:
-        """(request, response, outcome) for a frame answered here (request None: a bare
-        token, its response bytes); (request, None, None) for ApiVersions, which KafkaApis
-        answers. ``parse`` turns a frame into a Request."""
+        """For a frame of an exchange: (request, response, outcome) where it is answered
+        here (request None: a bare token, its response bytes); (request, None, None) for
+        ApiVersions, which KafkaApis answers. ``parse`` turns a frame into a Request."""
         if self._raw_token:
             self._raw_token = False
             outcome = self.server.authenticate(frame)
+            self._completed(outcome)
             return None, outcome.auth_bytes, outcome
-        request = parse(frame)
+        return self.take(parse(frame))
+
+    def take(self, request: Request) -> tuple[Request, Any, Outcome | None]:
         if request.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             response, outcome = answer(self.server, request)
             if request.api_key == ApiKey.SASL_HANDSHAKE and request.api_version == 0 \
                     and outcome.error is None:
                 self._raw_token = True
+            if request.api_key == ApiKey.SASL_AUTHENTICATE and request.api_version >= 1:
+                self._reauthenticates = True
+            self._completed(outcome)
             return request, response, outcome
         if request.api_key == ApiKey.API_VERSIONS:
             return request, None, None
         raise InvalidRequest(f"Unexpected Kafka request of type {ApiKey(request.api_key).name} "
                              "during SASL handshake")
+
+    def _completed(self, outcome: Outcome) -> None:
+        if outcome.error is None and self.server.complete:
+            self.session = self.server
+            self.session_ends_ms = (self.clock() + outcome.session_lifetime_ms
+                                    if outcome.session_lifetime_ms > 0 else None)

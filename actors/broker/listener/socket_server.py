@@ -36,6 +36,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from actors.broker.listener.file_regions import OpenRegion, close_regions
@@ -233,7 +234,8 @@ class SocketServer:
         task = asyncio.current_task()
         self._connections.add(task)
         self._count(principal, 1)
-        auth = Authenticator(self.sasl[listener]) if listener in self.sasl else None
+        auth = Authenticator(self.sasl[listener], lambda: time.monotonic() * 1000) \
+            if listener in self.sasl else None
         decoder = FrameDecoder(self.max_request_bytes)
         answers: asyncio.Queue = asyncio.Queue()   # (request, its handling), in order
         responder = asyncio.ensure_future(self._respond(answers, writer))
@@ -267,26 +269,34 @@ class SocketServer:
                         await self._answered(answers, responder)
                     return
                 for frame in decoder.feed(data):
+                    outcome = None
                     if auth is not None and not auth.complete:
                         request, response, outcome = auth.receive(
                             frame, lambda f: parse_request(f, self.supported, listener,
                                                            principal))
-                        if outcome is not None:
-                            answered: asyncio.Future = asyncio.Future()
-                            answered.set_result(response)
-                            answers.put_nowait((request, answered))
-                            if outcome.close:
-                                await self._answered(answers, responder)
-                                self._closing(peer, "authentication", "failed authentication: "
-                                              f"{outcome.error}", logging.INFO)
-                                return
-                            if auth.complete:
-                                self._count(principal, -1)
-                                principal = auth.server.principal
-                                self._count(principal, 1)
-                            continue
                     else:
                         request = parse_request(frame, self.supported, listener, principal)
+                        if auth is not None and auth.reauthenticating(request):
+                            request, response, outcome = auth.take(request)
+                        elif auth is not None and auth.expired():
+                            self._closing(peer, "session-expired", "its SASL session ended "
+                                          "(connections.max.reauth.ms) without "
+                                          "re-authentication", logging.INFO)
+                            return
+                    if outcome is not None:
+                        answered: asyncio.Future = asyncio.Future()
+                        answered.set_result(response)
+                        answers.put_nowait((request, answered))
+                        if outcome.close:
+                            await self._answered(answers, responder)
+                            self._closing(peer, "authentication", "failed authentication: "
+                                          f"{outcome.error}", logging.INFO)
+                            return
+                        if auth.complete and auth.principal != principal:
+                            self._count(principal, -1)
+                            principal = auth.principal
+                            self._count(principal, 1)
+                        continue
                     keys = overlap_keys(request)
                     while True:
                         in_hand = [(k, f) for k, f in in_hand if not f.done()]

@@ -28,27 +28,32 @@ HANDSHAKE, AUTHENTICATE, METADATA = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTIC
     ApiKey.METADATA
 
 
-def sasl_server() -> SocketServer:
+def sasl_server(**config) -> SocketServer:
     broker = ClusterConfig.parse({
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS}).broker
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS, **config}).broker
     listeners = parse_listeners(broker["listeners"])
     apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
     return SocketServer(0, listeners, apis.handle, SUPPORTED, 104_857_600, 60_000,
                         sasl=listener_sasl(broker, listeners))
 
 
-def conversation(steps):
-    """Send each (api key, version, values) on one connection, reading each answer; returns
-    the answers' bodies and, after the last, whether the broker closed the connection."""
+def conversation(steps, **config):
+    """Send each (api key, version, values) on one connection, reading each answer (a step
+    ("sleep", None, seconds) waits); returns the answers' bodies and, after the last,
+    whether the broker closed the connection."""
     async def run():
-        s = sasl_server()
+        s = sasl_server(**config)
         port = (await s.start())["SASL_PLAINTEXT"]
         s.enable_request_processing()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         bodies = []
         for i, (key, version, values) in enumerate(steps):
+            if key == "sleep":
+                await asyncio.sleep(values)
+                bodies.append(None)
+                continue
             if key is None:                      # a bare token (after SaslHandshake v0)
                 writer.write(struct.pack(">i", len(values)) + values)
                 bodies.append(await read_frame(reader))
@@ -146,3 +151,46 @@ def test_settings_that_cannot_make_a_sasl_listener(given, error):
     with pytest.raises(InvalidConfigError, match="should be 1 module"):
         ClusterConfig.parse({"listener.name.x.plain.sasl.jaas.config": "a.B required; c.D "
                                                                        "required;"})
+
+
+REAUTH = {"listener.name.sasl_plaintext.plain.connections.max.reauth.ms": 400}
+LOGIN = [(HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+         (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})]
+
+
+def test_kip_368_a_session_ends_after_connections_max_reauth_ms():
+    bodies, closed, _, closed_for = conversation(
+        LOGIN + [(METADATA, 12, {"topics": None}), ("sleep", None, 0.5),
+                 (METADATA, 12, {"topics": None})], **REAUTH)
+    assert bodies[1].session_lifetime.total_seconds() * 1000 == 400
+    assert bodies[2].cluster_id == "c" and bodies[4] is None
+    assert closed and closed_for == {"session-expired": 1}
+
+
+def test_kip_368_re_authentication_renews_the_session():
+    bodies, closed, principals, _ = conversation(
+        LOGIN + [("sleep", None, 0.25)] + LOGIN + [("sleep", None, 0.25),
+                                                   (METADATA, 12, {"topics": None})], **REAUTH)
+    assert bodies[4].error_code == 0 and bodies[4].session_lifetime.total_seconds() == 0.4
+    assert bodies[6].cluster_id == "c" and not closed
+    assert principals == {"User:alice": 1}
+
+
+def test_kip_368_re_authentication_may_not_change_the_user():
+    bodies, closed, _, _ = conversation(LOGIN + [
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+        (AUTHENTICATE, 2, {"auth_bytes": b"\0bob\0bob-secret"})], **REAUTH)
+    assert bodies[3].error_code == 58 and bodies[3].error_message == \
+        "Cannot change principals during re-authentication from User.alice: User.bob"
+    assert closed
+
+
+def test_kip_368_a_client_on_saslauthenticate_v0_cannot_re_authenticate():
+    """It never learnt the session's lifetime: its handshake is an illegal state, and the
+    session still ends."""
+    bodies, closed, _, _ = conversation([
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
+        (AUTHENTICATE, 0, {"auth_bytes": b"\0alice\0alice-secret"}),
+        (HANDSHAKE, 1, {"mechanism": "PLAIN"}), ("sleep", None, 0.5),
+        (METADATA, 12, {"topics": None})], **REAUTH)
+    assert bodies[2].error_code == 34 and bodies[4] is None and closed
