@@ -109,11 +109,13 @@ class BrokerActor:
         from actors.replica.hosted_replica import wall_ms
         from actors.broker.listener.sasl_authenticator import listener_sasl
         from actors.broker.listener.tls import listener_tls
-        from protocols.kafka.listeners import advertised, parse_listeners, parse_protocol_map
+        from protocols.kafka.listeners import (advertised, exposed, parse_listeners,
+                                               parse_protocol_map)
         self._advertised = advertised
         b = self.cfg.broker
         protocols = parse_protocol_map(b["listener.security.protocol.map"])
         self.listeners = parse_listeners(b["listeners"], protocol_map=protocols)
+        self._exposed = exposed(self.listeners)
         self._advertised_config = parse_listeners(b["advertised.listeners"],
                                                   "advertised.listeners", protocols)
         admin = AdminApis(broker_id, lambda: self.state.image, self.lifecycle.ensure_controller,
@@ -148,6 +150,11 @@ class BrokerActor:
             self.timer = await node_timer(self.namespace)
             self.boot_step = "listeners"
             bound = await self.socket_server.start()
+            for endpoint in self._exposed:
+                log.warning("broker %d: listener %s is bound to %s without TLS or SASL: "
+                            "anyone who reaches it can read, write and delete every topic "
+                            "(listeners, listener.security.protocol.map)", self.broker_id,
+                            endpoint.name, endpoint.host or "every interface")
             self.endpoints = [[e.name, e.host, e.port] for e in
                               self._advertised(self.listeners, bound,
                                                self._advertised_config,

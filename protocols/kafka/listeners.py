@@ -78,6 +78,21 @@ def parse_listeners(value: str | None, config: str = "listeners",
     return endpoints
 
 
+def exposed(listeners: list[Endpoint]) -> list[Endpoint]:
+    """The listeners anyone off this machine may reach without TLS or SASL: PLAINTEXT ones
+    bound to every interface or to an address other than loopback."""
+    import ipaddress
+
+    def loopback(host: str) -> bool:
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+    return [e for e in listeners if e.security_protocol == "PLAINTEXT" and not loopback(e.host)]
+
+
 def advertised(listeners: list[Endpoint], bound: dict[str, int],
                configured: list[Endpoint], host_address: str = "127.0.0.1"
                ) -> list[Endpoint]:

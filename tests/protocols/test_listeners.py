@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from protocols.errors import InvalidConfigError
-from protocols.kafka.listeners import Endpoint, advertised, bootstrap_servers, parse_listeners
+from protocols.kafka.listeners import (Endpoint, advertised, bootstrap_servers, parse_listeners,
+                                       parse_protocol_map)
 
 
 def test_listeners_parse_with_kafkas_syntax():
@@ -38,7 +39,6 @@ def test_a_listener_on_every_interface_is_advertised_at_the_nodes_address():
 def test_listener_names_map_to_security_protocols():
     """listener.security.protocol.map: a listener's name is the map's key (by default each
     security protocol's own name), so a broker may have two SSL listeners."""
-    from protocols.kafka.listeners import parse_protocol_map
     assert parse_listeners("SSL://:9093") == [Endpoint("SSL", "", 9093, "SSL")]
     mapping = parse_protocol_map("INTERNAL:PLAINTEXT, EXTERNAL:SSL")
     assert parse_listeners("INTERNAL://127.0.0.1:0,EXTERNAL://:9093", protocol_map=mapping) == [
@@ -50,3 +50,15 @@ def test_listener_names_map_to_security_protocols():
     for bad in ("INTERNAL", "INTERNAL:TLS", "A:SSL,A:PLAINTEXT"):
         with pytest.raises(InvalidConfigError, match="listener.security.protocol.map"):
             parse_protocol_map(bad)
+
+
+def test_listeners_open_to_other_machines_without_tls_or_sasl_are_named():
+    """A broker warns at start about each: anyone who reaches one can delete every topic."""
+    from protocols.kafka.listeners import exposed
+    mapping = parse_protocol_map("A:PLAINTEXT,B:PLAINTEXT,C:PLAINTEXT,D:PLAINTEXT,E:SSL,"
+                                 "F:SASL_PLAINTEXT")
+    listeners = parse_listeners("A://127.0.0.1:0,B://[::1]:0,C://localhost:0,D://:0,"
+                                "E://:0,F://10.0.0.5:0", protocol_map=mapping)
+    assert [e.name for e in exposed(listeners)] == ["D"]
+    assert [e.name for e in exposed(parse_listeners("PLAINTEXT://10.0.0.5:9092"))] == \
+        ["PLAINTEXT"]
