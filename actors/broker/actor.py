@@ -140,7 +140,8 @@ class BrokerActor:
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"],
                                           listener_tls(b, self.listeners),
-                                          listener_sasl(b, self.listeners))
+                                          listener_sasl(b, self.listeners),
+                                          b["connection.failed.authentication.delay.ms"])
         asyncio.get_running_loop().create_task(self._boot())
 
     # ---- start -----------------------------------------------------------------------------

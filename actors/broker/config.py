@@ -114,6 +114,8 @@ BROKER_CONFIG = (
     # KIP-368: an authenticated SASL session's lifetime (0: for ever); per listener and
     # mechanism as listener.name.<listener>.<mechanism>.connections.max.reauth.ms.
     .define("connections.max.reauth.ms", "long", 0, at_least(0))
+    .define("sasl.server.max.receive.size", "int", 524_288, at_least(1))
+    .define("connection.failed.authentication.delay.ms", "int", 100, at_least(0))
 )
 # The settings a listener may have of its own, as listener.name.<listener>.<key>.
 LISTENER_KEYS = frozenset(k for k in BROKER_CONFIG.keys

@@ -27,9 +27,11 @@ PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 class SaslConfig:
     """One SASL listener's mechanisms and PLAIN's users ({name: password})."""
     mechanisms: tuple[str, ...]
-    plain_users: Mapping[str, str] = field(default_factory=dict)
+    plain_users: Mapping[str, str] = field(default_factory=dict, repr=False)
     # connections.max.reauth.ms (KIP-368): a session's lifetime; 0, none.
     reauth_ms: int = 0
+    # sasl.server.max.receive.size: the largest frame before authentication.
+    max_receive_size: int = 524_288
 
 
 @dataclass

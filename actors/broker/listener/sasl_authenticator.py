@@ -50,7 +50,8 @@ def listener_sasl(broker: Mapping[str, Any], listeners: list[Endpoint]
                     f"{module.name}, not {PLAIN_LOGIN_MODULE}")
             users = {k[len("user_"):]: v for k, v in module.options.items()
                      if k.startswith("user_")}
-        out[name] = SaslConfig(mechanisms, users, reauth_ms(broker, name, mechanisms[0]))
+        out[name] = SaslConfig(mechanisms, users, reauth_ms(broker, name, mechanisms[0]),
+                               broker["sasl.server.max.receive.size"])
     return out
 
 

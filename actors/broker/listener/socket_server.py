@@ -155,13 +155,15 @@ class SocketServer:
                  supported: Mapping[int, tuple[int, int]], max_request_bytes: int,
                  idle_ms: int,
                  tls: Mapping[str, tuple[ssl.SSLContext, SslPrincipalMapper]] | None = None,
-                 sasl: Mapping[str, SaslConfig] | None = None):
+                 sasl: Mapping[str, SaslConfig] | None = None,
+                 failed_authentication_delay_ms: int = 100):
         self.broker_id = broker_id
         self.listeners = listeners
         # Per SSL listener's name: its TLS context and ssl.principal.mapping.rules.
         self.tls = dict(tls or {})
         # Per SASL listener's name: its mechanisms and users.
         self.sasl = dict(sasl or {})
+        self.failed_authentication_delay_s = failed_authentication_delay_ms / 1000
         self.principals: dict[str, int] = {}   # open connections per principal
         self.handle = handle
         self.supported = supported
@@ -217,7 +219,7 @@ class SocketServer:
     def _principal(self, listener: str, writer: asyncio.StreamWriter) -> str:
         """Who the connection is (Kafka's KafkaPrincipal): over SSL the client
         certificate's subject through ssl.principal.mapping.rules, else ANONYMOUS."""
-        if listener not in self.tls:
+        if listener not in self.tls or listener in self.sasl:   # SASL_SSL: SASL's user
             return ANONYMOUS
         return principal_of(writer.get_extra_info("ssl_object"), self.tls[listener][1])
 
@@ -236,7 +238,10 @@ class SocketServer:
         self._count(principal, 1)
         auth = Authenticator(self.sasl[listener], lambda: time.monotonic() * 1000) \
             if listener in self.sasl else None
-        decoder = FrameDecoder(self.max_request_bytes)
+        # Before authentication a frame may be no larger than sasl.server.max.receive.size
+        # (Kafka's fix for CVE-2022-34917: an anonymous client's claimed size is not held).
+        decoder = FrameDecoder(self.max_request_bytes if auth is None else
+                               self.sasl[listener].max_receive_size)
         answers: asyncio.Queue = asyncio.Queue()   # (request, its handling), in order
         responder = asyncio.ensure_future(self._respond(answers, writer))
         in_hand: list[tuple[frozenset | None, asyncio.Future]] = []
@@ -284,18 +289,26 @@ class SocketServer:
                                           "re-authentication", logging.INFO)
                             return
                     if outcome is not None:
-                        answered: asyncio.Future = asyncio.Future()
-                        answered.set_result(response)
-                        answers.put_nowait((request, answered))
+                        if outcome.close:
+                            # Kafka's connection.failed.authentication.delay.ms: a password
+                            # guesser waits for each answer.
+                            await asyncio.sleep(self.failed_authentication_delay_s)
+                        # A failed bare token (SaslHandshake v0) has no answer: only the close.
+                        if request is not None or not outcome.close:
+                            answered: asyncio.Future = asyncio.Future()
+                            answered.set_result(response)
+                            answers.put_nowait((request, answered))
                         if outcome.close:
                             await self._answered(answers, responder)
                             self._closing(peer, "authentication", "failed authentication: "
                                           f"{outcome.error}", logging.INFO)
                             return
-                        if auth.complete and auth.principal != principal:
-                            self._count(principal, -1)
-                            principal = auth.principal
-                            self._count(principal, 1)
+                        if auth.complete:
+                            decoder.max_bytes = self.max_request_bytes
+                            if auth.principal != principal:
+                                self._count(principal, -1)
+                                principal = auth.principal
+                                self._count(principal, 1)
                         continue
                     keys = overlap_keys(request)
                     while True:

@@ -230,6 +230,11 @@ def listener_tls(broker: Mapping[str, Any], listeners: list[Endpoint]
         if endpoint.security_protocol not in ("SSL", "SASL_SSL"):
             continue
         cfg = for_listener(broker, endpoint.name)
+        if endpoint.security_protocol == "SASL_SSL" and \
+                f"listener.name.{endpoint.name.lower()}.ssl.client.auth" not in broker:
+            # As Kafka's ChannelBuilders: SASL authenticates a SASL_SSL client, so only the
+            # listener's own ssl.client.auth asks it for a certificate.
+            cfg["ssl.client.auth"] = "none"
         try:
             mapper = SslPrincipalMapper(cfg["ssl.principal.mapping.rules"])
         except ValueError as e:

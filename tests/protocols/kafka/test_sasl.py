@@ -81,17 +81,30 @@ def test_jaas_config_as_kafka_writes_it():
                                  "required", {"username": "admin", "password": "admin-secret",
                                               "user_admin": "admin-secret",
                                               "user_alice": 'al"ice;=s p', "debug": "true"})
-    two = parse_jaas_config("a.B required; c.D optional x=1;")
+    two = parse_jaas_config("a.B required; c.D optional x=\"1\";")
     assert [m.name for m in two] == ["a.B", "c.D"] and two[1].options == {"x": "1"}
 
 
+def test_jaas_config_read_as_javas_stream_tokenizer_reads_it():
+    """What Kafka's JaasConfig makes of quotes, escapes and comments (checked against Java's
+    StreamTokenizer configured as Kafka configures it)."""
+    [module] = parse_jaas_config(
+        "x.Y REQUIRED user_alice='alice-secret' \"user_bob@example.com\"=\"b\\tc\\101\" "
+        "k=abc//a comment to the end of the line\n k2=v2 /* another */;")
+    assert module.flag == "required"
+    assert module.options == {"user_alice": "alice-secret", "user_bob@example.com": "b\tcA",
+                              "k": "abc", "k2": "v2"}
+    assert "alice-secret" not in repr(module)
+
+
 @pytest.mark.parametrize("text, error", [
-    ("", "no login module"),
-    ("a.B;", "control flag"),
-    ("a.B mandatory;", "control flag"),
-    ("a.B required user_x=;", "name=value"),
-    ('a.B required user_x="y"', "not terminated by ';'"),
-    ('a.B required user_x="y;', "unexpected"),
+    ("", "Login module not specified in JAAS config"),
+    ("a.B", "Login module control flag not specified"),
+    ("a.B mandatory;", "Invalid login module control flag 'mandatory'"),
+    ("a.B required user_x=;", "Value not specified for key 'user_x'"),
+    ("a.B required user_x=123;", "Value not specified for key 'user_x'"),
+    ('a.B required user_x="y"', "not terminated by semi-colon"),
+    ("a.B required user_x=a@b;", "Value not specified for key 'null'"),
 ])
 def test_jaas_config_kafka_would_refuse(text, error):
     with pytest.raises(JaasConfigError, match=error):

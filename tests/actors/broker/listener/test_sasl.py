@@ -36,7 +36,9 @@ def sasl_server(**config) -> SocketServer:
     listeners = parse_listeners(broker["listeners"])
     apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
     return SocketServer(0, listeners, apis.handle, SUPPORTED, 104_857_600, 60_000,
-                        sasl=listener_sasl(broker, listeners))
+                        sasl=listener_sasl(broker, listeners),
+                        failed_authentication_delay_ms=broker[
+                            "connection.failed.authentication.delay.ms"])
 
 
 def conversation(steps, **config):
@@ -56,7 +58,14 @@ def conversation(steps, **config):
                 continue
             if key is None:                      # a bare token (after SaslHandshake v0)
                 writer.write(struct.pack(">i", len(values)) + values)
-                bodies.append(await read_frame(reader))
+                try:
+                    bodies.append(await read_frame(reader))
+                except asyncio.IncompleteReadError:
+                    bodies.append(None)          # closed without an answer
+                    break
+                continue
+            if key == "raw":                     # bytes as they are
+                writer.write(values)
                 continue
             writer.write(request_bytes(key, version, values, correlation_id=i))
             try:
@@ -101,10 +110,14 @@ def test_handshake_v0_then_the_bare_token():
 
 
 def test_a_wrong_password_is_answered_then_the_connection_closed():
+    """After connection.failed.authentication.delay.ms (Kafka's brake on guessing)."""
+    import time
+    started = time.monotonic()
     bodies, closed, _, closed_for = conversation([
         (HANDSHAKE, 1, {"mechanism": "PLAIN"}),
         (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0bob-secret"}),
-    ])
+    ], **{"connection.failed.authentication.delay.ms": 1500})
+    assert time.monotonic() - started >= 1.5
     assert bodies[1].error_code == 58     # SASL_AUTHENTICATION_FAILED
     assert bodies[1].error_message == "Authentication failed: Invalid username or password"
     assert closed and closed_for == {"authentication": 1}
@@ -194,3 +207,23 @@ def test_kip_368_a_client_on_saslauthenticate_v0_cannot_re_authenticate():
         (HANDSHAKE, 1, {"mechanism": "PLAIN"}), ("sleep", None, 0.5),
         (METADATA, 12, {"topics": None})], **REAUTH)
     assert bodies[2].error_code == 34 and bodies[4] is None and closed
+
+
+def test_a_wrong_bare_token_gets_no_answer_only_the_close():
+    """After SaslHandshake v0 there is no failure answer: an empty frame would read as
+    success to kafka-python, so the connection is only closed, as Kafka closes it."""
+    bodies, closed, _, _ = conversation([(HANDSHAKE, 0, {"mechanism": "PLAIN"}),
+                                         (None, None, b"\0alice\0wrong")])
+    assert bodies == [bodies[0], None] and bodies[0].error_code == 0 and closed
+
+
+def test_before_authentication_a_frame_is_no_larger_than_sasl_server_max_receive_size():
+    """CVE-2022-34917: an anonymous client's claimed size is refused, not buffered; once
+    authenticated, socket.request.max.bytes holds again."""
+    bodies, closed, _, closed_for = conversation(
+        [("raw", None, struct.pack(">i", 50_000_000) + b"x" * 1000),
+         (ApiKey.API_VERSIONS, 3, {})])
+    assert bodies[-1] is None and closed and closed_for == {"InvalidReceive": 1}
+    many = {"topics": [{"name": f"t{i:06d}-" + "x" * 20} for i in range(25_000)]}
+    bodies, closed, _, _ = conversation(LOGIN + [(METADATA, 12, many)])
+    assert len(bodies[2].topics) == 25_000 and not closed

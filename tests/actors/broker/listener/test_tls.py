@@ -303,3 +303,20 @@ def test_relative_store_locations_are_made_absolute_where_given(tmp_path, monkey
                                   "listener.name.mtls.ssl.truststore.location": "ca.p12"}).broker
     assert broker["ssl.keystore.location"] == str(tmp_path / "certs/broker.p12")
     assert broker["listener.name.mtls.ssl.truststore.location"] == str(tmp_path / "ca.p12")
+
+
+def test_sasl_ssl_asks_for_a_certificate_only_by_its_own_setting(pki, tmp_path):
+    """As Kafka's ChannelBuilders: SASL authenticates a SASL_SSL client, so a broker-wide
+    ssl.client.auth does not apply there; listener.name.<listener>.ssl.client.auth does."""
+    keystore = tls_certs.write(tmp_path / "broker.pem",
+                               pki["broker"].key_pem() + pki["broker"].cert_pem())
+    given = {"ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
+             "ssl.truststore.type": "PEM",
+             "ssl.truststore.certificates": pki["ca"].cert_pem().decode(),
+             "ssl.client.auth": "required"}
+    listeners = parse_listeners("SSL://:0,SASL_SSL://:0")
+    contexts = listener_tls(ClusterConfig.parse(given).broker, listeners)
+    assert contexts["SSL"][0].verify_mode == ssl.CERT_REQUIRED
+    assert contexts["SASL_SSL"][0].verify_mode == ssl.CERT_NONE
+    own = ClusterConfig.parse({**given, "listener.name.sasl_ssl.ssl.client.auth": "required"})
+    assert listener_tls(own.broker, listeners)["SASL_SSL"][0].verify_mode == ssl.CERT_REQUIRED
