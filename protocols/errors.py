@@ -152,6 +152,10 @@ InvalidRecordError = _error("InvalidRecordError", 87, "INVALID_RECORD")
 ProducerFencedError = _error("ProducerFencedError", 90, "PRODUCER_FENCED")
 UnstableOffsetCommitError = _error("UnstableOffsetCommitError", 88, "UNSTABLE_OFFSET_COMMIT",
                                    retriable=True)
+ResourceNotFoundError = _error("ResourceNotFoundError", 91, "RESOURCE_NOT_FOUND")
+DuplicateResourceError = _error("DuplicateResourceError", 92, "DUPLICATE_RESOURCE")
+UnacceptableCredentialError = _error("UnacceptableCredentialError", 93,
+                                     "UNACCEPTABLE_CREDENTIAL")
 InvalidUpdateVersionError = _error("InvalidUpdateVersionError", 95, "INVALID_UPDATE_VERSION")
 UnknownTopicIdError = _error("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True)
 TransactionalIdNotFoundError = _error("TransactionalIdNotFoundError", 105,

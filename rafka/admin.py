@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from protocols.errors import KafkaError, NotControllerError, UnknownTopicOrPartitionError
+from protocols.errors import (KafkaError, NotControllerError, ResourceNotFoundError,
+                              UnknownTopicOrPartitionError, UnsupportedSaslMechanismError)
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from protocols.wire import decode
@@ -234,6 +235,41 @@ class Admin:
         """Incremental: set the given keys, remove those given as None."""
         for name, config in changes.items():
             self._call("alter_topic_config", name, dict(config))
+
+    # ---- SCRAM credentials (Kafka's Admin.alterUserScramCredentials, KIP-554) ------------
+    def alter_user_scram_credentials(
+            self, upsertions: Iterable[tuple[str, str, str, int]] = (),
+            deletions: Iterable[tuple[str, str]] = ()) -> dict[str, KafkaError | None]:
+        """Set users' SCRAM credentials (``(user, mechanism, password, iterations)``:
+        a random salt is drawn and the password salted here, as Kafka's admin client does,
+        so that neither the password nor anything it could be read back from leaves this
+        process) and delete others (``(user, mechanism)``). {user: None, or its error}."""
+        import os
+
+        from actors.controller.scram_credentials import TYPES
+        from protocols.kafka.scram import salted_password
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            if mechanism not in TYPES:
+                raise UnsupportedSaslMechanismError(f"Unknown SCRAM mechanism {mechanism}")
+            salt = os.urandom(32)
+            ups.append([user, TYPES[mechanism], int(iterations), salt,
+                        salted_password(mechanism, password, salt, int(iterations))])
+        dels = [[user, TYPES.get(mechanism, 0)] for user, mechanism in deletions]
+        return dict(self._call("alter_user_scram_credentials", dels, ups))
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, list[tuple[str, int]]]:
+        """{user: [(mechanism, iterations), ...]} of the users named (every user with a
+        credential where none is); a user named without one raises ResourceNotFoundError."""
+        stored = self.cluster.metadata().get("scram_credentials", {})
+        names = list(users) if users is not None else sorted(stored)
+        for name in names:
+            if name not in stored:
+                raise ResourceNotFoundError("Attempt to describe a user credential that does "
+                                            f"not exist: {name}")
+        return {name: [(m, entry[3]) for m, entry in sorted(stored[name].items())]
+                for name in names}
 
     # ---- offsets and records ---------------------------------------------------------------
     def list_offsets(self, specs: Mapping[tuple[str, int], int | str],

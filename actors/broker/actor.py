@@ -140,9 +140,14 @@ class BrokerActor:
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"],
                                           listener_tls(b, self.listeners),
-                                          listener_sasl(b, self.listeners),
+                                          listener_sasl(b, self.listeners, self._scram),
                                           b["connection.failed.authentication.delay.ms"])
         asyncio.get_running_loop().create_task(self._boot())
+
+    def _scram(self, user: str, mechanism: str):
+        """A user's SCRAM credential, from the metadata as it is now."""
+        from actors.controller.scram_credentials import lookup
+        return lookup(self.state.image.get("scram_credentials"), user, mechanism)
 
     # ---- start -----------------------------------------------------------------------------
     async def _boot(self) -> None:

@@ -470,6 +470,11 @@ class ControllerActor:
     async def alter_topic_config(self, name: str, config: dict) -> bytes:
         return await self._admin(lambda: (self.state.alter_topic_config(name, config), None))
 
+    async def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> bytes:
+        """[(user, error or None)] for each user named (Kafka's AlterUserScramCredentials)."""
+        return await self._admin(lambda: self.state.alter_user_scram_credentials(
+            [tuple(d) for d in deletions], [tuple(u) for u in upsertions]))
+
     async def metadata(self) -> bytes:
         image = self.state.metadata_image()
         image["controller_id"] = self.host_broker_id

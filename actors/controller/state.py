@@ -105,6 +105,8 @@ class ControllerState:
         # the snapshot); a topic re-created under the same name gets a new id.
         self.cluster_id = new_kafka_uuid(self.rng)
         self.topic_ids: dict[str, str] = {}
+        # SCRAM credentials per user and mechanism (actors.controller.scram_credentials).
+        self.scram_credentials: dict[str, dict[str, list]] = {}
         self.partition_states: StateMachine[TopicPartition, PartitionStatus] = StateMachine(
             "Partition", PARTITION_PREVIOUS, PartitionStatus.NON_EXISTENT)
         self.replica_states: StateMachine[tuple[str, int, int], ReplicaStatus] = StateMachine(
@@ -597,6 +599,13 @@ class ControllerState:
         self.topics[name] = config
         return self._update_metadata()
 
+    def alter_user_scram_credentials(self, deletions: list, upsertions: list) -> tuple:
+        """AlterUserScramCredentials: (the brokers' updates, [(user, error or None)])."""
+        from actors.controller.scram_credentials import alter
+        self.scram_credentials, results = alter(self.scram_credentials, deletions, upsertions)
+        changed = any(error is None for _, error in results)
+        return (self._update_metadata() if changed else []), results
+
     def metadata_image(self) -> dict:
         live = set(self.live_brokers())
         topics: dict[str, dict] = {name: {} for name in sorted(self.topics)}
@@ -617,6 +626,7 @@ class ControllerState:
             "topics": topics,
             "topic_ids": {name: self.topic_ids[name] for name in topics},
             "configs": {name: dict(cfg) for name, cfg in sorted(self.topics.items())},
+            "scram_credentials": self.scram_credentials,
         }
 
     def describe_topic(self, name: str) -> list[str]:
@@ -650,6 +660,7 @@ class ControllerState:
             "next_broker_epoch": self.next_broker_epoch,
             "cluster_id": self.cluster_id,
             "topic_ids": dict(self.topic_ids),
+            "scram_credentials": self.scram_credentials,
         }
 
     @classmethod
@@ -679,6 +690,8 @@ class ControllerState:
         # A snapshot from before topic ids: the ids are made now and kept from then on.
         state.cluster_id = snapshot.get("cluster_id", state.cluster_id)
         state.topic_ids = dict(snapshot.get("topic_ids", {}))
+        state.scram_credentials = {u: dict(m) for u, m in
+                                   snapshot.get("scram_credentials", {}).items()}
         for name in sorted(state.topics):
             state.topic_ids.setdefault(name, new_kafka_uuid(state.rng))
         return state

@@ -12,14 +12,17 @@ PlainServerCallbackHandler checks them.
 from __future__ import annotations
 
 import hmac
+import secrets
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from protocols.errors import (IllegalSaslStateError, KafkaError, SaslAuthenticationError,
                               UnsupportedSaslMechanismError)
+from protocols.kafka.scram import ScramError, ScramServer
 
 PLAIN = "PLAIN"
-MECHANISMS = (PLAIN,)      # served; SCRAM-SHA-256/512 and GSSAPI are not built yet
+# Served; GSSAPI (Kerberos) and OAUTHBEARER are not built.
+MECHANISMS = (PLAIN, "SCRAM-SHA-256", "SCRAM-SHA-512")
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
@@ -32,6 +35,9 @@ class SaslConfig:
     reauth_ms: int = 0
     # sasl.server.max.receive.size: the largest frame before authentication.
     max_receive_size: int = 524_288
+    # SCRAM: (user, mechanism) -> the user's ScramCredential or None (the cluster's
+    # metadata, as it is when asked).
+    scram: Callable[[str, str], Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -55,6 +61,7 @@ class SaslServer:
         self.previous = previous
         self.mechanism: str | None = None
         self.user: str | None = None    # the authenticated name, once complete
+        self._scram: ScramServer | None = None
 
     @property
     def complete(self) -> bool:
@@ -88,16 +95,36 @@ class SaslServer:
                 if self.mechanism is None else
                 "SaslAuthenticate request received after successful authentication"),
                 close=True)
+        final = b""
         try:
-            user = self._plain(token)
+            if self.mechanism == PLAIN:
+                user = self._plain(token)
+            elif self._scram is None:
+                self._scram = ScramServer(self.mechanism, self._credential,
+                                          secrets.token_urlsafe(24))
+                return Outcome(auth_bytes=self._scram.client_first(token))
+            else:
+                final = self._scram.client_final(token)
+                user = self._scram.user
         except SaslAuthenticationError as e:
             return Outcome(e, close=True)
+        except ScramError as e:
+            # Kafka's SaslServerAuthenticator tells the client only this, unless the error
+            # was meant for it.
+            return Outcome(SaslAuthenticationError(
+                str(e) if e.to_client else
+                f"Authentication failed during "
+                f"{'re-authentication' if self.previous else 'authentication'} due to invalid "
+                f"credentials with SASL mechanism {self.mechanism}"), close=True)
         if self.previous is not None and user != self.previous.user:
             return Outcome(SaslAuthenticationError(
                 f"Cannot change principals during re-authentication from "
                 f"User.{self.previous.user}: User.{user}"), close=True)
         self.user = user
-        return Outcome(session_lifetime_ms=max(0, self.config.reauth_ms))
+        return Outcome(auth_bytes=final, session_lifetime_ms=max(0, self.config.reauth_ms))
+
+    def _credential(self, user: str):
+        return None if self.config.scram is None else self.config.scram(user, self.mechanism)
 
     def _plain(self, token: bytes) -> str:
         parts = token.decode("utf-8", "replace").split("\0", 3)

@@ -48,6 +48,8 @@ SUBCOMMANDS: list[Subcommand] = [
           "server stop)", "server"),
     _lazy("topics", "create, list, describe, alter and delete topics (kafka-topics.sh)",
           "topics"),
+    _lazy("configs", "describe and alter users' SCRAM credentials and topics' configs "
+          "(kafka-configs.sh)", "configs"),
     _lazy("consumer-groups", "list, describe, reset offsets of and delete consumer groups "
           "(kafka-consumer-groups.sh)", "consumer_groups"),
     _lazy("transactions", "list, describe and abort transactions, find hanging ones "

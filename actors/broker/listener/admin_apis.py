@@ -12,9 +12,11 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from actors.broker.listener.group_apis import call_coordinator
 from actors.broker.listener.metadata_apis import controller_id, kafka_uuid_text, topic_uuid
-from protocols.errors import (ElectionNotNeededError, InvalidRequestError, KafkaError,
-                              PreferredLeaderNotAvailableError, TopicAlreadyExistsError,
-                              UnknownTopicIdError, UnknownTopicOrPartitionError)
+from protocols.errors import (DuplicateResourceError, ElectionNotNeededError,
+                              InvalidRequestError, KafkaError,
+                              PreferredLeaderNotAvailableError, ResourceNotFoundError,
+                              TopicAlreadyExistsError, UnknownTopicIdError,
+                              UnknownTopicOrPartitionError)
 from protocols.kafka.codec import Request, build, error_fields, response_class
 from protocols.topics import validate_topic_name
 from protocols.wire import decode
@@ -197,6 +199,50 @@ class AdminApis:
                 error = answer if isinstance(answer, KafkaError) else None
             results.append({"name": t.name, **error_fields(error)})
         return build(response_class(request), {"throttle_time": 0, "results": results})
+
+    # ---- SCRAM credentials (KIP-554) ------------------------------------------------------
+    async def alter_user_scram_credentials(self, request: Request):
+        body = request.body
+        answer = await self.controller_call(
+            "alter_user_scram_credentials",
+            [[d.name, int(d.mechanism)] for d in body.deletions],
+            [[u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
+              bytes(u.salted_password)] for u in body.upsertions])
+        if isinstance(answer, KafkaError):   # the controller could not be reached
+            users = dict.fromkeys([d.name for d in body.deletions] +
+                                  [u.name for u in body.upsertions])
+            answer = [(user, answer) for user in users]
+        return build(response_class(request), {"throttle_time": 0, "results": [
+            {"user": user, **error_fields(error)} for user, error in answer]})
+
+    async def describe_user_scram_credentials(self, request: Request):
+        """From the metadata image, as Kafka's ScramImage.describe: every user with a
+        credential where none is named; a user named twice or without one, an error."""
+        from actors.controller.scram_credentials import TYPES
+        stored = self.image().get("scram_credentials", {})
+        named = [u.name for u in (request.body.users or ())]
+        users = dict.fromkeys(named or sorted(stored), False)
+        for name in named:
+            users[name] = named.count(name) > 1
+        results = []
+        for user, twice in users.items():
+            if twice:
+                results.append({"user": user, "error_code": DuplicateResourceError.code,
+                                "error_message": "Cannot describe SCRAM credentials for the "
+                                                 f"same user twice in a single request: {user}",
+                                "credential_infos": []})
+            elif user not in stored:
+                results.append({"user": user, "error_code": ResourceNotFoundError.code,
+                                "error_message": "Attempt to describe a user credential that "
+                                                 f"does not exist: {user}",
+                                "credential_infos": []})
+            else:
+                results.append({"user": user, "error_code": 0, "error_message": None,
+                                "credential_infos": [
+                                    {"mechanism": TYPES[m], "iterations": entry[3]}
+                                    for m, entry in sorted(stored[user].items())]})
+        return build(response_class(request), {"throttle_time": 0, "error_code": 0,
+                                               "error_message": None, "results": results})
 
     # ---- cluster ---------------------------------------------------------------------------
     async def describe_cluster(self, request: Request):

@@ -68,6 +68,9 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     # v1 (KIP-860) lets the client refuse a change of replication factor.
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    # ---- SCRAM credentials (admin_apis; KIP-554) ----
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     # ---- SASL (sasl_authenticator, before a SASL connection is authenticated) ----
     # v0: the mechanism's tokens follow as bare frames; v1: in SaslAuthenticate requests.
     ApiKey.SASL_HANDSHAKE: (0, 1),

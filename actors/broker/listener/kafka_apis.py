@@ -105,6 +105,8 @@ class KafkaApis:
                 ApiKey.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
                 ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.alter,
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list,
+                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin.describe_user_scram_credentials,
+                ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.alter_user_scram_credentials,
             })
 
         if txn is not None:

@@ -19,9 +19,10 @@ from protocols.kafka.sasl import (MECHANISMS, PLAIN, PLAIN_LOGIN_MODULE, Outcome
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 
 
-def listener_sasl(broker: Mapping[str, Any], listeners: list[Endpoint]
-                  ) -> dict[str, SaslConfig]:
-    """Each SASL listener's mechanisms and PLAIN users; settings that cannot make one raise
+def listener_sasl(broker: Mapping[str, Any], listeners: list[Endpoint],
+                  scram: Callable[[str, str], Any] | None = None) -> dict[str, SaslConfig]:
+    """Each SASL listener's mechanisms and PLAIN users (SCRAM's credentials are the
+    cluster's, ``scram(user, mechanism)``); settings that cannot make one raise
     InvalidConfigError naming the listener and the setting."""
     out = {}
     for endpoint in listeners:
@@ -51,7 +52,7 @@ def listener_sasl(broker: Mapping[str, Any], listeners: list[Endpoint]
             users = {k[len("user_"):]: v for k, v in module.options.items()
                      if k.startswith("user_")}
         out[name] = SaslConfig(mechanisms, users, reauth_ms(broker, name, mechanisms[0]),
-                               broker["sasl.server.max.receive.size"])
+                               broker["sasl.server.max.receive.size"], scram)
     return out
 
 
@@ -130,8 +131,9 @@ class Authenticator:
         here (request None: a bare token, its response bytes); (request, None, None) for
         ApiVersions, which KafkaApis answers. ``parse`` turns a frame into a Request."""
         if self._raw_token:
-            self._raw_token = False
             outcome = self.server.authenticate(frame)
+            # SCRAM's first token is answered with a challenge, and its answer is bare too.
+            self._raw_token = outcome.error is None and not self.server.complete
             self._completed(outcome)
             return None, outcome.auth_bytes, outcome
         return self.take(parse(frame))

@@ -28,15 +28,27 @@ HANDSHAKE, AUTHENTICATE, METADATA = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTIC
     ApiKey.METADATA
 
 
+SALT = b"0123456789abcdef"
+
+
+def scram_credential(user: str, mechanism: str):
+    """The cluster's credentials in these tests: carol's password is carol-scram."""
+    from protocols.kafka.scram import credential, salted_password
+    if user != "carol":
+        return None
+    return credential(mechanism, salted_password(mechanism, "carol-scram", SALT, 4096), SALT,
+                      4096)
+
+
 def sasl_server(**config) -> SocketServer:
     broker = ClusterConfig.parse({
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS, **config}).broker
     listeners = parse_listeners(broker["listeners"])
     apis = KafkaApis(0, lambda: IMAGE, no_creation, auto_create=False)
     return SocketServer(0, listeners, apis.handle, SUPPORTED, 104_857_600, 60_000,
-                        sasl=listener_sasl(broker, listeners),
+                        sasl=listener_sasl(broker, listeners, scram_credential),
                         failed_authentication_delay_ms=broker[
                             "connection.failed.authentication.delay.ms"])
 
@@ -52,6 +64,8 @@ def conversation(steps, **config):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         bodies = []
         for i, (key, version, values) in enumerate(steps):
+            if callable(values):               # a step computed from the answers so far
+                values = values(bodies)
             if key == "sleep":
                 await asyncio.sleep(values)
                 bodies.append(None)
@@ -94,7 +108,8 @@ def test_handshake_v1_then_authenticate_then_requests_as_the_user():
         (AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"}),
         (METADATA, 12, {"topics": None}),
     ])
-    assert bodies[1].error_code == 0 and list(bodies[1].mechanisms) == ["PLAIN"]
+    assert bodies[1].error_code == 0 and list(bodies[1].mechanisms) == [
+        "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     assert bodies[2].error_code == 0 and bodies[2].error_message is None
     assert bodies[3].cluster_id == "c"
     assert not closed and principals == {"User:alice": 1}
@@ -124,8 +139,9 @@ def test_a_wrong_password_is_answered_then_the_connection_closed():
 
 
 def test_an_unsupported_mechanism_is_answered_with_those_enabled_then_closed():
-    bodies, closed, _, _ = conversation([(HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})])
-    assert bodies[0].error_code == 33 and list(bodies[0].mechanisms) == ["PLAIN"]
+    bodies, closed, _, _ = conversation([(HANDSHAKE, 1, {"mechanism": "GSSAPI"})])
+    assert bodies[0].error_code == 33 and list(bodies[0].mechanisms) == [
+        "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     assert closed
 
 
@@ -227,3 +243,44 @@ def test_before_authentication_a_frame_is_no_larger_than_sasl_server_max_receive
     many = {"topics": [{"name": f"t{i:06d}-" + "x" * 20} for i in range(25_000)]}
     bodies, closed, _, _ = conversation(LOGIN + [(METADATA, 12, many)])
     assert len(bodies[2].topics) == 25_000 and not closed
+
+
+def scram_final(mechanism: str, password: str):
+    """The client's final message, from the server's first (RFC 5802)."""
+    from tests.protocols.kafka.test_scram import client_final
+    digest = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+
+    def final(server_first: bytes) -> bytes:
+        return client_final(digest, password, "n=carol,r=client-nonce", server_first, 4096,
+                            SALT)
+    return final
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("password, ok", [("carol-scram", True), ("wrong", False)])
+def test_scram_in_saslauthenticate_requests(mechanism, password, ok):
+    final = scram_final(mechanism, password)
+    bodies, closed, principals, _ = conversation([
+        (HANDSHAKE, 1, {"mechanism": mechanism}),
+        (AUTHENTICATE, 2, {"auth_bytes": b"n,,n=carol,r=client-nonce"}),
+        (AUTHENTICATE, 2, lambda bodies: {"auth_bytes": final(bytes(bodies[1].auth_bytes))}),
+        (METADATA, 12, {"topics": None})])
+    assert bodies[1].error_code == 0 and bytes(bodies[1].auth_bytes).startswith(
+        b"r=client-nonce")
+    if ok:
+        assert bodies[2].error_code == 0 and bytes(bodies[2].auth_bytes).startswith(b"v=")
+        assert bodies[3].cluster_id == "c" and principals == {"User:carol": 1}
+    else:
+        assert bodies[2].error_code == 58 and bodies[2].error_message == (
+            "Authentication failed during authentication due to invalid credentials with "
+            f"SASL mechanism {mechanism}") and closed
+
+
+def test_scram_in_bare_tokens_after_handshake_v0():
+    final = scram_final("SCRAM-SHA-256", "carol-scram")
+    bodies, closed, _, _ = conversation([
+        (HANDSHAKE, 0, {"mechanism": "SCRAM-SHA-256"}),
+        (None, None, b"n,,n=carol,r=client-nonce"),
+        (None, None, lambda bodies: final(bodies[1])),
+        (METADATA, 12, {"topics": None})])
+    assert bodies[2].startswith(b"v=") and bodies[3].cluster_id == "c" and not closed
