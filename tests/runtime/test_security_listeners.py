@@ -230,17 +230,23 @@ def test_kafka_python_with_sasl_plain(cluster, pki):
     assert [r.value for r in records] == [b"hello"]
 
 
-def test_kafka_java_tools_over_sasl_ssl(cluster, pki):
-    from benchmarks.kafka_peer import classpath
-    from tests.runtime.test_kafka_java_tools import KafkaTools
-
-    root = pki["root"]
-    props = root / "sasl.properties"
+def admin_properties(pki):
+    """A Java client's settings to sign in as admin with SASL/PLAIN over SASL_SSL."""
+    props = pki["root"] / "sasl-admin.properties"
     props.write_text(
         "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
         "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
         'username="admin" password="admin-secret";\n'
         f"ssl.truststore.type=PEM\nssl.truststore.location={pki['ca.pem']}\n")
+    return props
+
+
+def test_kafka_java_tools_over_sasl_ssl(cluster, pki):
+    from benchmarks.kafka_peer import classpath
+    from tests.runtime.test_kafka_java_tools import KafkaTools
+
+    root = pki["root"]
+    props = admin_properties(pki)
     tools = KafkaTools(classpath(), root, cluster.listener_addresses("SASL_SSL"))
     tools.tool("TopicCommand", "--command-config", str(props), "--create", "--topic",
                "sasl-java", "--partitions", "1", "--replication-factor", "1")
@@ -297,12 +303,7 @@ def test_scram_users_made_by_rafka_and_by_kafka_configs_sign_in(cluster, pki):
     assert admin.alter_user_scram_credentials([("alice", "SCRAM-SHA-256", "alice-scram",
                                                 8192)]) == {"alice": None}
     root = pki["root"]
-    props = root / "scram-admin.properties"
-    props.write_text(
-        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="admin" password="admin-secret";\n'
-        f"ssl.truststore.type=PEM\nssl.truststore.location={pki['ca.pem']}\n")
+    props = admin_properties(pki)
     tools = KafkaTools(classpath(), root, cluster.listener_addresses("SASL_SSL"))
     tools.tool("kafka.admin.ConfigCommand", "--command-config", str(props), "--alter",
                "--entity-type", "users", "--entity-name", "bob", "--add-config",
