@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from protocols.errors import (KafkaError, NotControllerError, ResourceNotFoundError,
-                              UnknownTopicOrPartitionError, UnsupportedSaslMechanismError)
+                              UnacceptableCredentialError, UnknownTopicOrPartitionError,
+                              UnsupportedSaslMechanismError)
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from protocols.wire import decode
@@ -252,6 +253,12 @@ class Admin:
         for user, mechanism, password, iterations in upsertions:
             if mechanism not in TYPES:
                 raise UnsupportedSaslMechanismError(f"Unknown SCRAM mechanism {mechanism}")
+            if not password:
+                raise UnacceptableCredentialError("Password must not be empty")
+            if not 4096 <= int(iterations) <= 16384:
+                # Refused here as the controller would, before minutes of hashing.
+                raise UnacceptableCredentialError(
+                    "Too few iterations" if int(iterations) < 4096 else "Too many iterations")
             salt = os.urandom(32)
             ups.append([user, TYPES[mechanism], int(iterations), salt,
                         salted_password(mechanism, password, salt, int(iterations))])

@@ -16,6 +16,10 @@ from protocols.kafka.scram import MAX_ITERATIONS, MECHANISMS, credential
 MECHANISM_TYPES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 TYPES = {name: code for code, name in MECHANISM_TYPES.items()}
 
+# Every credential travels in every metadata update: a salt is kept small (Kafka's admin
+# client draws 32 bytes, the RFC asks for 16 or more).
+MAX_SALT_BYTES = 1024
+
 # user -> mechanism name -> [salt, stored key, server key (base64), iterations]
 Credentials = dict[str, dict[str, list]]
 
@@ -63,6 +67,12 @@ def alter(credentials: Credentials, deletions: Iterable[tuple[str, int]],
             error = UnacceptableCredentialError("Too few iterations")
         elif error is None and iterations > MAX_ITERATIONS:
             error = UnacceptableCredentialError("Too many iterations")
+        elif error is None and not (upsertion[3] and upsertion[4]):
+            error = UnacceptableCredentialError("The salt and the salted password must not "
+                                                "be empty")
+        elif error is None and len(upsertion[3]) > MAX_SALT_BYTES:
+            error = UnacceptableCredentialError(f"The salt must be at most {MAX_SALT_BYTES} "
+                                                "bytes")
         if error is not None:
             errors[name] = error
         else:

@@ -81,7 +81,7 @@ class ScramServer:
         self.server_nonce = server_nonce
         self.user: str | None = None
         self.complete = False
-        self._first_bare = self._server_first = None
+        self._first_bare = self._server_first = self._nonce = None
         self._credential: ScramCredential | None = None
 
     def client_first(self, message: bytes) -> bytes:
@@ -99,7 +99,11 @@ class ScramServer:
         if self._credential.iterations < self.min_iterations:
             raise ScramError(f"Iterations {self._credential.iterations} is less than the "
                              f"minimum {self.min_iterations} for {self.mechanism}")
+        if re.search(r"(^|,)tokenauth=true(,|$)", m["extensions"][1:]):
+            raise ScramError("Authentication failed: delegation tokens are not supported by "
+                             "this broker", to_client=True)
         self.user = user
+        self._nonce = m["nonce"] + self.server_nonce
         extensions = m["extensions"]
         self._first_bare = f"n={m['saslname']},r={m['nonce']}{extensions}"
         self._server_first = (f"r={m['nonce']}{self.server_nonce},"
@@ -112,8 +116,7 @@ class ScramServer:
         m = _CLIENT_FINAL.fullmatch(text)
         if m is None:
             raise ScramError(f"Invalid SCRAM client final message format: {text}")
-        if not m["nonce"].endswith(self.server_nonce) or \
-                f"r={m['nonce']}," not in self._server_first + ",":
+        if m["nonce"] != self._nonce:
             raise ScramError("Invalid client nonce in the final client message.")
         auth_message = (f"{self._first_bare},{self._server_first},"
                         f"c={m['channel']},r={m['nonce']}").encode()

@@ -15,7 +15,9 @@ import sys
 
 from rafka.cli.args import EXIT_FAILURE, EXIT_USAGE, add_cluster_options, connect_cluster
 
-DEFAULT_ITERATIONS = 4096   # kafka-configs.sh's, where the value names none
+DEFAULT_ITERATIONS = 4096   # kafka-configs.sh's, where the value names none (or -1)
+# kafka-configs.sh's reading of a SCRAM value: the password is everything after password=.
+SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +49,18 @@ def split_configs(text: str) -> dict[str, str]:
     return out
 
 
+def parse_scram(mechanism: str, value: str) -> tuple[str, int]:
+    """(password, iterations) of ``iterations=N,password=P`` or ``password=P``, as
+    kafka-configs.sh reads them: the password is all after ``password=`` (commas too)."""
+    m = SCRAM_VALUE.fullmatch(value)
+    if m is None or not m.group(2):
+        raise ValueError(f"Invalid credential config {mechanism}=[...]: expected "
+                         f"{mechanism}=[iterations=N,password=P] or {mechanism}=[password=P], "
+                         "the password not empty")
+    return m.group(2), (int(m.group(1)) if m.group(1) not in (None, "", "-1")
+                        else DEFAULT_ITERATIONS)
+
+
 def _users(admin, args) -> int:
     from actors.controller.scram_credentials import TYPES
     if args.describe:
@@ -65,12 +79,12 @@ def _users(admin, args) -> int:
             print(f"Unknown SCRAM mechanism {mechanism} (known: {', '.join(TYPES)})",
                   file=sys.stderr)
             return EXIT_USAGE
-        fields = dict(f.split("=", 1) for f in value.split(",") if "=" in f)
-        if "password" not in fields:
-            print(f"{mechanism} needs password=...", file=sys.stderr)
+        try:
+            password, iterations = parse_scram(mechanism, value)
+        except ValueError as e:
+            print(e, file=sys.stderr)
             return EXIT_USAGE
-        upsertions.append((args.entity_name, mechanism, fields["password"],
-                           int(fields.get("iterations", DEFAULT_ITERATIONS))))
+        upsertions.append((args.entity_name, mechanism, password, iterations))
     deletions = [(args.entity_name, m.strip()) for m in args.delete_config.split(",")
                  if m.strip()]
     failed = {user: e for user, e in admin.alter_user_scram_credentials(

@@ -76,3 +76,11 @@ def test_credentials_are_in_the_image_and_survive_a_controller_failover():
         state.metadata_image()["scram_credentials"]
     msgs, results = state.alter_user_scram_credentials([("nobody", SHA256)], [])
     assert msgs == []              # nothing changed: no update to send
+
+
+def test_an_empty_or_oversized_salt_is_refused():
+    _, results = alter({}, [], [upsert("a", salt=b""), upsert("b", salt=b"s" * 1025)])
+    assert errors(results) == {
+        "a": (UnacceptableCredentialError, "The salt and the salted password must not be "
+                                           "empty"),
+        "b": (UnacceptableCredentialError, "The salt must be at most 1024 bytes")}

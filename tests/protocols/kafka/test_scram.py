@@ -80,3 +80,13 @@ def test_refusals_as_kafkas_scram_sasl_server():
     weak = credential("SCRAM-SHA-256", b"x" * 32, b"salt", 1000)
     with pytest.raises(ScramError, match="Iterations 1000 is less than the minimum 4096"):
         ScramServer("SCRAM-SHA-256", {"u": weak}.get, "n").client_first(b"n,,n=u,r=abc")
+
+
+def test_delegation_tokens_are_refused_and_the_nonce_must_be_the_servers_whole():
+    with pytest.raises(ScramError, match="delegation tokens are not supported") as e:
+        rfc7677_server().client_first(b"n,,n=user,r=abc,tokenauth=true")
+    assert e.value.to_client
+    server = rfc7677_server()
+    server.client_first(b"n,,n=user,r=ab")
+    with pytest.raises(ScramError, match="Invalid client nonce"):
+        server.client_final(f"c=biws,r=ab{SERVER_NONCE}x,p=AAAA".encode())
