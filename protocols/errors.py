@@ -84,6 +84,10 @@ InvalidCommitOffsetSizeError = _error("InvalidCommitOffsetSizeError", 28,
                                       "INVALID_COMMIT_OFFSET_SIZE")
 TopicAuthorizationFailedError = _error("TopicAuthorizationFailedError", 29,
                                        "TOPIC_AUTHORIZATION_FAILED")
+GroupAuthorizationFailedError = _error("GroupAuthorizationFailedError", 30,
+                                       "GROUP_AUTHORIZATION_FAILED")
+ClusterAuthorizationFailedError = _error("ClusterAuthorizationFailedError", 31,
+                                         "CLUSTER_AUTHORIZATION_FAILED")
 InvalidTimestampError = _error("InvalidTimestampError", 32, "INVALID_TIMESTAMP")
 UnsupportedSaslMechanismError = _error("UnsupportedSaslMechanismError", 33,
                                        "UNSUPPORTED_SASL_MECHANISM")
@@ -114,6 +118,7 @@ TransactionCoordinatorFencedError = _error("TransactionCoordinatorFencedError", 
                                            "TRANSACTION_COORDINATOR_FENCED")
 TransactionalIdAuthorizationFailedError = _error("TransactionalIdAuthorizationFailedError", 53,
                                                  "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+SecurityDisabledError = _error("SecurityDisabledError", 54, "SECURITY_DISABLED")
 OperationNotAttemptedError = _error("OperationNotAttemptedError", 55, "OPERATION_NOT_ATTEMPTED")
 KafkaStorageError = _error("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True)
 SaslAuthenticationError = _error("SaslAuthenticationError", 58, "SASL_AUTHENTICATION_FAILED")

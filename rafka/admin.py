@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 from protocols.errors import (KafkaError, NotControllerError, ResourceNotFoundError,
                               UnacceptableCredentialError, UnknownTopicOrPartitionError,
                               UnsupportedSaslMechanismError)
+from protocols.kafka.acl import Acl, AclFilter
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from protocols.wire import decode
@@ -277,6 +278,34 @@ class Admin:
                                             f"not exist: {name}")
         return {name: [(m, entry[3]) for m, entry in sorted(stored[name].items())]
                 for name in names}
+
+    # ---- ACLs ------------------------------------------------------------------------------
+    def create_acls(self, acls: Iterable[Acl]) -> list[KafkaError | None]:
+        """Store ACLs in the cluster's metadata (Kafka's createAcls): None per ACL stored,
+        or its error (InvalidRequestError: an ANY or UNKNOWN value, an empty name, a
+        principal without its type). An ACL already stored is not stored twice. They
+        guard the Kafka listeners once ``authorizer.class.name`` names Kafka's
+        StandardAuthorizer."""
+        from actors.controller.acls import to_stored
+        return list(self._call("create_acls", [to_stored(a) for a in acls]))
+
+    def describe_acls(self, acl_filter: AclFilter = AclFilter()) -> list[Acl]:
+        """The stored ACLs the filter selects (Kafka's describeAcls; the default: all)."""
+        from actors.controller.acls import describe, filter_values
+        return describe(self.cluster.metadata().get("acls") or [], filter_values(acl_filter))
+
+    def delete_acls(self, filters: Iterable[AclFilter]) -> list[list[Acl]]:
+        """Remove the ACLs each filter selects (Kafka's deleteAcls): per filter, the ACLs
+        it removed (an ACL two filters select is counted by the first); a filter with an
+        UNKNOWN value raises InvalidRequestError."""
+        from actors.controller.acls import acls_of, filter_values
+        answer = self._call("delete_acls", [filter_values(f) for f in filters])
+        out = []
+        for result in answer:
+            if isinstance(result, KafkaError):
+                raise result
+            out.append(acls_of(result))
+        return out
 
     # ---- offsets and records ---------------------------------------------------------------
     def list_offsets(self, specs: Mapping[tuple[str, int], int | str],

@@ -25,6 +25,23 @@ def _inter_broker(name: str, value: str) -> None:
             "brokers speaks PLAINTEXT only (TLS on it is not built yet)")
 
 
+def _authorizer(name: str, value: str) -> None:
+    from protocols.kafka.authorizer import STANDARD_AUTHORIZER
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: rafka's authorizer is Kafka's "
+            f"{STANDARD_AUTHORIZER} (or empty: no authorizer, every request allowed)")
+
+
+def _super_users(name: str, value: str | None) -> None:
+    from protocols.kafka.acl import parse_super_users
+    try:
+        parse_super_users(value)
+    except ValueError as e:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {e}") \
+            from None
+
+
 BROKER_CONFIG = (
     ConfigDef()
     .define("broker.heartbeat.interval.ms", "int", 2000, at_least(1))
@@ -116,6 +133,11 @@ BROKER_CONFIG = (
     .define("connections.max.reauth.ms", "long", 0, at_least(0))
     .define("sasl.server.max.receive.size", "int", 524_288, at_least(1))
     .define("connection.failed.authentication.delay.ms", "int", 100, at_least(0))
+    # ACLs (protocols.kafka.authorizer): empty, no authorizer; Kafka's StandardAuthorizer
+    # checks every request against the cluster's ACLs.
+    .define("authorizer.class.name", "string", "", _authorizer)
+    .define("super.users", "string", None, _super_users, nullable=True)
+    .define("allow.everyone.if.no.acl.found", "boolean", False)
 )
 # The settings a listener may have of its own, as listener.name.<listener>.<key>.
 LISTENER_KEYS = frozenset(k for k in BROKER_CONFIG.keys

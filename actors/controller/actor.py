@@ -475,6 +475,14 @@ class ControllerActor:
         return await self._admin(lambda: self.state.alter_user_scram_credentials(
             [tuple(d) for d in deletions], [tuple(u) for u in upsertions]))
 
+    async def create_acls(self, creations: list) -> bytes:
+        """An error or None per creation (Kafka's CreateAcls)."""
+        return await self._admin(lambda: self.state.create_acls(creations))
+
+    async def delete_acls(self, filters: list) -> bytes:
+        """Per filter the ACLs it removed, or its error (Kafka's DeleteAcls)."""
+        return await self._admin(lambda: self.state.delete_acls(filters))
+
     async def metadata(self) -> bytes:
         image = self.state.metadata_image()
         image["controller_id"] = self.host_broker_id

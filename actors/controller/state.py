@@ -107,6 +107,8 @@ class ControllerState:
         self.topic_ids: dict[str, str] = {}
         # SCRAM credentials per user and mechanism (actors.controller.scram_credentials).
         self.scram_credentials: dict[str, dict[str, list]] = {}
+        # The ACLs, each as actors.controller.acls.ACL_FIELDS' values.
+        self.acls: list[list] = []
         self.partition_states: StateMachine[TopicPartition, PartitionStatus] = StateMachine(
             "Partition", PARTITION_PREVIOUS, PartitionStatus.NON_EXISTENT)
         self.replica_states: StateMachine[tuple[str, int, int], ReplicaStatus] = StateMachine(
@@ -606,6 +608,22 @@ class ControllerState:
         changed = any(error is None for _, error in results)
         return (self._update_metadata() if changed else []), results
 
+    def create_acls(self, creations: list) -> tuple:
+        """CreateAcls: (the brokers' updates, an error or None per creation)."""
+        from actors.controller.acls import create
+        after, results = create(self.acls, creations)
+        changed = after != self.acls
+        self.acls = after
+        return (self._update_metadata() if changed else []), results
+
+    def delete_acls(self, filters: list) -> tuple:
+        """DeleteAcls: (the brokers' updates, per filter the ACLs removed or its error)."""
+        from actors.controller.acls import delete
+        after, results = delete(self.acls, filters)
+        changed = len(after) != len(self.acls)
+        self.acls = after
+        return (self._update_metadata() if changed else []), results
+
     def metadata_image(self) -> dict:
         live = set(self.live_brokers())
         topics: dict[str, dict] = {name: {} for name in sorted(self.topics)}
@@ -627,6 +645,7 @@ class ControllerState:
             "topic_ids": {name: self.topic_ids[name] for name in topics},
             "configs": {name: dict(cfg) for name, cfg in sorted(self.topics.items())},
             "scram_credentials": self.scram_credentials,
+            "acls": self.acls,
         }
 
     def describe_topic(self, name: str) -> list[str]:
@@ -661,6 +680,7 @@ class ControllerState:
             "cluster_id": self.cluster_id,
             "topic_ids": dict(self.topic_ids),
             "scram_credentials": self.scram_credentials,
+            "acls": self.acls,
         }
 
     @classmethod
@@ -692,6 +712,7 @@ class ControllerState:
         state.topic_ids = dict(snapshot.get("topic_ids", {}))
         state.scram_credentials = {u: dict(m) for u, m in
                                    snapshot.get("scram_credentials", {}).items()}
+        state.acls = [list(a) for a in snapshot.get("acls", [])]
         for name in sorted(state.topics):
             state.topic_ids.setdefault(name, new_kafka_uuid(state.rng))
         return state

@@ -66,6 +66,7 @@ class Request:
     size: int              # the frame's bytes (for logs and quotas)
     listener: str = "PLAINTEXT"         # the name of the listener it came in on
     principal: str = "User:ANONYMOUS"   # who sent it (KafkaPrincipal's text)
+    host: str = ""                      # the client's address, as ACLs name hosts
 
 
 class FrameDecoder:
@@ -103,7 +104,8 @@ class FrameDecoder:
 
 
 def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]],
-                  listener: str = "PLAINTEXT", principal: str = "User:ANONYMOUS") -> Request:
+                  listener: str = "PLAINTEXT", principal: str = "User:ANONYMOUS",
+                  host: str = "") -> Request:
     """One frame -> a Request, if ``supported`` ({api_key: (min, max)}) has its version.
 
     An ApiVersions request of a version the broker does not know comes back with ``body``
@@ -120,7 +122,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]],
         header_cls = RequestHeaderV2 if api_version >= 3 else RequestHeaderV1
         header = _read(header_cls, frame, 0, api_key, api_version)[0]
         return Request(api_key, api_version, correlation_id, header.client_id, None,
-                       len(frame), listener, principal)
+                       len(frame), listener, principal, host)
     if span is None:
         raise InvalidRequest(f"Unknown API key {api_key}")
     if not span[0] <= api_version <= span[1]:
@@ -136,7 +138,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]],
     # sends three after its all-topics Metadata v13 body).
     body, _ = _read(request_cls, frame, used, api_key, api_version)
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame),
-                   listener, principal)
+                   listener, principal, host)
 
 
 def _read(cls, frame: bytes, offset: int, api_key: int, api_version: int):

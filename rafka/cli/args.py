@@ -20,8 +20,11 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", default=None,
+def add_cluster_options(parser: argparse.ArgumentParser,
+                        name_option: str = "--cluster") -> None:
+    """--cluster (or ``name_option``, where a tool's own --cluster means something else, as
+    kafka-acls.sh's), --bootstrap-server, --address."""
+    parser.add_argument(name_option, dest="cluster", default=None,
                         help="the rafka cluster's name (default: default, or the cluster "
                              "--bootstrap-server names)")
     parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT[,...]",

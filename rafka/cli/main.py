@@ -50,6 +50,7 @@ SUBCOMMANDS: list[Subcommand] = [
           "topics"),
     _lazy("configs", "describe and alter users' SCRAM credentials and topics' configs "
           "(kafka-configs.sh)", "configs"),
+    _lazy("acls", "add, list and remove ACLs (kafka-acls.sh)", "acls"),
     _lazy("consumer-groups", "list, describe, reset offsets of and delete consumer groups "
           "(kafka-consumer-groups.sh)", "consumer_groups"),
     _lazy("transactions", "list, describe and abort transactions, find hanging ones "

@@ -334,3 +334,22 @@ def test_scram_users_made_by_rafka_and_by_kafka_configs_sign_in(cluster, pki):
     assert out.returncode == 0, out.stdout + out.stderr
     assert not signs_in("SASL_SSL", "SCRAM-SHA-512", "bob", "bob-scram")
     assert admin.describe_user_scram_credentials() == {"alice": [("SCRAM-SHA-256", 8192)]}
+
+
+def test_without_an_authorizer_acls_are_refused_security_disabled(cluster):
+    """No authorizer.class.name: CreateAcls and DeleteAcls answer each entry, and
+    DescribeAcls the request, SECURITY_DISABLED, as Kafka does (the ACLs would guard
+    nothing)."""
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                       AclPermissionType, AdminClient, ResourcePatternType,
+                                       ResourceType)
+
+    admin = AdminClient({"bootstrap.servers": cluster.listener_addresses("PLAINTEXT")})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:a", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    with pytest.raises(Exception, match="SECURITY_DISABLED"):
+        admin.create_acls([binding])[binding].result(30)
+    selector = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                AclOperation.ANY, AclPermissionType.ANY)
+    with pytest.raises(Exception, match="SECURITY_DISABLED"):
+        list(admin.delete_acls([selector]).values())[0].result(30)

@@ -10,6 +10,8 @@ import logging
 import uuid
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
+from actors.broker.listener.auth_helper import (AuthHelper, cluster_denied, group_denied,
+                                                topic_denied)
 from actors.broker.listener.group_apis import call_coordinator
 from actors.broker.listener.metadata_apis import controller_id, kafka_uuid_text, topic_uuid
 from protocols.errors import (DuplicateResourceError, ElectionNotNeededError,
@@ -17,6 +19,8 @@ from protocols.errors import (DuplicateResourceError, ElectionNotNeededError,
                               PreferredLeaderNotAvailableError, ResourceNotFoundError,
                               TopicAlreadyExistsError, UnknownTopicIdError,
                               UnknownTopicOrPartitionError)
+from protocols.kafka.acl import AclOperation, ResourceType
+from protocols.kafka.authorizer import OPERATIONS_NOT_REQUESTED
 from protocols.kafka.codec import Request, build, error_fields, response_class
 from protocols.topics import validate_topic_name
 from protocols.wire import decode
@@ -91,8 +95,10 @@ class AdminApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  controller: Callable[[], Awaitable[Any]],
                  coordinator: Callable[[], Awaitable[Any]],
-                 broker_log: Mapping[str, Any] | None = None, log_dir: str | None = None):
+                 broker_log: Mapping[str, Any] | None = None, log_dir: str | None = None,
+                 auth: AuthHelper | None = None):
         self.broker_id = broker_id
+        self.auth = auth or AuthHelper(image)   # who may do what (authorizer.class.name)
         self.image = image
         self.controller = controller     # the controller's handle (waits for one)
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
@@ -117,10 +123,25 @@ class AdminApis:
 
     # ---- topics ----------------------------------------------------------------------------
     async def create_topics(self, request: Request):
+        """CreateTopics: CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED,
+        checked before whether it exists); a topic made by a client that may not
+        DESCRIBE_CONFIGS it is answered without its partitions and replication factor
+        (Kafka's topic_config_error_code)."""
         body = request.body
         results = []
         created = []
+        anywhere = self.auth.authorize_cluster(request, AclOperation.CREATE)
+        names = [t.name for t in body.topics]
+        creatable = set(names) if anywhere else self.auth.allowed(
+            request, AclOperation.CREATE, ResourceType.TOPIC, names)
+        describable = self.auth.allowed(request, AclOperation.DESCRIBE_CONFIGS,
+                                        ResourceType.TOPIC, names)
         for t in body.topics:
+            if t.name not in creatable:
+                results.append({"name": t.name, **error_fields(topic_denied()),
+                                "num_partitions": -1, "replication_factor": -1,
+                                "configs": []})
+                continue
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             config = {c.name: c.value for c in t.configs}
             partitions = None if assignment or t.num_partitions == -1 else int(t.num_partitions)
@@ -140,6 +161,9 @@ class AdminApis:
                                 len(next(iter(assignment.values()))) if assignment
                                 else (rf or -1)),
                             "configs": []})
+            if error is None and t.name not in describable:
+                results[-1].update({"num_partitions": -1, "replication_factor": -1,
+                                    "topic_config_error_code": topic_denied().code})
         if created:
             ids = await self._topic_ids()
             for r in results:
@@ -169,6 +193,13 @@ class AdminApis:
         else:
             wanted = [(name, None) for name in body.topic_names]
         by_id = {v: k for k, v in self.image().get("topic_ids", {}).items()}
+        # DELETE on the cluster, or DESCRIBE and DELETE on each topic: a client that may not
+        # describe a topic hears TOPIC_AUTHORIZATION_FAILED whether it exists or not.
+        anywhere = self.auth.authorize_cluster(request, AclOperation.DELETE)
+
+        def may(operation: AclOperation, name: str) -> bool:
+            return anywhere or self.auth.authorize(request, operation, ResourceType.TOPIC,
+                                                   name)
         results = []
         for name, topic_id in wanted:
             if name is None and topic_id is not None:
@@ -178,6 +209,17 @@ class AdminApis:
                                     **error_fields(UnknownTopicIdError(
                                         f"Unknown topic id {topic_id}"))})
                     continue
+                if not may(AclOperation.DELETE, name):
+                    results.append({"name": name if may(AclOperation.DESCRIBE, name)
+                                    else None, "topic_id": topic_id,
+                                    **error_fields(topic_denied())})
+                    continue
+            elif not may(AclOperation.DESCRIBE, name) or (
+                    name in self.image().get("topics", {})
+                    and not may(AclOperation.DELETE, name)):
+                results.append({"name": name, "topic_id": topic_id,
+                                **error_fields(topic_denied())})
+                continue
             answer = await self.controller_call("delete_topic", name)
             results.append({"name": name, "topic_id": topic_id,
                             **error_fields(answer if isinstance(answer, KafkaError)
@@ -187,10 +229,14 @@ class AdminApis:
     async def create_partitions(self, request: Request):
         body = request.body
         results = []
+        allowed = self.auth.allowed(request, AclOperation.ALTER, ResourceType.TOPIC,
+                                    [t.name for t in body.topics])
         for t in body.topics:
             assignment = None if t.assignments is None else [list(a.broker_ids)
                                                              for a in t.assignments]
-            if body.validate_only:
+            if t.name not in allowed:
+                error = topic_denied()
+            elif body.validate_only:
                 error = None if t.name in self.image().get("topics", {}) else \
                     UnknownTopicOrPartitionError(f"Topic '{t.name}' does not exist")
             else:
@@ -203,6 +249,10 @@ class AdminApis:
     # ---- SCRAM credentials (KIP-554) ------------------------------------------------------
     async def alter_user_scram_credentials(self, request: Request):
         body = request.body
+        if not self.auth.authorize_cluster(request, AclOperation.ALTER):
+            users = sorted({d.name for d in body.deletions} | {u.name for u in body.upsertions})
+            return build(response_class(request), {"throttle_time": 0, "results": [
+                {"user": user, **error_fields(cluster_denied())} for user in users]})
         answer = await self.controller_call(
             "alter_user_scram_credentials",
             [[d.name, int(d.mechanism)] for d in body.deletions],
@@ -221,6 +271,11 @@ class AdminApis:
         from actors.controller.scram_credentials import TYPES
         stored = self.image().get("scram_credentials", {})
         named = [u.name for u in (request.body.users or ())]
+        if not self.auth.authorize_cluster(request, AclOperation.DESCRIBE):
+            denied = error_fields(cluster_denied())
+            return build(response_class(request), {
+                "throttle_time": 0, **denied, "results": [
+                    {"user": user, **denied, "credential_infos": []} for user in named]})
         users = dict.fromkeys(named or sorted(stored), False)
         for name in named:
             users[name] = named.count(name) > 1
@@ -264,7 +319,17 @@ class AdminApis:
             "throttle_time": 0, "error_code": 0, "error_message": None,
             "endpoint_type": endpoint_type, "cluster_id": image.get("cluster_id", ""),
             "controller_id": controller_id(self.broker_id, {b["broker_id"] for b in brokers}),
-            "brokers": brokers, "cluster_authorized_operations": -2147483648})
+            "brokers": brokers, "cluster_authorized_operations":
+                self._cluster_operations(request) if getattr(
+                    request.body, "include_cluster_authorized_operations", False)
+                else OPERATIONS_NOT_REQUESTED})
+
+    def _cluster_operations(self, request: Request) -> int:
+        """The cluster's authorized operations (0 to a client that may not describe it)."""
+        from protocols.kafka.acl import CLUSTER_NAME
+        if not self.auth.authorize_cluster(request, AclOperation.DESCRIBE):
+            return 0
+        return self.auth.authorized_operations(request, ResourceType.CLUSTER, CLUSTER_NAME)
 
     # ---- groups (this broker's coordinator's, as Kafka's ListGroups) ------------------------
     async def list_groups(self, request: Request):
@@ -275,17 +340,30 @@ class AdminApis:
                                                    "error_code": answer.code, "groups": []})
         states = {s.lower() for s in (getattr(body, "states_filter", None) or ())}
         types = {t.lower() for t in (getattr(body, "types_filter", None) or ())}
+        # Every group to a client that may describe the cluster, else those it may describe.
+        visible = None if self.auth.authorize_cluster(request, AclOperation.DESCRIBE) else \
+            self.auth.allowed(request, AclOperation.DESCRIBE, ResourceType.GROUP,
+                              [g for g, _, _ in answer])
         groups = [{"group_id": g, "protocol_type": protocol_type, "group_state": state,
                    "group_type": "classic"}
                   for g, protocol_type, state in answer
                   if (not states or state.lower() in states)
-                  and (not types or "classic" in types)]
+                  and (not types or "classic" in types)
+                  and (visible is None or g in visible)]
         return build(response_class(request), {"throttle_time": 0, "error_code": 0,
                                                "groups": groups})
 
     async def describe_groups(self, request: Request):
         out = []
+        operations = request.api_version >= 3 and bool(
+            getattr(request.body, "include_authorized_operations", False))
         for group_id in request.body.groups:
+            if not self.auth.authorize(request, AclOperation.DESCRIBE, ResourceType.GROUP,
+                                       group_id):
+                out.append({"error_code": group_denied().code, "group_id": group_id,
+                            "group_state": "", "protocol_type": "", "protocol_data": "",
+                            "members": []})
+                continue
             answer = await self._coordinator_call("describe_group", group_id)
             if isinstance(answer, KafkaError):
                 out.append({"error_code": answer.code, "group_id": group_id,
@@ -303,12 +381,17 @@ class AdminApis:
                                      "member_assignment": m["assignment"]
                                      if isinstance(m["assignment"], bytes) else b""}
                                     for m in answer["members"]],
-                        "authorized_operations": -2147483648})
+                        "authorized_operations": self.auth.authorized_operations(
+                            request, ResourceType.GROUP, group_id, operations)})
         return build(response_class(request), {"throttle_time": 0, "groups": out})
 
     async def delete_groups(self, request: Request):
         results = []
-        for group_id in request.body.groups_names:
+        for group_id in dict.fromkeys(request.body.groups_names):
+            if not self.auth.authorize(request, AclOperation.DELETE, ResourceType.GROUP,
+                                       group_id):
+                results.append({"group_id": group_id, "error_code": group_denied().code})
+                continue
             answer = await self._coordinator_call("delete_group", group_id)
             results.append({"group_id": group_id,
                             "error_code": answer.code if isinstance(answer, KafkaError)
@@ -326,7 +409,10 @@ class AdminApis:
             keys = None if r.configuration_keys is None else list(r.configuration_keys)
             out = {"resource_type": r.resource_type, "resource_name": r.resource_name,
                    "error_code": 0, "error_message": None, "configs": []}
-            if r.resource_type == TOPIC_RESOURCE:
+            refused = self._config_refusal(request, r, AclOperation.DESCRIBE_CONFIGS)
+            if refused is not None:
+                out.update(error_fields(refused))
+            elif r.resource_type == TOPIC_RESOURCE:
                 overrides = image.get("configs", {}).get(r.resource_name)
                 if overrides is None:
                     out.update(error_fields(UnknownTopicOrPartitionError(
@@ -345,6 +431,18 @@ class AdminApis:
                     f"Resource type {r.resource_type} is not served (topics: 2, brokers: 4)")))
             results.append(out)
         return build(response_class(request), {"throttle_time": 0, "results": results})
+
+    def _config_refusal(self, request: Request, resource, operation: AclOperation
+                        ) -> KafkaError | None:
+        """DESCRIBE_CONFIGS / ALTER_CONFIGS on a topic (TOPIC_AUTHORIZATION_FAILED, before
+        whether it exists) or, for a broker's configs, on the cluster."""
+        if resource.resource_type == TOPIC_RESOURCE:
+            return None if self.auth.authorize(request, operation, ResourceType.TOPIC,
+                                               resource.resource_name) else topic_denied()
+        if resource.resource_type == BROKER_RESOURCE:
+            return None if self.auth.authorize_cluster(request, operation) \
+                else cluster_denied()
+        return None
 
     async def _alter_topic(self, name: str, changes: dict, validate_only: bool
                            ) -> KafkaError | None:
@@ -365,7 +463,10 @@ class AdminApis:
                      ) -> Any:
         results = []
         for r in request.body.resources:
-            if r.resource_type != TOPIC_RESOURCE:
+            refused = self._config_refusal(request, r, AclOperation.ALTER_CONFIGS)
+            if refused is not None:
+                error = refused
+            elif r.resource_type != TOPIC_RESOURCE:
                 error: KafkaError | None = None if broker_no_op(r) else InvalidRequestError(
                     "Only topic configs can be altered: brokers' configs are static here")
             else:
@@ -422,6 +523,14 @@ class AdminApis:
         unclean.leader.election.enable says so."""
         body = request.body
         topics = self.image().get("topics", {})
+        if not self.auth.authorize_cluster(request, AclOperation.ALTER):
+            denied = error_fields(cluster_denied())
+            return build(response_class(request), {
+                "throttle_time": 0, "error_code": denied["error_code"],
+                "replica_election_results": [
+                    {"topic": tp.topic, "partition_result": [
+                        {"partition_id": p, **denied} for p in tp.partitions]}
+                    for tp in body.topic_partitions or ()]})
         if body.topic_partitions is None:   # every partition not led by its first replica
             wanted = [(t, p) for t, ps in topics.items() for p, st in ps.items()
                       if st["leader"] != st["replicas"][0]]
@@ -475,6 +584,9 @@ class AdminApis:
         import asyncio
         wanted = None if request.body.topics is None else {
             (t.topic, p) for t in request.body.topics for p in t.partitions}
+        if not self.auth.authorize_cluster(request, AclOperation.DESCRIBE):
+            return build(response_class(request), {
+                "throttle_time": 0, "error_code": cluster_denied().code, "results": []})
         if self.log_dir is None:
             return build(response_class(request), {"throttle_time": 0, "error_code": 0,
                                                    "results": []})

@@ -2,7 +2,7 @@
 server parses requests by and ``ApiVersions`` answers from.
 
 Only the APIs built here are in it, each at the versions of Kafka's schemas whose fields are
-all honoured. An API not in it (not built yet: ACLs and quotas among others) is answered as Kafka answers an unsupported request: the connection is closed
+all honoured. An API not in it (not built yet: quotas among others) is answered as Kafka answers an unsupported request: the connection is closed
 (``protocols.kafka.codec``). Every key here has its handler in ``KafkaApis``' dispatch.
 """
 from __future__ import annotations
@@ -53,6 +53,10 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     # ---- administration (admin_apis) ----
     ApiKey.CREATE_TOPICS: (2, 7),
+    # ---- ACLs (acl_apis) ----
+    ApiKey.DESCRIBE_ACLS: (0, 3),
+    ApiKey.CREATE_ACLS: (0, 3),
+    ApiKey.DELETE_ACLS: (0, 3),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),

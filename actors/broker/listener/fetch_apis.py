@@ -21,6 +21,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
+from actors.broker.listener.auth_helper import AuthHelper, topic_denied
 from actors.broker.listener.file_regions import open_region
 from actors.broker.listener.host_channels import HostChannels
 from actors.broker.listener.metadata_apis import node_endpoints
@@ -31,6 +32,7 @@ from actors.replica.fetch_session import FetchSessionCache, new_context
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
 from protocols.file_region import FileRegion
+from protocols.kafka.acl import AclOperation
 from protocols.kafka.codec import Request, build, response_class
 from protocols.messages import (READ_UNCOMMITTED, FetchManyRequest, FetchRequest,
                                 FetchResult, decode_fetch_many_response,
@@ -56,8 +58,9 @@ class FetchApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  host_of: Callable[[str, int], Any],
                  sessions: FetchSessionCache | None, channels: HostChannels,
-                 node_id: str = ""):
+                 node_id: str = "", auth: AuthHelper | None = None):
         self.broker_id = broker_id
+        self.auth = auth or AuthHelper(image)
         self.image = image
         self.host_of = host_of
         self.sessions = sessions   # None: every fetch is sessionless
@@ -93,9 +96,21 @@ class FetchApis:
                 "session_id": INVALID_SESSION_ID, "responses": []})
         results: dict[tuple, FetchResult] = {}
         by_host: dict[Any, list] = {}
+        # A broker's fetch (a replica id) needs CLUSTER_ACTION, every partition refused
+        # TOPIC_AUTHORIZATION_FAILED without it, as Kafka answers; a consumer's, READ on
+        # each topic.
+        replica_id = int(getattr(getattr(body, "replica_state", None), "replica_id",
+                                 getattr(body, "replica_id", -1)))
+        if replica_id >= 0:
+            refused = None if self.auth.authorize_cluster(
+                request, AclOperation.CLUSTER_ACTION) else (lambda name: topic_denied())
+        else:
+            refused = self.auth.topic_refusal(request, AclOperation.READ)
         for topic, partition, fetch in context.partitions:
             name = route.name(topic)
-            host, error = route.host(name, partition)
+            denied = refused(name) if refused is not None and name is not None else None
+            host, error = (None, denied) if denied is not None else \
+                route.host(name, partition)
             if host is None:
                 results[(topic, partition)] = FetchResult(error=error or route.unknown(topic))
             else:

@@ -15,8 +15,11 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.listener.acl_apis import AclApis
 from actors.broker.listener.admin_apis import AdminApis
 from actors.broker.listener.api_versions import ADVERTISED
+from actors.broker.listener.auth_helper import (AuthHelper, topic_denied,
+                                                transactional_id_denied)
 from actors.broker.listener.fetch_apis import FetchApis
 from actors.broker.listener.group_apis import GroupApis
 from actors.broker.listener.host_channels import HostChannels
@@ -31,7 +34,9 @@ from actors.replica.channel import API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOC
 from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.api_keys import ApiKey
-from protocols.kafka.codec import Request, api_versions_body, build, response_class
+from protocols.kafka.acl import CLUSTER_NAME, AclOperation, ResourceType
+from protocols.kafka.codec import (CloseConnection, Request, api_versions_body, build,
+                                   response_class)
 from protocols.messages import (OffsetsForLeaderEpochRequest, ProduceManyRequest,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.topics import validate_topic_name
@@ -49,8 +54,11 @@ class KafkaApis:
                  host_of: Callable[[str, int], Any] = lambda topic, partition: None,
                  groups: GroupApis | None = None, admin: AdminApis | None = None,
                  txn: TxnApis | None = None,
-                 fetch_sessions: FetchSessionCache | None = None, node_id: str = ""):
+                 fetch_sessions: FetchSessionCache | None = None, node_id: str = "",
+                 auth: AuthHelper | None = None):
         self.broker_id = broker_id
+        # Who may do what (authorizer.class.name); without one, everyone anything.
+        self.auth = auth = auth or AuthHelper(image)
         self.image = image
         self.create_topic = create_topic
         self.auto_create = auto_create
@@ -59,7 +67,7 @@ class KafkaApis:
         # Produce and Fetch reach the hosts over their channel.
         self.channels = HostChannels()
         fetches = FetchApis(broker_id, image, host_of, fetch_sessions, self.channels,
-                            node_id)
+                            node_id, auth)
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -89,7 +97,8 @@ class KafkaApis:
                 ApiKey.TXN_OFFSET_COMMIT: groups.txn_offset_commit,
             })
         if admin is not None:
-            reassignments = ReassignmentApis(image, admin.controller_call)
+            reassignments = ReassignmentApis(image, admin.controller_call, auth)
+            acls = AclApis(image, self.auth, admin.controller_call)
             self.handlers.update({
                 ApiKey.CREATE_TOPICS: admin.create_topics,
                 ApiKey.DELETE_TOPICS: admin.delete_topics,
@@ -107,6 +116,9 @@ class KafkaApis:
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list,
                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin.describe_user_scram_credentials,
                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.alter_user_scram_credentials,
+                ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+                ApiKey.CREATE_ACLS: acls.create_acls,
+                ApiKey.DELETE_ACLS: acls.delete_acls,
             })
 
         if txn is not None:
@@ -134,27 +146,48 @@ class KafkaApis:
 
     async def metadata(self, request: Request):
         image = self.image()
+        body = request.body
         wanted = requested_topics(request)
         creating: dict[str, KafkaError | None] = {}
+        authorizer = self.auth.authorizer()
+
+        def may(operation: AclOperation, name: str) -> bool:
+            return authorizer is None or authorizer.authorize(
+                request.principal, request.host, operation, ResourceType.TOPIC, name)
         # v0-v3 had no flag: those clients' brokers created topics when asked.
-        allow = getattr(request.body, "allow_auto_topic_creation", True)
+        allow = getattr(body, "allow_auto_topic_creation", True)
         if wanted and allow and self.auto_create:
             for entry in wanted:
                 name = entry["name"]
-                if name is None or name in image.get("topics", {}) or name in creating:
+                if name is None or name in image.get("topics", {}) or name in creating \
+                        or not may(AclOperation.DESCRIBE, name):
                     continue
                 try:
                     validate_topic_name(name)
                 except KafkaError:
                     continue   # answered INVALID_TOPIC_EXCEPTION below
+                if not (self.auth.authorize_cluster(request, AclOperation.CREATE)
+                        or may(AclOperation.CREATE, name)):
+                    creating[name] = topic_denied()
+                    continue
                 error = await self.create_topic(name)
                 creating[name] = error
                 if error is not None:
                     log.info("broker %d: auto-creating topic %r failed: %r", self.broker_id,
                              name, error)
-        return build(response_class(request),
-                     metadata_values(image, wanted, request.listener, self.broker_id,
-                                     creating))
+        values = metadata_values(
+            image, wanted, request.listener, self.broker_id, creating,
+            describable=None if authorizer is None else
+            (lambda name: may(AclOperation.DESCRIBE, name)),
+            operations=(lambda name: self.auth.authorized_operations(
+                request, ResourceType.TOPIC, name))
+            if getattr(body, "include_topic_authorized_operations", False) else None)
+        # v8-v10: the cluster's operations (0 to a client that may not describe it).
+        if getattr(body, "include_cluster_authorized_operations", False):
+            values["cluster_authorized_operations"] = (
+                self.auth.authorized_operations(request, ResourceType.CLUSTER, CLUSTER_NAME)
+                if self.auth.authorize_cluster(request, AclOperation.DESCRIBE) else 0)
+        return build(response_class(request), values)
 
     async def produce(self, request: Request):
         """Kafka's ProduceRequest: each partition's batches go, as bytes, to the replica host
@@ -162,10 +195,24 @@ class KafkaApis:
         channel as rafka's own producer sends it); a partition led elsewhere is answered
         NOT_LEADER_OR_FOLLOWER with its leader (KIP-951). acks=0 is answered with nothing."""
         body = request.body
-        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
-        order, answers, by_host = route.split(body.topic_data, "partition_data", "index",
-                                              _produce_error, lambda part: part.records or b"")
         acks = int(body.acks)
+        route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        txn_id = getattr(body, "transactional_id", None)
+        if txn_id is not None and not self.auth.authorize(
+                request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            # The whole request, as Kafka answers it; acks=0 has no answer to carry it.
+            if acks == 0:
+                raise CloseConnection(f"{request.principal} may not write transactional id "
+                                      f"{txn_id!r} (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)")
+            denied = transactional_id_denied()
+            order, answers, _ = route.split(body.topic_data, "partition_data", "index",
+                                            _produce_error, lambda part: None,
+                                            lambda name: denied)
+            return self._produce_answer(request, route, order, answers)
+        order, answers, by_host = route.split(
+            body.topic_data, "partition_data", "index", _produce_error,
+            lambda part: part.records or b"",
+            self.auth.topic_refusal(request, AclOperation.WRITE))
         timeout_ms = int(body.timeout.total_seconds() * 1000)
         for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: self.channels.call(
@@ -189,6 +236,10 @@ class KafkaApis:
                                  "log_start_offset": result.log_start_offset})
         if acks == 0:
             return None
+        return self._produce_answer(request, route, order, answers)
+
+    def _produce_answer(self, request: Request, route: PartitionRoute, order: list,
+                        answers: dict):
         return build(response_class(request), {
             # Each version has one of the two (v13 names topics by id).
             "responses": [{"name": t, "topic_id": t, "partition_responses": parts}
@@ -206,7 +257,8 @@ class KafkaApis:
         isolation = int(getattr(request.body, "isolation_level", 0))
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition_index", _offsets_error,
-            lambda part: (int(part.timestamp), int(getattr(part, "current_leader_epoch", -1))))
+            lambda part: (int(part.timestamp), int(getattr(part, "current_leader_epoch", -1))),
+            self.auth.topic_refusal(request, AclOperation.DESCRIBE))
         for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: self.channels.call(host, API_LIST_OFFSETS, encode(
                     [(name, key[1], ts, epoch, isolation)
@@ -234,7 +286,11 @@ class KafkaApis:
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         order, answers, by_host = route.split(
             request.body.topics, "partitions", "partition", _epoch_error,
-            lambda part: (int(part.leader_epoch), int(part.current_leader_epoch)))
+            lambda part: (int(part.leader_epoch), int(part.current_leader_epoch)),
+            # A broker's (CLUSTER_ACTION) may ask of any topic; a client, of those it may
+            # describe.
+            None if self.auth.authorize_cluster(request, AclOperation.CLUSTER_ACTION)
+            else self.auth.topic_refusal(request, AclOperation.DESCRIBE))
         for host, parts, answer in await gather_hosts(
                 by_host, lambda host, parts: self.channels.call(
                     host, API_OFFSETS_FOR_LEADER_EPOCH, encode(OffsetsForLeaderEpochRequest(
@@ -264,7 +320,8 @@ class KafkaApis:
             request.body.topics, "partitions", "partition_index",
             lambda e, route, name, p: {"partition_index": p, "low_watermark": -1,
                                        "error_code": e.code},
-            lambda part: int(part.offset))
+            lambda part: int(part.offset),
+            self.auth.topic_refusal(request, AclOperation.DELETE))
 
         async def one(host, key, name, offset) -> dict:
             try:
@@ -288,12 +345,14 @@ class KafkaApis:
         """Kafka's DescribeProducers: each partition's active idempotent producers, from its
         leader (NOT_LEADER_OR_FOLLOWER elsewhere); one call per leader host."""
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
+        refused = self.auth.topic_refusal(request, AclOperation.READ)
         order, answers, by_host = [], {}, {}
         for t in request.body.topics:
+            denied = refused(t.name) if refused is not None else None
             for p in t.partition_indexes:
                 key = (t.name, p)
                 order.append(key)
-                host, error = route.host(t.name, p)
+                host, error = (None, denied) if denied else route.host(t.name, p)
                 if host is None:
                     answers[key] = _producers_answer(p, error or route.unknown(t.name))
                 else:

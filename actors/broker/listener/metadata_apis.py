@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import uuid
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from protocols.errors import (InvalidTopicError, KafkaError, LeaderNotAvailableError,
-                              UnknownTopicIdError, UnknownTopicOrPartitionError)
+                              TopicAuthorizationFailedError, UnknownTopicIdError,
+                              UnknownTopicOrPartitionError)
 from protocols.kafka.codec import Request
 from protocols.topics import COORDINATOR_TOPICS, validate_topic_name
 
@@ -37,10 +38,18 @@ def requested_topics(request: Request) -> list[dict] | None:
 
 
 def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listener: str,
-                    broker_id: int, creating: Mapping[str, KafkaError | None] = {}) -> dict:
+                    broker_id: int, creating: Mapping[str, KafkaError | None] = {},
+                    describable: Callable[[str], bool] | None = None,
+                    operations: Callable[[str], int] | None = None) -> dict:
     """A Metadata response's values (every version's fields; ``build`` keeps those of the
     request's version) from the broker's metadata image. ``creating``: topics the request
-    had auto-created (None) or failed to (the error)."""
+    had auto-created (None) or failed to (the error).
+
+    ``describable(name)``: whether the client may see the topic (the authorizer's DESCRIBE).
+    One it may not is never looked up, as in Kafka: left out of an all-topics answer,
+    TOPIC_AUTHORIZATION_FAILED where named (by id: the id kept, ids are not secret).
+    ``operations(name)``: the topic_authorized_operations of each topic it may see."""
+    all_topics = wanted is None
     brokers = []
     for b, info in sorted(image.get("brokers", {}).items()):
         for name, host, port in info.get("endpoints", []):
@@ -56,16 +65,30 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
     topics = []
     for entry in wanted:
         name, topic_id = entry["name"], entry["topic_id"]
+        by_name = name is not None
         if name is None and topic_id is not None:
             name = by_id.get(kafka_uuid_text(topic_id))
             if name is None:
                 topics.append({"error_code": UnknownTopicIdError.code, "name": None,
                                "topic_id": topic_id, "partitions": []})
                 continue
+        if describable is not None and not describable(name):
+            if not all_topics:
+                topics.append({"error_code": TopicAuthorizationFailedError.code,
+                               "name": name if by_name else None,
+                               "topic_id": None if by_name else topic_id,
+                               "partitions": [], "is_internal": False})
+            continue
+        allowed_ops = {} if operations is None else \
+            {"topic_authorized_operations": operations(name)}
         if name in creating:
             error = creating[name] or LeaderNotAvailableError()
+            if error.code != TopicAuthorizationFailedError.code:
+                error_ops = allowed_ops
+            else:   # refused creation: Kafka leaves its operations out
+                error_ops = {}
             topics.append({"error_code": error.code, "name": name, "partitions": [],
-                           "is_internal": False})
+                           "is_internal": False, **error_ops})
             continue
         if name not in topics_image:
             try:
@@ -73,7 +96,8 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
                 code = UnknownTopicOrPartitionError.code
             except InvalidTopicError as e:
                 code = e.code
-            topics.append({"error_code": code, "name": name, "partitions": []})
+            topics.append({"error_code": code, "name": name, "partitions": [],
+                           **allowed_ops})
             continue
         partitions = []
         for p, st in sorted(topics_image[name].items(), key=lambda kv: int(kv[0])):
@@ -85,7 +109,8 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
                 "isr_nodes": list(st["isr"]),
                 "offline_replicas": [r for r in st["replicas"] if r not in live]})
         topics.append({"error_code": 0, "name": name, "topic_id": topic_uuid(ids.get(name)),
-                       "is_internal": name in COORDINATOR_TOPICS, "partitions": partitions})
+                       "is_internal": name in COORDINATOR_TOPICS, "partitions": partitions,
+                       **allowed_ops})
     return {"throttle_time": 0, "brokers": brokers, "cluster_id": image.get("cluster_id"),
             "controller_id": controller_id(broker_id, live), "topics": topics,
             "error_code": 0}

@@ -39,21 +39,24 @@ class PartitionRoute:
         st = self.image.get("topics", {}).get(name, {}).get(partition)
         return None if st is None else (st["leader"], st["leader_epoch"])
 
-    def split(self, topics, partitions_of: str, index_of: str, on_error, item
+    def split(self, topics, partitions_of: str, index_of: str, on_error, item,
+              refused: Callable[[str | None], KafkaError | None] | None = None
               ) -> tuple[list, dict, dict]:
         """A request's topics -> (their (topic, partition) keys in order, the answers of the
         partitions that go nowhere (``on_error(error, route, name, partition)``), and per
-        host [(key, name, item(partition data))])."""
+        host [(key, name, item(partition data))]). ``refused(name)``: the error of a topic
+        the request may not touch (the authorizer's), asked before where it is."""
         order, answers, by_host = [], {}, {}
         for topic_data in topics:
             topic = (getattr(topic_data, "name", None) or getattr(topic_data, "topic", None)
                      or getattr(topic_data, "topic_id", None))
             name = self.name(topic)
+            denied = refused(name) if refused is not None else None
             for part in getattr(topic_data, partitions_of):
                 index = getattr(part, index_of)
                 key = (topic, index)
                 order.append(key)
-                host, error = self.host(name, index)
+                host, error = (None, denied) if denied is not None else self.host(name, index)
                 if host is None:
                     answers[key] = on_error(error or self.unknown(topic), self, name, index)
                 else:

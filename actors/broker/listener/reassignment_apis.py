@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.listener.auth_helper import AuthHelper, cluster_denied
 from protocols.errors import InvalidReplicationFactorError, KafkaError
+from protocols.kafka.acl import AclOperation
 from protocols.kafka.codec import Request, build, error_fields, response_class
 
 def target_replicas(image: Mapping[str, Any], ongoing: Mapping[tuple[str, int], tuple],
@@ -27,8 +29,10 @@ def target_replicas(image: Mapping[str, Any], ongoing: Mapping[tuple[str, int], 
 
 class ReassignmentApis:
     def __init__(self, image: Callable[[], Mapping[str, Any]],
-                 controller_call: Callable[..., Awaitable[Any]]):
+                 controller_call: Callable[..., Awaitable[Any]],
+                 auth: AuthHelper | None = None):
         self.image = image
+        self.auth = auth or AuthHelper(image)   # ALTER / DESCRIBE on the cluster
         self.controller_call = controller_call   # AdminApis.controller_call
 
     async def _ongoing(self, partitions: list | None) -> dict | KafkaError:
@@ -41,10 +45,17 @@ class ReassignmentApis:
     async def alter(self, request: Request):
         body = request.body
         allow_rf_change = getattr(body, "allow_replication_factor_change", True)
-        ongoing = await self._ongoing(None)
+        ongoing = await self._ongoing(None) \
+            if self.auth.authorize_cluster(request, AclOperation.ALTER) else None
         response: dict[str, Any] = {"throttle_time": 0, "responses": []}
         if request.api_version >= 1:
             response["allow_replication_factor_change"] = allow_rf_change
+        if not self.auth.authorize_cluster(request, AclOperation.ALTER):
+            denied = error_fields(cluster_denied())
+            return build(response_class(request), {**response, **denied, "responses": [
+                {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                                 **denied} for p in t.partitions]}
+                for t in body.topics]})
         if isinstance(ongoing, KafkaError):
             return build(response_class(request), {**response, **error_fields(ongoing)})
         image = self.image()
@@ -73,6 +84,9 @@ class ReassignmentApis:
 
     async def list(self, request: Request):
         topics = request.body.topics
+        if not self.auth.authorize_cluster(request, AclOperation.DESCRIBE):
+            return build(response_class(request), {"throttle_time": 0, "topics": [],
+                                                   **error_fields(cluster_denied())})
         wanted = None if topics is None else [
             (t.name, p) for t in topics for p in t.partition_indexes]
         ongoing = await self._ongoing(wanted)

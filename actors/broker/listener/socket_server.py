@@ -226,6 +226,7 @@ class SocketServer:
     async def _connection(self, listener: str, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) else ""
         try:
             principal = self._principal(listener, writer)
         except (NoMatchingRule, ValueError) as e:   # no rule maps the subject
@@ -278,9 +279,10 @@ class SocketServer:
                     if auth is not None and not auth.complete:
                         request, response, outcome = auth.receive(
                             frame, lambda f: parse_request(f, self.supported, listener,
-                                                           principal))
+                                                           principal, host))
                     else:
-                        request = parse_request(frame, self.supported, listener, principal)
+                        request = parse_request(frame, self.supported, listener, principal,
+                                                host)
                         if auth is not None and auth.reauthenticating(request):
                             request, response, outcome = auth.take(request)
                         elif auth is not None and auth.expired():

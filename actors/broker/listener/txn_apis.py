@@ -13,10 +13,14 @@ import datetime
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.listener.auth_helper import (AuthHelper, cluster_denied, group_denied,
+                                                topic_denied, transactional_id_denied)
 from actors.broker.listener.group_apis import call_coordinator
 from protocols.errors import (KafkaError, NotLeaderOrFollowerError, OperationNotAttemptedError,
                               UnknownTopicOrPartitionError)
+from protocols.kafka.acl import AclOperation, ResourceType
 from protocols.kafka.codec import Request, build, response_class
+from protocols.topics import COORDINATOR_TOPICS
 from protocols.wire import decode
 
 log = logging.getLogger(__name__)
@@ -37,14 +41,20 @@ class TxnApis:
     def __init__(self, image: Callable[[], Mapping[str, Any]],
                  coordinator: Callable[[], Awaitable[Any]],
                  controller_call: Callable[..., Awaitable[Any]],
-                 host_of: Callable[[str, int], Any] = lambda topic, partition: None):
+                 host_of: Callable[[str, int], Any] = lambda topic, partition: None,
+                 auth: AuthHelper | None = None):
         self.image = image
+        self.auth = auth or AuthHelper(image)    # who may do what (authorizer.class.name)
         self.host_of = host_of                    # the replica host of a partition here
         self.coordinator = coordinator            # this broker's TransactionCoordinatorActor
         self.controller_call = controller_call    # AdminApis.controller_call
 
     async def _call(self, method: str, *args) -> Any:
         return await call_coordinator(self.coordinator, method, *args)
+
+    def _may_write(self, request: Request, transactional_id: str) -> bool:
+        return self.auth.authorize(request, AclOperation.WRITE,
+                                   ResourceType.TRANSACTIONAL_ID, transactional_id)
 
     # ---- InitProducerId --------------------------------------------------------------------
     async def init_producer_id(self, request: Request):
@@ -53,8 +63,18 @@ class TxnApis:
         transactional one. v3+ carries the producer's current id and epoch when it
         recovers from an error (KIP-360)."""
         body = request.body
+        answer: Any
         if body.transactional_id is None:
-            answer: Any = await self.controller_call("init_producer_id")
+            # An idempotent producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some
+            # topic (KIP-679).
+            if self.auth.authorize_cluster(request, AclOperation.IDEMPOTENT_WRITE) or \
+                    self.auth.authorize_by_resource_type(request, AclOperation.WRITE,
+                                                         ResourceType.TOPIC):
+                answer = await self.controller_call("init_producer_id")
+            else:
+                answer = cluster_denied()
+        elif not self._may_write(request, body.transactional_id):
+            answer = transactional_id_denied()
         else:
             producer_id = int(getattr(body, "producer_id", -1))
             expected = None if producer_id < 0 else (producer_id, int(body.producer_epoch))
@@ -72,17 +92,26 @@ class TxnApis:
     # ---- AddPartitionsToTxn ----------------------------------------------------------------
     async def add_partitions_to_txn(self, request: Request):
         """A producer's partitions join its transaction (v0-v3, the clients' versions). A
-        partition that does not exist fails the request: UNKNOWN_TOPIC_OR_PARTITION for it,
-        OPERATION_NOT_ATTEMPTED for the others, as Kafka answers."""
+        partition refused (TRANSACTIONAL_ID_ or TOPIC_AUTHORIZATION_FAILED) or that does not
+        exist (UNKNOWN_TOPIC_OR_PARTITION) fails the request, OPERATION_NOT_ATTEMPTED for
+        the others, as Kafka answers."""
         body = request.body
         wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
         topics = self.image().get("topics", {})
-        unknown = {tp for tp in wanted if tp[1] not in topics.get(tp[0], {})}
-        if unknown:
-            errors: dict = {tp: UnknownTopicOrPartitionError(
-                f"Partition {tp[0]}-{tp[1]} does not exist") if tp in unknown
+        # WRITE on the transactional id, then on each topic (never an internal one's).
+        if not self._may_write(request, body.v3_and_below_transactional_id):
+            refused = {tp: transactional_id_denied() for tp in wanted}
+        else:
+            writable = self.auth.allowed(request, AclOperation.WRITE, ResourceType.TOPIC,
+                                         [t for t, _ in wanted if t not in COORDINATOR_TOPICS])
+            refused = {tp: topic_denied() for tp in wanted if tp[0] not in writable}
+        unknown = {tp for tp in wanted if tp[1] not in topics.get(tp[0], {})
+                   and tp not in refused}
+        if refused or unknown:
+            errors: dict = {tp: refused.get(tp) or UnknownTopicOrPartitionError(
+                f"Partition {tp[0]}-{tp[1]} does not exist") if tp in refused or tp in unknown
                 else OperationNotAttemptedError(
-                    "Not attempted: another partition of the request does not exist")
+                    "Not attempted: another partition of the request failed")
                 for tp in wanted}
         else:
             answer = await self._call(
@@ -104,6 +133,13 @@ class TxnApis:
         """The group's offsets will be committed in the transaction (TxnOffsetCommit, to
         the group's coordinator): its ``__consumer_offsets`` partition joins it."""
         body = request.body
+        if not self._may_write(request, body.transactional_id):
+            return build(response_class(request), {
+                "throttle_time": 0, "error_code": transactional_id_denied().code})
+        if not self.auth.authorize(request, AclOperation.READ, ResourceType.GROUP,
+                                   body.group_id):
+            return build(response_class(request), {"throttle_time": 0,
+                                                   "error_code": group_denied().code})
         answer = await self._call("add_offsets_to_txn", body.transactional_id,
                                   int(body.producer_id), int(body.producer_epoch),
                                   body.group_id)
@@ -114,7 +150,9 @@ class TxnApis:
     async def end_txn(self, request: Request):
         body = request.body
         answer = await self._call("end_txn", body.transactional_id, int(body.producer_id),
-                                  int(body.producer_epoch), bool(body.committed))
+                                  int(body.producer_epoch), bool(body.committed)) \
+            if self._may_write(request, body.transactional_id) \
+            else transactional_id_denied()
         return build(response_class(request), {"throttle_time": 0, "error_code": _code(answer),
                                                "producer_id": int(body.producer_id),
                                                "producer_epoch": int(body.producer_epoch)})
@@ -128,7 +166,14 @@ class TxnApis:
         topics = self.image().get("topics", {})
         results: dict[tuple[int, str, int], KafkaError | None] = {}
         by_host: dict[int, tuple[Any, list]] = {}
-        for m in markers:
+        # A coordinator's request: ALTER or CLUSTER_ACTION on the cluster.
+        allowed = self.auth.authorize_cluster(request, AclOperation.ALTER) or \
+            self.auth.authorize_cluster(request, AclOperation.CLUSTER_ACTION)
+        for m in markers if not allowed else ():
+            for t in m.topics:
+                for partition in t.partition_indexes:
+                    results[(int(m.producer_id), t.name, int(partition))] = cluster_denied()
+        for m in markers if allowed else ():
             for t in m.topics:
                 for partition in t.partition_indexes:
                     key = (int(m.producer_id), t.name, int(partition))
@@ -164,7 +209,10 @@ class TxnApis:
         it: the admin client asks each id's coordinator)."""
         states = []
         for transactional_id in request.body.transactional_ids:
-            answer = await self._call("describe_transaction", transactional_id)
+            answer = await self._call("describe_transaction", transactional_id) \
+                if self.auth.authorize(request, AclOperation.DESCRIBE,
+                                       ResourceType.TRANSACTIONAL_ID, transactional_id) \
+                else transactional_id_denied()
             if isinstance(answer, KafkaError):
                 states.append({"error_code": answer.code, "transactional_id": transactional_id,
                                "transaction_state": "", "transaction_timeout": 0,
@@ -172,8 +220,12 @@ class TxnApis:
                                "producer_epoch": -1, "topics": []})
                 continue
             by_topic: dict[str, list[int]] = {}
+            # Topics the client may not describe are left out, as Kafka does.
+            seen = self.auth.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                     [t for t, _ in answer["partitions"]])
             for topic, partition in answer["partitions"]:
-                by_topic.setdefault(topic, []).append(partition)
+                if topic in seen:
+                    by_topic.setdefault(topic, []).append(partition)
             states.append({
                 "error_code": 0, "transactional_id": transactional_id,
                 "transaction_state": answer["state"],
@@ -198,6 +250,9 @@ class TxnApis:
                                                    "unknown_state_filters": [],
                                                    "transaction_states": []})
         unknown, listed = answer
+        seen = self.auth.allowed(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                 [t["transactional_id"] for t in listed])
+        listed = [t for t in listed if t["transactional_id"] in seen]
         return build(response_class(request), {
             "throttle_time": 0, "error_code": 0, "unknown_state_filters": list(unknown),
             "transaction_states": [{"transactional_id": t["transactional_id"],
