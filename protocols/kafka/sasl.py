@@ -31,8 +31,10 @@ class SaslConfig:
     """One SASL listener's mechanisms and PLAIN's users ({name: password})."""
     mechanisms: tuple[str, ...]
     plain_users: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # connections.max.reauth.ms (KIP-368): a session's lifetime; 0, none.
-    reauth_ms: int = 0
+    # connections.max.reauth.ms (KIP-368): a session's lifetime per mechanism (the
+    # listener's listener.name.<l>.<mechanism>.connections.max.reauth.ms, else the broker's);
+    # 0 or absent, none.
+    reauth_ms: Mapping[str, int] = field(default_factory=dict)
     # sasl.server.max.receive.size: the largest frame before authentication.
     max_receive_size: int = 524_288
     # SCRAM: (user, mechanism) -> the user's ScramCredential or None (the cluster's
@@ -70,6 +72,11 @@ class SaslServer:
     @property
     def principal(self) -> str:
         return f"User:{self.user}"
+
+    @property
+    def lifetime_ms(self) -> int:
+        """The session's lifetime (KIP-368) under the mechanism chosen; 0: for ever."""
+        return max(0, self.config.reauth_ms.get(self.mechanism or "", 0))
 
     def handshake(self, mechanism: str) -> Outcome:
         enabled = self.config.mechanisms
@@ -121,7 +128,7 @@ class SaslServer:
                 f"Cannot change principals during re-authentication from "
                 f"User.{self.previous.user}: User.{user}"), close=True)
         self.user = user
-        return Outcome(auth_bytes=final, session_lifetime_ms=max(0, self.config.reauth_ms))
+        return Outcome(auth_bytes=final, session_lifetime_ms=self.lifetime_ms)
 
     def _credential(self, user: str):
         return None if self.config.scram is None else self.config.scram(user, self.mechanism)

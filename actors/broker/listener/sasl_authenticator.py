@@ -51,7 +51,8 @@ def listener_sasl(broker: Mapping[str, Any], listeners: list[Endpoint],
                     f"{module.name}, not {PLAIN_LOGIN_MODULE}")
             users = {k[len("user_"):]: v for k, v in module.options.items()
                      if k.startswith("user_")}
-        out[name] = SaslConfig(mechanisms, users, reauth_ms(broker, name, mechanisms[0]),
+        out[name] = SaslConfig(mechanisms, users,
+                               {m: reauth_ms(broker, name, m) for m in mechanisms},
                                broker["sasl.server.max.receive.size"], scram)
     return out
 
@@ -121,7 +122,7 @@ class Authenticator:
         """Whether ``request``, on an authenticated connection, begins a re-authentication
         (then it is answered here, ``take``)."""
         if request.api_key != ApiKey.SASL_HANDSHAKE or not self._reauthenticates \
-                or self.config.reauth_ms <= 0:
+                or self.session is None or self.session.lifetime_ms <= 0:
             return False
         self.server = SaslServer(self.config, previous=self.session)
         return True

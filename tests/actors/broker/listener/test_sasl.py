@@ -276,6 +276,22 @@ def test_scram_in_saslauthenticate_requests(mechanism, password, ok):
             f"SASL mechanism {mechanism}") and closed
 
 
+def test_kip_368_each_mechanism_has_its_own_session_lifetime():
+    """listener.name.<l>.<mechanism>.connections.max.reauth.ms for the mechanism chosen,
+    the broker's connections.max.reauth.ms for the others."""
+    config = {"listener.name.sasl_plaintext.scram-sha-256.connections.max.reauth.ms": 700,
+              "connections.max.reauth.ms": 3000}
+    final = scram_final("SCRAM-SHA-256", "carol-scram")
+    bodies, _, _, _ = conversation([
+        (HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"}),
+        (AUTHENTICATE, 2, {"auth_bytes": b"n,,n=carol,r=client-nonce"}),
+        (AUTHENTICATE, 2, lambda bodies: {"auth_bytes": final(bytes(bodies[1].auth_bytes))})],
+        **config)
+    assert bodies[2].error_code == 0 and bodies[2].session_lifetime.total_seconds() == 0.7
+    bodies, _, _, _ = conversation(LOGIN, **config)
+    assert bodies[1].error_code == 0 and bodies[1].session_lifetime.total_seconds() == 3
+
+
 def test_scram_in_bare_tokens_after_handshake_v0():
     final = scram_final("SCRAM-SHA-256", "carol-scram")
     bodies, closed, _, _ = conversation([
