@@ -117,6 +117,10 @@ class BrokerActor:
         protocols = parse_protocol_map(b["listener.security.protocol.map"])
         self.listeners = parse_listeners(b["listeners"], protocol_map=protocols)
         self._exposed = exposed(self.listeners)
+        # security.inter.broker.protocol=SSL: the hosts' channel's keystore, checked now so
+        # that a bad one stops the broker here rather than each host as it starts.
+        from actors.replica.channel import channel_tls
+        channel_tls(b)
         self._advertised_config = parse_listeners(b["advertised.listeners"],
                                                   "advertised.listeners", protocols)
         # Who may do what on the Kafka listeners: authorizer.class.name, super.users.

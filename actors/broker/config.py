@@ -19,10 +19,13 @@ from protocols.kafka.listeners import DEFAULT_PROTOCOL_MAP
 from storage.config import BROKER_DEFAULTS, LogConfig
 
 def _inter_broker(name: str, value: str) -> None:
-    if value != "PLAINTEXT":
+    # The replicas' channel admits a caller by the token it got through Ray: SASL would
+    # authenticate nothing more. SSL encrypts it (actors.replica.channel).
+    if value not in ("PLAINTEXT", "SSL"):
         raise InvalidConfigError(
             f"Invalid value {value} for configuration {name}: the replicas' channel between "
-            "brokers speaks PLAINTEXT only (TLS on it is not built yet)")
+            "brokers speaks PLAINTEXT or SSL (its callers are admitted by a token handed "
+            "out through Ray, not by SASL)")
 
 
 def _authorizer(name: str, value: str) -> None:
@@ -122,7 +125,8 @@ BROKER_CONFIG = (
     .define("ssl.trustmanager.algorithm", "string", "PKIX")
     .define("ssl.secure.random.implementation", "string", None, nullable=True)
     .define("ssl.provider", "string", None, nullable=True)
-    # Replicas fetch over the hosts' own channel, which has no TLS yet: only PLAINTEXT.
+    # The replica hosts' own channel (followers' fetches, producers' and consumers' requests):
+    # SSL serves it over TLS with the broker's ssl.keystore.*.
     .define("security.inter.broker.protocol", "string", "PLAINTEXT", _inter_broker)
     # SASL listeners (protocols.kafka.sasl). Kafka's default is GSSAPI (Kerberos), which is
     # not built: a SASL listener must name its mechanisms. Each mechanism's users come from

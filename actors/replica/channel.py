@@ -18,6 +18,12 @@ Ray stays the control plane: a caller asks the host for its address with an acto
 host made at random; the connection's first frame must carry it, so only a caller Ray let
 in can use it. Everything else (locating leaders, LeaderAndIsr, metadata, groups) is Ray's.
 
+With ``security.inter.broker.protocol=SSL`` the channel is TLS, the host serving with the
+broker's keystore (``ssl.keystore.*``): the token and every record cross the network
+encrypted. The host hands its certificate out with its address and token, and callers trust
+that certificate and no other (``protocols.kafka.ssl_context.pinned_client_context``): what
+vouches for it is Ray's control plane, as for the token, so no CA or host name has to match.
+
 A frame is ``length(4) correlation_id(4) api(1) payload``, big-endian, ``length`` counting
 what follows it, at most ``socket.request.max.bytes``. The server answers every request with
 the request's correlation id, ``API_ERROR`` and a message when the handler failed; requests
@@ -30,6 +36,7 @@ import hmac
 import itertools
 import logging
 import secrets
+import ssl
 import struct
 from typing import Awaitable, Callable
 
@@ -89,11 +96,27 @@ def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int, payload: 
         writer.write(payload)
 
 
-class ReplicationListener:
-    """A host's end: serves ``handlers[api](payload)`` to connections that said the token."""
+def channel_tls(broker_config) -> tuple[ssl.SSLContext | None, str | None]:
+    """The channel's TLS context and certificate chain (PEM) under
+    ``security.inter.broker.protocol=SSL``, from the broker's ``ssl.*`` settings; (None,
+    None) under PLAINTEXT. Callers show no certificate: the token is what admits them."""
+    if broker_config.get("security.inter.broker.protocol", "PLAINTEXT") != "SSL":
+        return None, None
+    from protocols.kafka.ssl_context import keystore_pem, server_context
+    where = "security.inter.broker.protocol=SSL (the replicas' channel)"
+    cfg = dict(broker_config, **{"ssl.client.auth": "none"})
+    return server_context(cfg, where), keystore_pem(cfg, where)[1].decode()
 
-    def __init__(self, handlers: dict[int, Handler]):
+
+class ReplicationListener:
+    """A host's end: serves ``handlers[api](payload)`` to connections that said the token;
+    over TLS with ``context`` (its certificate chain, PEM, in ``certificate``)."""
+
+    def __init__(self, handlers: dict[int, Handler], context: ssl.SSLContext | None = None,
+                 certificate: str | None = None):
         self.handlers = handlers
+        self.context = context
+        self.certificate = certificate if context is not None else None
         self.token = secrets.token_bytes(16)
         self.connections = 0   # accepted so far
         self._server: asyncio.base_events.Server | None = None
@@ -101,7 +124,8 @@ class ReplicationListener:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self, host: str) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, 0, limit=READ_LIMIT)
+        self._server = await asyncio.start_server(self._serve, host, 0, limit=READ_LIMIT,
+                                                  ssl=self.context)
         return host, self._server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -151,10 +175,12 @@ class ReplicationListener:
 
 async def connect(host, timeout_s: float) -> "ReplicationConnection":
     """A connection to a replica host's listener: ``host`` (its Ray actor handle) is asked
-    where it listens and for its token, then the connection is opened and says it."""
-    address, port, token = await asyncio.wait_for(host.replication_address.remote(),
-                                                  timeout_s)
-    return await asyncio.wait_for(ReplicationConnection.open(address, port, token), timeout_s)
+    where it listens, for its token and its certificate (None: plaintext), then the
+    connection is opened and says the token."""
+    address, port, token, certificate = await asyncio.wait_for(
+        host.replication_address.remote(), timeout_s)
+    return await asyncio.wait_for(ReplicationConnection.open(address, port, token,
+                                                             certificate), timeout_s)
 
 
 class ReplicationConnection:
@@ -171,8 +197,14 @@ class ReplicationConnection:
         self._read_task = asyncio.ensure_future(self._read_answers())
 
     @classmethod
-    async def open(cls, host: str, port: int, token: bytes) -> "ReplicationConnection":
-        reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT)
+    async def open(cls, host: str, port: int, token: bytes, certificate: str | None = None
+                   ) -> "ReplicationConnection":
+        context = None
+        if certificate is not None:
+            from protocols.kafka.ssl_context import pinned_client_context
+            context = pinned_client_context(certificate)
+        reader, writer = await asyncio.open_connection(host, port, limit=READ_LIMIT,
+                                                       ssl=context)
         connection = cls(reader, writer)
         try:
             await connection._call(API_HELLO, token)

@@ -33,7 +33,7 @@ from actors.process import (freeze_startup_objects, keep_freed_memory,
                              raise_open_files_limit)
 from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH,
                                     API_PRODUCE,
-                                    ReplicationListener)
+                                    ReplicationListener, channel_tls)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
@@ -96,7 +96,7 @@ class ReplicaHostActor:
             API_FETCH: self.fetch_many,
             API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
             API_PRODUCE: self.produce_many,
-            API_LIST_OFFSETS: self._list_offsets_frame})
+            API_LIST_OFFSETS: self._list_offsets_frame}, *channel_tls(broker_config))
         self._listening: asyncio.Task | None = None
         # The first I/O error in the broker's log directory takes it offline (writes to it
         # refused from then on) and halts the broker (``storage.log_dir_failure``).
@@ -329,9 +329,10 @@ class ReplicaHostActor:
         this host's process dies (the call fails then)."""
         await asyncio.Event().wait()
 
-    async def replication_address(self) -> tuple[str, int, bytes]:
-        """(address, port, token) of this host's listener, for a follower host's fetcher, a
-        producer or a consumer (``actors.replica.channel``); it starts on the first ask."""
+    async def replication_address(self) -> tuple[str, int, bytes, str | None]:
+        """(address, port, token, certificate or None) of this host's listener, for a
+        follower host's fetcher, a producer or a consumer (``actors.replica.channel``); it
+        starts on the first ask."""
         if self._listening is None:
             self._listening = asyncio.ensure_future(
                 self.listener.start(ray.util.get_node_ip_address()))
@@ -340,7 +341,7 @@ class ReplicaHostActor:
         except OSError:
             self._listening = None  # ask again next time
             raise
-        return address, port, self.listener.token
+        return address, port, self.listener.token, self.listener.certificate
 
     async def num_replicas(self) -> int:
         return len(self.replicas)

@@ -40,13 +40,13 @@ CONNECT_TIMEOUT_S = 30.0
 # this long (stopped mid-answer) is treated as gone.
 READ_TIMEOUT_S = 30.0
 
-# host_id -> (address, port, token): where each host listens, shared by the process's
-# clients (forgotten when a connection to it fails).
-_addresses: dict[str, tuple[str, int, bytes]] = {}
+# host_id -> (address, port, token, certificate or None): where each host listens, shared by
+# the process's clients (forgotten when a connection to it fails).
+_addresses: dict[str, tuple[str, int, bytes, str | None]] = {}
 _addresses_lock = threading.Lock()
 
 
-def _listener_of(host_id: str, host: Any) -> tuple[str, int, bytes]:
+def _listener_of(host_id: str, host: Any) -> tuple[str, int, bytes, str | None]:
     with _addresses_lock:
         found = _addresses.get(host_id)
     if found is None:
@@ -163,6 +163,12 @@ class NetworkClient:
                         pass
                 else:
                     self._read(key.data)
+                    # Over TLS, what the socket already decrypted is not readable to the
+                    # selector: the next frame may be there already.
+                    pending = getattr(key.data.sock, "pending", None)
+                    while pending is not None and pending() > 0 and \
+                            self._connections.get(key.data.host_id) is key.data:
+                        self._read(key.data)
             if woken or left <= 0 or (not events and time.monotonic() >= deadline):
                 break
         completed, self._completed = self._completed, []
@@ -198,8 +204,15 @@ class NetworkClient:
         if self._closed:
             raise ChannelClosed("the client is closed")
         try:
-            address, port, token = _listener_of(host_id, host)
+            address, port, token, certificate = _listener_of(host_id, host)
             sock = socket.create_connection((address, port), CONNECT_TIMEOUT_S)
+            if certificate is not None:   # security.inter.broker.protocol=SSL
+                from protocols.kafka.ssl_context import pinned_client_context
+                try:
+                    sock = pinned_client_context(certificate).wrap_socket(sock)
+                except BaseException:
+                    sock.close()
+                    raise
         except BaseException:
             with _addresses_lock:
                 _addresses.pop(host_id, None)

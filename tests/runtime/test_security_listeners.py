@@ -5,7 +5,9 @@ its certificate through ssl.principal.mapping.rules, a client with no certificat
 untrusted one refused; SASL/PLAIN on SASL_PLAINTEXT and SASL_SSL with users from the
 listener's JAAS config (confluent-kafka, kafka-python), a wrong password refused; and Kafka's
 Java tools with a client.properties (``--command-config``), as Kafka users configure them.
-One cluster, five listeners."""
+The replica hosts' own channel over TLS (``security.inter.broker.protocol=SSL``): followers,
+the listeners and rafka's own clients reach the hosts through it. One cluster, five
+listeners."""
 from __future__ import annotations
 
 import pytest
@@ -62,6 +64,8 @@ def cluster(ray_session, pki, tmp_path_factory):
         "listener.name.mtls.ssl.keystore.password": "changeit",
         "listener.name.mtls.ssl.client.auth": "required",
         "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L,DEFAULT",
+        # The replica hosts' channel over TLS too, with the broker's keystore.
+        "security.inter.broker.protocol": "SSL",
     }
     with cluster_with(tmp_path_factory.mktemp("tls"), config) as c:
         yield c
@@ -353,3 +357,57 @@ def test_without_an_authorizer_acls_are_refused_security_disabled(cluster):
                                 AclOperation.ANY, AclPermissionType.ANY)
     with pytest.raises(Exception, match="SECURITY_DISABLED"):
         list(admin.delete_acls([selector]).values())[0].result(30)
+
+
+def test_the_replicas_channel_is_tls_for_followers_listeners_and_rafka_clients(cluster):
+    """security.inter.broker.protocol=SSL: every host serves its channel over TLS with the
+    broker's keystore; RF=3 acks=all records reach every follower (their fetches over TLS),
+    rafka's producer and consumer and a Kafka client on a PLAINTEXT listener read and write
+    through it, and a caller speaking plaintext to a host gets nowhere."""
+    import socket
+
+    import rafka
+    from actors.replica.channel import API_HELLO, encode_frame
+    from confluent_kafka import Consumer, Producer
+
+    cluster.admin().create_topics([rafka.NewTopic("channel-tls", 3, 3)])
+    with rafka.Producer(cluster, {"acks": "all", "linger.ms": 2}) as producer:
+        for f in [producer.send("channel-tls", f"r{i}".encode(), key=f"k{i}".encode())
+                  for i in range(300)]:
+            f.result(30)
+    kafka_producer = Producer({"bootstrap.servers": cluster.listener_addresses("PLAINTEXT"),
+                               "acks": "all"})
+    for i in range(300, 400):
+        kafka_producer.produce("channel-tls", f"r{i}".encode())
+    assert kafka_producer.flush(60) == 0
+
+    consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
+    consumer.assign([("channel-tls", p) for p in range(3)])
+    got: list = []
+    wait_until(lambda: got.extend(r.value for r in consumer.poll(500)) or len(got) >= 400,
+               60, "rafka's consumer reads every record over the TLS channel")
+    consumer.close()
+    assert sorted(got) == sorted(f"r{i}".encode() for i in range(400))
+    kafka_consumer = Consumer({"bootstrap.servers": cluster.listener_addresses("PLAINTEXT"),
+                               "group.id": "channel-tls", "auto.offset.reset": "earliest"})
+    kafka_consumer.subscribe(["channel-tls"])
+    seen: list = []
+    wait_until(lambda: seen.extend(m.value() for m in kafka_consumer.consume(200, 1)
+                                   if m.error() is None) or len(seen) >= 400, 60,
+               "a Kafka consumer reads every record (the listener reaches the hosts over TLS)")
+    kafka_consumer.close()
+    # Every replica caught up: the followers fetched over TLS.
+    for partition in cluster.admin().describe_topics(["channel-tls"])["channel-tls"].partitions:
+        assert sorted(partition.isr) == sorted(partition.replicas) and len(partition.isr) == 3
+
+    hosts = [h for b in cluster.metadata()["brokers"]
+             for h in ray.get(cluster.broker(b).replica_hosts.remote(
+                 [("channel-tls", p) for p in range(3)]))]
+    for host in hosts:
+        address, port, token, certificate = ray.get(host.replication_address.remote())
+        assert certificate is not None and "BEGIN CERTIFICATE" in certificate
+    address, port, token, _ = ray.get(hosts[0].replication_address.remote())
+    with socket.create_connection((address, port), 10) as plain:
+        plain.settimeout(10)
+        plain.sendall(encode_frame(0, API_HELLO, token))
+        assert plain.recv(64) == b""      # no TLS handshake: closed, the token unheard

@@ -137,3 +137,53 @@ def test_refused_when_nothing_listens():
 def test_frame_layout():
     # length counts what follows it: correlation id, api, payload.
     assert HEADER.pack(5 + 3, 42, API_FETCH) + b"abc" == struct.pack(">IIB", 8, 42, 1) + b"abc"
+
+
+# ---- security.inter.broker.protocol=SSL ------------------------------------------------------
+
+def _tls_listener(tmp_path, **extra):
+    """A listener served over TLS with a broker keystore made here (a CA's certificate for
+    the broker), as ``channel_tls`` builds it from the broker's settings."""
+    from actors.broker.config import ClusterConfig
+    from actors.replica.channel import channel_tls
+    from tests import tls_certs
+    ca = tls_certs.authority()
+    broker = tls_certs.issue(ca, "CN=rafka-broker,O=rafka", server=True)
+    keystore = tls_certs.write(tmp_path / "broker.pem", broker.key_pem() + broker.cert_pem())
+    config = ClusterConfig.parse({"security.inter.broker.protocol": "SSL",
+                                  "ssl.keystore.type": "PEM",
+                                  "ssl.keystore.location": keystore, **extra}).broker
+
+    async def echo(payload: bytes) -> bytes:
+        return b"fetched:" + payload
+    return ReplicationListener({API_FETCH: echo}, *channel_tls(config))
+
+
+def test_over_tls_the_caller_trusts_the_certificate_the_host_gave_it(tmp_path):
+    async def main():
+        listener = _tls_listener(tmp_path)
+        address, port = await listener.start("127.0.0.1")
+        assert listener.certificate.startswith("-----BEGIN CERTIFICATE-----")
+        connection = await ReplicationConnection.open(address, port, listener.token,
+                                                      listener.certificate)
+        assert await connection.call(API_FETCH, b"x" * 200_000) == b"fetched:" + b"x" * 200_000
+        connection.close()
+        listener.close()
+    run(main())
+
+
+def test_over_tls_another_certificate_or_plaintext_gets_nowhere(tmp_path):
+    import ssl
+
+    async def main():
+        listener = _tls_listener(tmp_path)
+        address, port = await listener.start("127.0.0.1")
+        other = _tls_listener(tmp_path / "..")   # a keystore of another CA, same names
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await ReplicationConnection.open(address, port, listener.token,
+                                             other.certificate)
+        # A caller speaking plaintext never gets its token read.
+        with pytest.raises((ChannelClosed, ConnectionError)):
+            await ReplicationConnection.open(address, port, listener.token)
+        listener.close()
+    run(main())

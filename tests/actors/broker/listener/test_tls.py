@@ -15,7 +15,8 @@ from actors.broker.listener.api_versions import SUPPORTED
 from actors.broker.listener.file_regions import open_region
 from actors.broker.listener.kafka_apis import KafkaApis
 from actors.broker.listener.socket_server import SocketServer
-from actors.broker.listener.tls import listener_tls, server_context
+from actors.broker.listener.tls import listener_tls
+from protocols.kafka.ssl_context import server_context
 from protocols.errors import InvalidConfigError
 from protocols.kafka.listeners import parse_listeners, parse_protocol_map
 from tests import tls_certs
@@ -33,7 +34,7 @@ def pki():
 
 
 def ssl_config(**given) -> dict:
-    return for_listener(ClusterConfig.parse(given).broker, "SSL")
+    return for_listener(ClusterConfig.parse(given).broker, "Listener SSL")
 
 
 def client_context(pki, who: str | None = None, tmp_path=None) -> ssl.SSLContext:
@@ -73,7 +74,7 @@ def test_a_pem_keystore_file_holds_key_and_chain(pki, tmp_path):
     keystore = tls_certs.write(tmp_path / "broker.pem",
                                pki["broker"].key_pem() + pki["broker"].cert_pem())
     context = server_context(ssl_config(**{"ssl.keystore.type": "PEM",
-                                           "ssl.keystore.location": keystore}), "SSL")
+                                           "ssl.keystore.location": keystore}), "Listener SSL")
     assert handshake(context, client_context(pki)) is None   # ssl.client.auth=none
 
 
@@ -85,13 +86,13 @@ def test_pem_in_the_settings_with_an_encrypted_key(pki, tmp_path):
                         "ssl.truststore.type": "PEM",
                         "ssl.truststore.certificates": pki["ca"].cert_pem().decode(),
                         "ssl.client.auth": "required"})
-    assert handshake(server_context(cfg, "SSL"), client_context(pki, "alice", tmp_path)) == \
+    assert handshake(server_context(cfg, "Listener SSL"), client_context(pki, "alice", tmp_path)) == \
         "CN=alice,OU=ServiceUsers,O=Org"
     cfg["ssl.key.password"] = ClusterConfig.parse({"ssl.key.password": "wrong"}).broker[
         "ssl.key.password"]
     with pytest.raises(InvalidConfigError, match="Listener SSL: cannot read the keystore's "
                                                  "private key"):
-        server_context(cfg, "SSL")
+        server_context(cfg, "Listener SSL")
 
 
 def test_pkcs12_stores_and_kafkas_default_type_jks_reading_a_pkcs12_file(pki, tmp_path):
@@ -104,14 +105,14 @@ def test_pkcs12_stores_and_kafkas_default_type_jks_reading_a_pkcs12_file(pki, tm
                             "ssl.truststore.location": truststore,
                             "ssl.truststore.password": "tpass",
                             "ssl.client.auth": "requested"})
-        context = server_context(cfg, "SSL")
+        context = server_context(cfg, "Listener SSL")
         assert handshake(context, client_context(pki, "alice", tmp_path)) == \
             "CN=alice,OU=ServiceUsers,O=Org"
         assert handshake(context, client_context(pki)) is None   # requested: may show none
     with pytest.raises(InvalidConfigError, match="cannot open the keystore .* as PKCS12"):
         server_context(ssl_config(**{"ssl.keystore.type": "PKCS12",
                                      "ssl.keystore.location": keystore,
-                                     "ssl.keystore.password": "nope"}), "SSL")
+                                     "ssl.keystore.password": "nope"}), "Listener SSL")
 
 
 def test_settings_that_cannot_make_a_listener_say_which_and_why(pki, tmp_path):
@@ -130,11 +131,15 @@ def test_settings_that_cannot_make_a_listener_say_which_and_why(pki, tmp_path):
     ]
     for given, error in cases:
         with pytest.raises(InvalidConfigError, match=error):
-            server_context(ssl_config(**given), "SSL")
+            server_context(ssl_config(**given), "Listener SSL")
     with pytest.raises(InvalidConfigError, match="ssl.client.auth"):
         ClusterConfig.parse({"ssl.client.auth": "sometimes"})
-    with pytest.raises(InvalidConfigError, match="speaks PLAINTEXT only"):
-        ClusterConfig.parse({"security.inter.broker.protocol": "SSL"})
+    with pytest.raises(InvalidConfigError, match="speaks PLAINTEXT or SSL"):
+        ClusterConfig.parse({"security.inter.broker.protocol": "SASL_SSL"})
+    from actors.replica.channel import channel_tls
+    with pytest.raises(InvalidConfigError, match=r"security.inter.broker.protocol=SSL \(the "
+                                                 r"replicas' channel\): TLS needs a keystore"):
+        channel_tls(ClusterConfig.parse({"security.inter.broker.protocol": "SSL"}).broker)
     with pytest.raises(InvalidConfigError, match="ssl.principal.mapping.rules"):
         listener_tls({**ClusterConfig.parse({"ssl.principal.mapping.rules": "DEFAUL"}).broker},
                      parse_listeners("SSL://:0"))
@@ -152,7 +157,7 @@ def test_a_listeners_own_settings_come_first():
     broker = ClusterConfig.parse({"ssl.client.auth": "none",
                                   "listener.name.mtls.ssl.client.auth": "required"}).broker
     assert for_listener(broker, "MTLS")["ssl.client.auth"] == "required"
-    assert for_listener(broker, "SSL")["ssl.client.auth"] == "none"
+    assert for_listener(broker, "Listener SSL")["ssl.client.auth"] == "none"
     with pytest.raises(InvalidConfigError, match="ssl.client.auth"):
         ClusterConfig.parse({"listener.name.mtls.ssl.client.auth": "always"})
     with pytest.raises(InvalidConfigError, match="Unknown configuration"):
@@ -221,7 +226,7 @@ def test_a_fetch_answers_file_regions_are_copied_over_tls(pki, tmp_path):
     keystore = tls_certs.write(tmp_path / "broker.pem",
                                pki["broker"].key_pem() + pki["broker"].cert_pem())
     server = server_context(ssl_config(**{"ssl.keystore.type": "PEM",
-                                          "ssl.keystore.location": keystore}), "SSL")
+                                          "ssl.keystore.location": keystore}), "Listener SSL")
     client = client_context(pki)
     client.check_hostname = False
     first = open_region(region_of(segment, 0, 5000))
@@ -238,7 +243,7 @@ def test_without_a_truststore_client_auth_checks_against_the_platforms_cas(pki, 
     context = server_context(ssl_config(**{
         "ssl.keystore.type": "PEM", "ssl.keystore.key": pki["broker"].key_pem().decode(),
         "ssl.keystore.certificate.chain": pki["broker"].cert_pem().decode(),
-        "ssl.client.auth": "required"}), "SSL")
+        "ssl.client.auth": "required"}), "Listener SSL")
     with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
         handshake(context, client_context(pki, "alice", tmp_path))
 
@@ -246,7 +251,7 @@ def test_without_a_truststore_client_auth_checks_against_the_platforms_cas(pki, 
 def test_cipher_suites_by_kafkas_names_and_tls13_off_without_its_suites(pki, tmp_path):
     keystore = tls_certs.write(tmp_path / "broker.pem",
                                pki["broker"].key_pem() + pki["broker"].cert_pem())
-    from actors.broker.listener.tls import openssl_cipher
+    from protocols.kafka.ssl_context import openssl_cipher
     assert openssl_cipher("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256") == \
         "ECDHE-RSA-AES128-GCM-SHA256"
     assert openssl_cipher("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256") == \
@@ -254,7 +259,7 @@ def test_cipher_suites_by_kafkas_names_and_tls13_off_without_its_suites(pki, tmp
     assert openssl_cipher("TLS_RSA_WITH_AES_256_CBC_SHA") == "AES256-SHA"
     context = server_context(ssl_config(**{
         "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore,
-        "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}), "SSL")
+        "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"}), "Listener SSL")
     assert [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"] == \
         ["ECDHE-ECDSA-AES256-GCM-SHA384"]
     assert handshake(context, client_context(pki)) is None      # the EC key's suite, TLSv1.2
