@@ -120,7 +120,8 @@ def filter_of(values: Stored) -> AclFilter:
 def delete(stored: list[Stored], filters: Iterable[Stored]
            ) -> tuple[list[Stored], list[KafkaError | list[Stored]]]:
     """(the ACLs after, per filter the ACLs it removed or its error), as Kafka's
-    AclControlManager.deleteAcls: an ACL several filters match is reported by the first."""
+    AclControlManager.deleteAcls: an ACL several filters match is reported by each, and
+    removed once."""
     acls = acls_of(stored)
     removed: set[int] = set()
     results: list[KafkaError | list[Stored]] = []
@@ -130,7 +131,7 @@ def delete(stored: list[Stored], filters: Iterable[Stored]
         except KafkaError as e:
             results.append(e)
             continue
-        matched = [i for i, acl in enumerate(acls) if i not in removed and selector.matches(acl)]
+        matched = [i for i, acl in enumerate(acls) if selector.matches(acl)]
         removed.update(matched)
         results.append([list(stored[i]) for i in matched])
     return [list(s) for i, s in enumerate(stored) if i not in removed], results

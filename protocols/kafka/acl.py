@@ -98,6 +98,24 @@ class Action:
     resource_name: str
 
 
+def host_address(ip: str) -> str:
+    """A client's address as Kafka's authorizer compares it with an ACL's host (Java's
+    InetAddress.getHostAddress): an IPv4 client of a dual-stack socket
+    (``::ffff:10.1.2.3``) as ``10.1.2.3``, IPv6 uncompressed (``0:0:0:0:0:0:0:1``)."""
+    import ipaddress
+    text, percent, scope = ip.partition("%")
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return ip
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        groups = address.exploded.split(":")
+        return ":".join(format(int(g, 16), "x") for g in groups) + percent + scope
+    return str(address)
+
+
 def parse_super_users(value: str | None) -> frozenset[str]:
     """``super.users``: principals separated by ';' (Kafka's getConfiguredSuperUsers)."""
     users = set()

@@ -19,13 +19,14 @@ from protocols.kafka.acl import (ALLOWED, WILDCARD, WILDCARD_PRINCIPAL, Acl, Acl
 # Kafka's authorizer.class.name for the KRaft authorizer, the one rafka builds.
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
-# The operations each resource type has (Kafka's AclEntry.supportedOperations): the bits of
-# an ``authorized_operations`` field.
+# The operations each resource type has (Kafka 4.3's AclEntry.supportedOperations): the bits
+# of an ``authorized_operations`` field.
 SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
     ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
                          AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.ALTER,
                          AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
-    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                         AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
     ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION,
                            AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
                            AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
@@ -153,6 +154,7 @@ class Authorizer:
         deny_literal: set[str] = set()
         deny_prefixed: set[str] = set()
         allow: list[tuple[PatternType, str]] = []
+        wildcard_allow = False   # decides only once no wildcard DENY came up
         for acl in self.acls:
             if acl.resource_type != resource_type:
                 continue
@@ -171,8 +173,11 @@ class Authorizer:
                     deny_prefixed.add(acl.resource_name)
             elif acl.permission == AclPermissionType.ALLOW:
                 if acl.pattern_type == PatternType.LITERAL and acl.resource_name == WILDCARD:
-                    return True
-                allow.append((acl.pattern_type, acl.resource_name))
+                    wildcard_allow = True
+                else:
+                    allow.append((acl.pattern_type, acl.resource_name))
+        if wildcard_allow:
+            return True
         for pattern_type, name in allow:
             if pattern_type == PatternType.LITERAL and name in deny_literal:
                 continue

@@ -202,8 +202,7 @@ def _add(admin, args) -> int:
 
 
 def _list(admin, args) -> int:
-    pattern = PatternType[(args.resource_pattern_type or "any").upper()] \
-        if args.resource_pattern_type else PatternType.ANY
+    pattern = PatternType[(args.resource_pattern_type or "literal").upper()]
     named = resources(args, pattern, required=False)
     found: list[Acl] = []
     for r in named or [None]:

@@ -218,6 +218,10 @@ def test_topic_creation_and_config_changes_per_principal(cluster):
     for f in bob.alter_configs([change]).values():
         with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):
             f.result(30)
+    # Deleting needs DELETE: refused, and the topic stays.
+    with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):
+        alice.delete_topics(["alice-events"])["alice-events"].result(30)
+    assert "alice-events" in cluster.admin().list_topics()
     # DescribeConfigs needs DESCRIBE_CONFIGS, which ALTER_CONFIGS implies.
     described = alice.describe_configs([ConfigResource("topic", "alice-events")])
     assert list(described.values())[0].result(30)["retention.ms"].value == "60000"

@@ -32,7 +32,8 @@ class AclApis:
 
     def _refused(self, request: Request, operation: AclOperation) -> KafkaError | None:
         if not self.auth.enabled:
-            return SecurityDisabledError(NO_AUTHORIZER)
+            return SecurityDisabledError(NO_AUTHORIZER if operation == AclOperation.ALTER
+                                         else "No Authorizer is configured on the broker")
         if not self.auth.authorize_cluster(request, operation):
             return ClusterAuthorizationFailedError(
                 "Cluster authorization failed.")

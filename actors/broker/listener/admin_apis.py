@@ -15,7 +15,7 @@ from actors.broker.listener.auth_helper import (AuthHelper, cluster_denied, grou
 from actors.broker.listener.group_apis import call_coordinator
 from actors.broker.listener.metadata_apis import controller_id, kafka_uuid_text, topic_uuid
 from protocols.errors import (DuplicateResourceError, ElectionNotNeededError,
-                              InvalidRequestError, KafkaError,
+                              InvalidRequestError, KafkaError, TopicAuthorizationFailedError,
                               PreferredLeaderNotAvailableError, ResourceNotFoundError,
                               TopicAlreadyExistsError, UnknownTopicIdError,
                               UnknownTopicOrPartitionError)
@@ -138,7 +138,8 @@ class AdminApis:
                                         ResourceType.TOPIC, names)
         for t in body.topics:
             if t.name not in creatable:
-                results.append({"name": t.name, **error_fields(topic_denied()),
+                results.append({"name": t.name, **error_fields(
+                                    TopicAuthorizationFailedError("Authorization failed.")),
                                 "num_partitions": -1, "replication_factor": -1,
                                 "configs": []})
                 continue
@@ -214,11 +215,15 @@ class AdminApis:
                                     else None, "topic_id": topic_id,
                                     **error_fields(topic_denied())})
                     continue
-            elif not may(AclOperation.DESCRIBE, name) or (
-                    name in self.image().get("topics", {})
-                    and not may(AclOperation.DELETE, name)):
+            elif name is not None and not may(AclOperation.DESCRIBE, name):
                 results.append({"name": name, "topic_id": topic_id,
                                 **error_fields(topic_denied())})
+                continue
+            elif name is not None and not may(AclOperation.DELETE, name):
+                # One that may describe it hears whether it exists, as from Kafka.
+                results.append({"name": name, "topic_id": topic_id, **error_fields(
+                    topic_denied() if name in self.image().get("topics", {}) else
+                    UnknownTopicOrPartitionError(f"Topic '{name}' does not exist"))})
                 continue
             answer = await self.controller_call("delete_topic", name)
             results.append({"name": name, "topic_id": topic_id,

@@ -193,7 +193,7 @@ class GroupApis:
         without it; the others committed)."""
         body = request.body
         if not self._may_read(request, body.group_id):
-            return _offsets_answer(request, body.topics, set(), group_denied().code)
+            return _offsets_answer(request, body.topics, refused=group_denied().code)
         allowed = self._topics(request, AclOperation.READ, body.topics)
         offsets = [(t.name, p.partition_index, int(p.committed_offset),
                     int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "")
@@ -201,7 +201,7 @@ class GroupApis:
         generation = int(getattr(body, "generation_id_or_member_epoch",
                                  getattr(body, "generation_id", -1)))
         code = 0
-        if offsets or not body.topics:
+        if offsets or _all_named(body.topics, allowed):
             code = _code(await self._call("commit_offsets", body.group_id,
                                           body.member_id or "", generation, offsets,
                                           getattr(body, "group_instance_id", None)))
@@ -213,16 +213,16 @@ class GroupApis:
         body = request.body
         if not self.auth.authorize(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                    body.transactional_id):
-            return _offsets_answer(request, body.topics, set(),
-                                   transactional_id_denied().code)
+            return _offsets_answer(request, body.topics,
+                                   refused=transactional_id_denied().code)
         if not self._may_read(request, body.group_id):
-            return _offsets_answer(request, body.topics, set(), group_denied().code)
+            return _offsets_answer(request, body.topics, refused=group_denied().code)
         allowed = self._topics(request, AclOperation.READ, body.topics)
         offsets = [(t.name, p.partition_index, int(p.committed_offset),
                     int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "")
                    for t in body.topics if t.name in allowed for p in t.partitions]
         code = 0
-        if offsets or not body.topics:
+        if offsets or _all_named(body.topics, allowed):
             code = _code(await self._call(
                 "txn_commit_offsets", body.transactional_id, body.group_id,
                 int(body.producer_id), int(body.producer_epoch),
@@ -244,7 +244,7 @@ class GroupApis:
             (t.name, p) for t in topics if t.name in allowed
             for p in (getattr(t, "partition_indexes", None) or ())]
         answer = await self._call("fetch_offsets", group_id, partitions, require_stable) \
-            if partitions is None or partitions else []
+            if partitions is None or partitions or _all_named(topics, allowed) else []
         if isinstance(answer, KafkaError):
             return {"group_id": group_id, "error_code": answer.code, "topics": []}
         if topics is None:
@@ -292,7 +292,7 @@ class GroupApis:
         wanted = [(t.name, p.partition_index) for t in body.topics if t.name in allowed
                   for p in t.partitions]
         answer = await self._call("delete_offsets", body.group_id, wanted) \
-            if wanted or not body.topics else []
+            if wanted or _all_named(body.topics, allowed) else []
         if isinstance(answer, KafkaError):
             return build(response_class(request), {"error_code": answer.code,
                                                    "throttle_time": 0, "topics": []})
@@ -309,14 +309,21 @@ class GroupApis:
             {"name": t, "partitions": ps} for t, ps in by_topic.items()]})
 
 
-def _offsets_answer(request: Request, topics, allowed: set[str], code: int):
+def _all_named(topics, allowed: set[str]) -> bool:
+    """Whether every topic a request names is allowed (always so without an authorizer:
+    the coordinator is then asked even for no partitions, and answers for the group)."""
+    return all(t.name in allowed for t in topics)
+
+
+def _offsets_answer(request: Request, topics, allowed: set[str] = frozenset(),
+                    code: int = 0, refused: int | None = None):
     """An OffsetCommit / TxnOffsetCommit answer: ``code`` for each partition of a topic in
-    ``allowed``, TOPIC_AUTHORIZATION_FAILED for the others; with ``allowed`` empty and
-    ``code`` an error, that error everywhere (the group or transactional id refused)."""
+    ``allowed``, TOPIC_AUTHORIZATION_FAILED for the others; ``refused`` (the group's or
+    transactional id's error) for every partition."""
     def partition_code(name: str) -> int:
-        if name in allowed or (not allowed and code):
-            return code
-        return topic_denied().code
+        if refused is not None:
+            return refused
+        return code if name in allowed else topic_denied().code
     return build(response_class(request), {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                          "error_code": partition_code(t.name)}

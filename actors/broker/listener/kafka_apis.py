@@ -198,8 +198,11 @@ class KafkaApis:
         acks = int(body.acks)
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         txn_id = getattr(body, "transactional_id", None)
-        if txn_id is not None and not self.auth.authorize(
-                request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        # Transactional batches need their transactional id, and WRITE on it (Kafka's
+        # RequestUtils.hasTransactionalRecords: each partition's first batch says).
+        if _has_transactional_records(body.topic_data) and (txn_id is None or not (
+                self.auth.authorize(request, AclOperation.WRITE,
+                                    ResourceType.TRANSACTIONAL_ID, txn_id))):
             # The whole request, as Kafka answers it; acks=0 has no answer to carry it.
             if acks == 0:
                 raise CloseConnection(f"{request.principal} may not write transactional id "
@@ -369,6 +372,18 @@ class KafkaApis:
         return build(response_class(request), {
             "throttle_time": 0, "topics": [{"name": t, "partitions": parts}
                                            for t, parts in by_topic(order, answers)]})
+
+def _has_transactional_records(topic_data) -> bool:
+    from protocols.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
+    for t in topic_data:
+        for part in t.partition_data:
+            records = part.records
+            if records and len(records) >= ATTRIBUTES_OFFSET + 2 and \
+                    int.from_bytes(records[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2],
+                                   "big") & TRANSACTIONAL_MASK:
+                return True
+    return False
+
 
 def _offsets_error(error: KafkaError, route: PartitionRoute, name: str | None,
                    partition: int) -> dict:

@@ -72,7 +72,7 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
                 topics.append({"error_code": UnknownTopicIdError.code, "name": None,
                                "topic_id": topic_id, "partitions": []})
                 continue
-        if describable is not None and not describable(name):
+        if describable is not None and name is not None and not describable(name):
             if not all_topics:
                 topics.append({"error_code": TopicAuthorizationFailedError.code,
                                "name": name if by_name else None,

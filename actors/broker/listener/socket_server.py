@@ -48,6 +48,7 @@ from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encod
                                    parse_request)
 from protocols.kafka.listeners import Endpoint
 from protocols.kafka.sasl import SaslConfig
+from protocols.kafka.acl import host_address
 from protocols.kafka.ssl_principal import ANONYMOUS, NoMatchingRule, SslPrincipalMapper
 
 log = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ class SocketServer:
     async def _connection(self, listener: str, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        host = peer[0] if isinstance(peer, tuple) else ""
+        host = host_address(peer[0]) if isinstance(peer, tuple) else ""
         try:
             principal = self._principal(listener, writer)
         except (NoMatchingRule, ValueError) as e:   # no rule maps the subject

@@ -202,3 +202,13 @@ def test_list_acls_by_filter():
     assert [a for a in acls if AclFilter(operation=WRITE, principal="User:bob").matches(a)] \
         == [acls[1]]
     assert [a for a in acls if AclFilter(permission=DENY, host="*").matches(a)] == acls[2:]
+
+
+@pytest.mark.parametrize("peer, host", [
+    ("127.0.0.1", "127.0.0.1"), ("::ffff:10.1.2.3", "10.1.2.3"), ("::1", "0:0:0:0:0:0:0:1"),
+    ("fe80::1%eth0", "fe80:0:0:0:0:0:0:1%eth0"), ("2001:db8::ab:1", "2001:db8:0:0:0:0:ab:1")])
+def test_a_clients_address_as_java_prints_it(peer, host):
+    """An IPv4 client of a dual-stack listener is its IPv4 address to ACLs, as in Kafka
+    (InetAddress.getHostAddress), and IPv6 is written uncompressed."""
+    from protocols.kafka.acl import host_address
+    assert host_address(peer) == host

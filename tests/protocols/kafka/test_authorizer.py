@@ -133,6 +133,14 @@ def test_authorize_by_resource_type_wildcard_resource_deny_dominate():
     assert not acls.by_type(USER1, HOST1, WRITE, GROUP)
 
 
+def test_authorize_by_resource_type_a_wildcard_deny_wins_whatever_the_order():
+    for order in (1, -1):
+        acls = Acls()
+        for entry in [(USER1, HOST1, WRITE, ALLOW), ("User:*", "*", WRITE, DENY)][::order]:
+            acls.add([entry], TOPIC, "*")
+        assert not acls.by_type(USER1, HOST1, WRITE, TOPIC)
+
+
 def test_authorize_by_resource_type_with_all_operation_ace():
     acls = Acls()
     assert not acls.by_type(USER1, HOST1, READ, TOPIC)
