@@ -75,6 +75,237 @@ class KafkaRequests(Target):
             return "refused: CloseConnection"
 
 
+class SaslExchanges(Target):
+    """A SASL listener's Authenticator (``actors.broker.listener.sasl_authenticator``) fed a
+    connection's first frames: PLAIN and SCRAM exchanges (SaslHandshake v0 with bare tokens,
+    v1 with SaslAuthenticate) as clients send them, mutated, reordered, random. Each frame
+    is answered, or the connection closed with a Kafka error or a CloseConnection. A wrong
+    answer: a session for anyone but alice with her password (PLAIN) or carol with hers
+    (SCRAM), or for a user whose secret the frames never carried."""
+
+    name = "sasl_exchange"
+    PLAIN_TOKEN = b"\0alice\0alice-secret"
+    SCRAM_FIRST = b"n,,n=carol,r=fuzz-nonce"
+
+    def __init__(self, workdir: Path):
+        from actors.broker.listener.api_versions import SUPPORTED
+        from protocols.kafka.sasl import SaslConfig
+        from protocols.kafka.scram import credential, salted_password
+        from tests.kafka_wire import request_bytes
+        self.supported = SUPPORTED
+        salt = b"0123456789abcdef"
+        carol = {m: credential(m, salted_password(m, "carol-scram", salt, 4096), salt, 4096)
+                 for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}
+        self.config = SaslConfig(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+                                 {"alice": "alice-secret", "bob": "bob-secret"},
+                                 {"PLAIN": 60_000},
+                                 scram=lambda user, m: carol[m] if user == "carol" else None)
+
+        def frame(key, version, values):
+            return request_bytes(key, version, values, client_id="fuzz")[4:]
+        from protocols.kafka.api_keys import ApiKey
+        hs, auth = ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE
+        self.conversations = [
+            [frame(hs, 1, {"mechanism": "PLAIN"}),
+             frame(auth, 2, {"auth_bytes": self.PLAIN_TOKEN})],
+            [frame(hs, 0, {"mechanism": "PLAIN"}), self.PLAIN_TOKEN],
+            [frame(ApiKey.API_VERSIONS, 3, {"client_software_name": "fuzz",
+                                            "client_software_version": "1"}),
+             frame(hs, 1, {"mechanism": "SCRAM-SHA-256"}),
+             frame(auth, 2, {"auth_bytes": self.SCRAM_FIRST}),
+             frame(auth, 2, {"auth_bytes": b"c=biws,r=fuzz-nonce,p=AAAA"})],
+            [frame(hs, 0, {"mechanism": "SCRAM-SHA-512"}), self.SCRAM_FIRST, b"c=biws,r=x,p=y"],
+            [frame(hs, 1, {"mechanism": "PLAIN"}),
+             frame(auth, 0, {"auth_bytes": self.PLAIN_TOKEN}),
+             frame(ApiKey.METADATA, 12, {"topics": None})],
+        ]
+
+    def one(self, rng: random.Random) -> str:
+        from actors.broker.listener.sasl_authenticator import Authenticator
+        from protocols.kafka.codec import CloseConnection, parse_request
+        from tests.fuzz.mutate import mutate
+        frames = [bytes(f) for f in rng.choice(self.conversations)]
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(frames))
+            frames[i] = mutate(rng, frames[i]) if rng.random() < 0.9 else \
+                rng.randbytes(rng.randint(0, 80))
+        if rng.random() < 0.1:
+            rng.shuffle(frames)
+        auth = Authenticator(self.config, lambda: 0.0)
+        seen = b"".join(frames)
+        try:
+            for f in frames:
+                if auth.complete:
+                    break
+                _, _, outcome = auth.receive(f, lambda x: parse_request(x, self.supported))
+                if outcome is not None and outcome.close:
+                    if outcome.error is None:
+                        raise Finding("a connection closed without an error")
+                    return refused(outcome.error)
+        except CloseConnection:
+            return "refused: CloseConnection"
+        if auth.complete:
+            who = auth.principal
+            if who == "User:alice" and self.PLAIN_TOKEN not in seen:
+                raise Finding("alice signed in without her password in the frames")
+            if who not in ("User:alice", "User:carol"):
+                raise Finding(f"{who} signed in")
+        return "accepted"
+
+
+class TlsRequests(Target):
+    """An SSL listener (a real SocketServer on 127.0.0.1, its own event loop in a thread):
+    TLS handshakes mutated at their first record (the ClientHello), and requests mutated
+    inside an established TLS connection, each followed by a valid ApiVersions. A request
+    is answered or its connection closed; a handshake answered or closed. Findings: the
+    listener hangs (no answer, no close), dies or stops serving a good client, or a handler
+    fails on a request it serves (``closed_for["error"]``)."""
+
+    name = "tls_request"
+
+    def __init__(self, workdir: Path):
+        import asyncio
+        import socket
+        import ssl
+        import threading
+
+        from actors.broker.config import ClusterConfig
+        from actors.broker.listener.api_versions import SUPPORTED
+        from actors.broker.listener.kafka_apis import KafkaApis
+        from actors.broker.listener.socket_server import SocketServer
+        from actors.broker.listener.tls import listener_tls
+        from protocols.kafka.api_keys import ApiKey
+        from protocols.kafka.listeners import parse_listeners
+        from tests import tls_certs
+        from tests.kafka_wire import request_bytes
+
+        ca = tls_certs.authority()
+        broker = tls_certs.issue(ca, "CN=rafka-broker,O=rafka", server=True)
+        config = ClusterConfig.parse({
+            "listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": tls_certs.write(workdir / "tls-fuzz-broker.pem",
+                                                     broker.key_pem() + broker.cert_pem())
+        }).broker
+        listeners = parse_listeners(config["listeners"])
+        image = {"cluster_id": "c", "brokers": {0: {"endpoints": [["SSL", "127.0.0.1", 1]]}},
+                 "topics": {}, "topic_ids": {}}
+
+        async def no_creation(name):
+            return None
+        self.apis = KafkaApis(0, lambda: image, no_creation, auto_create=False)
+        self.loop = asyncio.new_event_loop()
+        self.server = SocketServer(0, listeners, self.apis.handle, SUPPORTED, 104_857_600,
+                                   60_000, listener_tls(config, listeners))
+        ready = threading.Event()
+
+        def serve():
+            asyncio.set_event_loop(self.loop)
+            self.port = self.loop.run_until_complete(self.server.start())["SSL"]
+            self.server.enable_request_processing()
+            ready.set()
+            self.loop.run_forever()
+        self.thread = threading.Thread(target=serve, daemon=True, name="tls-fuzz-server")
+        self.thread.start()
+        ready.wait(30)
+        self.context = ssl.create_default_context(cadata=ca.cert_pem().decode())
+        self.context.check_hostname = False
+        # The first TLS record a client sends, to mutate.
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        hello = self.context.wrap_bio(incoming, outgoing)
+        try:
+            hello.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        self.client_hello = outgoing.read()
+        self.marker = request_bytes(ApiKey.API_VERSIONS, 3, {
+            "client_software_name": "fuzz", "client_software_version": "1"},
+            correlation_id=0x7FFF_FFFF)
+        self.valid = [request_bytes(key, version, {"topics": [{"name": "t"}]},
+                                    client_id="fuzz")[4:]
+                      for key in (ApiKey.API_VERSIONS, ApiKey.METADATA)
+                      for version in range(SUPPORTED[key][0], SUPPORTED[key][1] + 1)]
+        self.tls: ssl.SSLSocket | None = None
+        self._socket = socket
+
+    def _connect(self):
+        sock = self._socket.create_connection(("127.0.0.1", self.port), 5)
+        return self.context.wrap_socket(sock)
+
+    def _frames(self, sock):
+        """Each answer frame's correlation id until the marker's; raises EOFError when the
+        connection closes."""
+        while True:
+            head = self._read(sock, 8)
+            size, correlation_id = struct.unpack(">ii", head)
+            self._read(sock, size - 4)
+            if correlation_id == 0x7FFF_FFFF:
+                return
+
+    @staticmethod
+    def _read(sock, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            got = sock.recv(n - len(out))
+            if not got:
+                raise EOFError
+            out += got
+        return out
+
+    def _errors(self) -> int:
+        return self.server.closed_for.get("error", 0)
+
+    def _still_serving(self) -> None:
+        try:
+            with self._connect() as sock:
+                sock.sendall(self.marker)
+                self._frames(sock)
+        except (OSError, EOFError) as e:
+            raise Finding(f"the listener no longer serves a good client: {e!r}") from None
+
+    def one(self, rng: random.Random) -> str:
+        import ssl
+
+        from tests.fuzz.mutate import mutate
+        if rng.random() < 0.3:        # a mutated ClientHello on a fresh connection
+            with self._socket.create_connection(("127.0.0.1", self.port), 5) as raw:
+                raw.sendall(mutate(rng, self.client_hello))
+                # Nothing more will come: a handshake waiting for the rest of a record
+                # hears the end of the stream rather than waiting out its timeout.
+                raw.shutdown(self._socket.SHUT_WR)
+                raw.settimeout(5)
+                try:
+                    answered = bool(raw.recv(4096))
+                except (ConnectionResetError, self._socket.timeout):
+                    answered = False
+            self._still_serving()
+            return "accepted" if answered else "refused: CloseConnection"
+        frame = mutate(rng, rng.choice(self.valid))
+        key = struct.unpack(">h", frame[:2])[0] if len(frame) >= 2 else -1
+        errors = self._errors()
+        if self.tls is None:
+            self.tls = self._connect()
+        try:
+            self.tls.sendall(struct.pack(">i", len(frame)) + frame + self.marker)
+            self._frames(self.tls)
+            outcome = "accepted"
+        except (EOFError, ConnectionResetError, ssl.SSLError, BrokenPipeError):
+            self.tls.close()
+            self.tls = None
+            self._still_serving()
+            outcome = "refused: CloseConnection"
+        if self._errors() > errors and key in self.apis.handlers:
+            raise Finding(f"a handler failed on a request of API key {key}")
+        return outcome
+
+    def close(self) -> None:
+        if self.tls is not None:
+            self.tls.close()
+        import asyncio
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
 # ---- record batches --------------------------------------------------------------------------
 def _seed_batches() -> list[bytes]:
     from protocols.compression import COMPRESSION_TYPES
@@ -518,6 +749,7 @@ class LogOnOpen(_FileTarget):
 
 
 TARGETS: dict[str, type[Target]] = {t.name: t for t in (
-    KafkaRequests, RecordBatches, CompressedBodies, ActorMessages, ConsumerProtocol,
+    KafkaRequests, SaslExchanges, TlsRequests, RecordBatches, CompressedBodies, ActorMessages,
+    ConsumerProtocol,
     CheckpointFiles,
     ProducerSnapshots, LogOnOpen)}

@@ -9,7 +9,8 @@ import pytest
 from tests.fuzz.run import run_target
 from tests.fuzz.targets import TARGETS
 
-SHORT = {"log_on_open": 600}    # ~4 ms each: a directory copied and a log opened per input
+SHORT = {"log_on_open": 600,     # ~4 ms each: a directory copied and a log opened per input
+         "tls_request": 1500}    # ~5 ms each: a TLS connection made again after each close
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
