@@ -168,11 +168,15 @@ class KafkaCluster:
     """Three KRaft nodes (broker and controller each) on loopback; a context manager that
     stops every JVM it started, by pid, and removes their data."""
 
-    def __init__(self, nodes: int = 3, heap: str = "1G"):
+    def __init__(self, nodes: int = 3, heap: str = "1G",
+                 ssl_keystore: tuple[Path, str] | None = None):
         self.nodes = nodes
         self.procs: list[subprocess.Popen] = []
         self.root = Path(tempfile.mkdtemp(prefix="kafka-peer-"))
         self.ports = [free_port() for _ in range(nodes)]
+        # An SSL listener beside PLAINTEXT: (PKCS12 keystore, its password).
+        self.ssl_keystore = ssl_keystore
+        self.ssl_ports = [free_port() for _ in range(nodes)] if ssl_keystore else []
         self.controller_ports = [free_port() for _ in range(nodes)]
         self.tools = JavaTools(self.root, heap)
         self.java, self.java_cmd = self.tools.java, self.tools.java_cmd
@@ -180,6 +184,10 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ssl_ports)
 
     def _properties(self, node: int) -> Path:
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(self.controller_ports))
@@ -192,6 +200,17 @@ class KafkaCluster:
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
+            **({"listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]},"
+                             f"SSL://127.0.0.1:{self.ssl_ports[node]},"
+                             f"CONTROLLER://127.0.0.1:{self.controller_ports[node]}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]},"
+                                        f"SSL://127.0.0.1:{self.ssl_ports[node]}",
+                "listener.security.protocol.map":
+                    "PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
+                "ssl.keystore.type": "PKCS12",
+                "ssl.keystore.location": str(self.ssl_keystore[0]),
+                "ssl.keystore.password": self.ssl_keystore[1]}
+               if self.ssl_keystore else {}),
             "log.dirs": str(self.root / f"data-{node}"),
             "offsets.topic.replication.factor": 3, "transaction.state.log.replication.factor": 3,
             "transaction.state.log.min.isr": 2, "group.initial.rebalance.delay.ms": 0,
@@ -267,11 +286,13 @@ class KafkaCluster:
 
 
 def create_topic(bootstrap_servers: str, name: str, partitions: int, replication_factor: int,
-                 config: dict[str, str] | None = None, timeout_s: float = 60) -> None:
+                 config: dict[str, str] | None = None, timeout_s: float = 60,
+                 client: dict | None = None) -> None:
     """CreateTopics through confluent-kafka's AdminClient (min.insync.replicas 2 at RF 3),
-    then until every partition has a leader and a full ISR in the metadata."""
+    then until every partition has a leader and a full ISR in the metadata. ``client``:
+    more of the client's settings (security.protocol, ssl.ca.location, ...)."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
     config = {**({"min.insync.replicas": "2"} if replication_factor >= 3 else {}),
               **(config or {})}
     futures = admin.create_topics([NewTopic(name, partitions, replication_factor,
@@ -289,14 +310,15 @@ def create_topic(bootstrap_servers: str, name: str, partitions: int, replication
 
 
 def confluent_produce(bootstrap_servers: str, topic: str, records: int, value: bytes,
-                      acks: str, batch_size: int = 262_144) -> float:
+                      acks: str, batch_size: int = 262_144, client: dict | None = None
+                      ) -> float:
     """confluent-kafka's producer, one thread: seconds to send and have every record
     acknowledged (against Kafka, or rafka's Kafka listener)."""
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": acks,
                          "linger.ms": 5, "batch.size": batch_size,
                          "queue.buffering.max.messages": 1_000_000,
-                         "enable.idempotence": acks == "all"})
+                         "enable.idempotence": acks == "all", **(client or {})})
     return send_all(producer, topic, ((value, None, None) for _ in range(records)))
 
 
@@ -325,14 +347,15 @@ def send_all(producer, topic: str, records) -> float:
         raise PeerUnavailable(f"confluent-kafka: {len(failed)} records failed: {failed[0]}")
     return elapsed
 
-def confluent_consume(bootstrap_servers: str, topic: str, partitions: int, records: int
-                      ) -> tuple[int, float]:
+def confluent_consume(bootstrap_servers: str, topic: str, partitions: int, records: int,
+                      client: dict | None = None) -> tuple[int, float]:
     """confluent-kafka's consumer, assign() over every partition, one message at a time as a
     Python application reads them."""
     from confluent_kafka import Consumer, TopicPartition
     consumer = Consumer({"bootstrap.servers": bootstrap_servers,
                          "group.id": f"peer-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         **(client or {})})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen = 0
     started = last = time.perf_counter()

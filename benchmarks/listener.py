@@ -61,12 +61,13 @@ def median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def produce_realistic(bootstrap_servers: str, topic: str, records: list) -> float:
+def produce_realistic(bootstrap_servers: str, topic: str, records: list,
+                      client: dict | None = None) -> float:
     """confluent-kafka with its defaults (acks=all, linger.ms 5): seconds until every record
     of the realistic stream is acknowledged."""
     from confluent_kafka import Producer
     producer = Producer({"bootstrap.servers": bootstrap_servers,
-                         "queue.buffering.max.messages": 1_000_000})
+                         "queue.buffering.max.messages": 1_000_000, **(client or {})})
     return send_all(producer, topic, ((value, key, headers)
                                       for key, value, headers in records))
 
