@@ -257,6 +257,17 @@ def measure_kafka(args, realistic, realistic_mb) -> Figures:
                        realistic_mb)
 
 
+def realistic_records(args) -> tuple[list, float]:
+    """The realistic stream's records and MB, the machine and the run's parameters
+    printed."""
+    table = realistic_stream(args.realistic_records)
+    print(describe(), flush=True)
+    print(f"{args.records:,} records of {len(VALUE)} B per throughput run, {PARTITIONS} "
+          f"partitions, median of {args.repeats}; realistic stream: {describe_stream(table)}",
+          flush=True)
+    return records_of(table), payload_bytes(table) / 2**20
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000,
@@ -279,13 +290,7 @@ def main(argv=None) -> int:
                         help="rafka's cluster config, as `rafka server start --override` "
                              "takes it (e.g. num.replica.hosts=2)")
     args = parser.parse_args(argv)
-    table = realistic_stream(args.realistic_records)
-    realistic = records_of(table)
-    realistic_mb = payload_bytes(table) / 2**20
-    print(describe(), flush=True)
-    print(f"{args.records:,} records of {len(VALUE)} B per throughput run, {PARTITIONS} "
-          f"partitions, median of {args.repeats}; realistic stream: {describe_stream(table)}",
-          flush=True)
+    realistic, realistic_mb = realistic_records(args)
     with tempfile.TemporaryDirectory(prefix="kafka-tools-") as tools_root:
         ours = measure_rafka(args, JavaTools(Path(tools_root)), realistic, realistic_mb)
     if args.skip_peer:

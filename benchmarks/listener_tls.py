@@ -30,13 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.kafka_peer import (KAFKA_VERSION, KafkaCluster, confluent_consume,  # noqa: E402
                                    confluent_produce, create_topic)
-from benchmarks.listener import VALUE, Figures, median, produce_realistic  # noqa: E402
-from benchmarks.machine import describe  # noqa: E402
+from benchmarks.listener import (PARTITIONS, VALUE, Figures, median,  # noqa: E402
+                                 produce_realistic, realistic_records)
 from benchmarks.peers import PeerUnavailable  # noqa: E402
-from benchmarks.streams import describe_stream, payload_bytes, realistic_stream  # noqa: E402
-from benchmarks.transactions import records_of  # noqa: E402
-
-PARTITIONS = 6
 
 
 def make_pki(root: Path) -> dict:
@@ -98,13 +94,7 @@ def main(argv=None) -> int:
                         help="rafka's replicas' channel over TLS too")
     parser.add_argument("--skip-peer", action="store_true", help="measure rafka only")
     args = parser.parse_args(argv)
-    table = realistic_stream(args.realistic_records)
-    realistic = records_of(table)
-    realistic_mb = payload_bytes(table) / 2**20
-    print(describe(), flush=True)
-    print(f"{args.records:,} records of {len(VALUE)} B per throughput run, {PARTITIONS} "
-          f"partitions, median of {args.repeats}; realistic stream: {describe_stream(table)}",
-          flush=True)
+    realistic, realistic_mb = realistic_records(args)
     with tempfile.TemporaryDirectory(prefix="rafka-tls-bench-") as root:
         pki = make_pki(Path(root))
         tls_client = {"security.protocol": "SSL", "ssl.ca.location": pki["ca.pem"]}
