@@ -10,16 +10,14 @@ from typing import Any, Awaitable, Callable, Mapping
 from actors.broker.listener.auth_helper import AuthHelper
 from protocols.errors import (ClusterAuthorizationFailedError, KafkaError,
                               SecurityDisabledError)
-from protocols.kafka.acl import AclOperation, PatternType
+from protocols.kafka.acl import AclOperation
 from protocols.kafka.codec import Request, build, error_fields, response_class
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
 
 def _filter_values(f) -> list:
-    # v0 knew only LITERAL patterns.
-    return [int(f.resource_type_filter), f.resource_name_filter,
-            int(getattr(f, "pattern_type_filter", PatternType.LITERAL)),
+    return [int(f.resource_type_filter), f.resource_name_filter, int(f.pattern_type_filter),
             f.principal_filter, f.host_filter, int(f.operation), int(f.permission_type)]
 
 
@@ -65,8 +63,7 @@ class AclApis:
         error = self._refused(request, AclOperation.ALTER)
         if error is None and creations:
             answer = await self.controller_call("create_acls", [
-                [int(c.resource_type), c.resource_name,
-                 int(getattr(c, "resource_pattern_type", PatternType.LITERAL)),
+                [int(c.resource_type), c.resource_name, int(c.resource_pattern_type),
                  c.principal, c.host, int(c.operation), int(c.permission_type)]
                 for c in creations])
             if isinstance(answer, KafkaError):

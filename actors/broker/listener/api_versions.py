@@ -54,9 +54,10 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     # ---- administration (admin_apis) ----
     ApiKey.CREATE_TOPICS: (2, 7),
     # ---- ACLs (acl_apis) ----
-    ApiKey.DESCRIBE_ACLS: (0, 3),
-    ApiKey.CREATE_ACLS: (0, 3),
-    ApiKey.DELETE_ACLS: (0, 3),
+    # v0 (LITERAL patterns only) is not in Kafka 4's schemas as kio carries them.
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
