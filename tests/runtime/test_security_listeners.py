@@ -312,10 +312,15 @@ def test_scram_users_made_by_rafka_and_by_kafka_configs_sign_in(cluster, pki):
     tools.tool("kafka.admin.ConfigCommand", "--command-config", str(props), "--alter",
                "--entity-type", "users", "--entity-name", "bob", "--add-config",
                "SCRAM-SHA-512=[password=bob-scram]")
-    # (kafka-configs.sh --describe --entity-type users also asks DescribeClientQuotas,
-    # which quotas, issue 44, will bring; rafka's tools describe them meanwhile.)
     assert admin.describe_user_scram_credentials() == {
         "alice": [("SCRAM-SHA-256", 8192)], "bob": [("SCRAM-SHA-512", 4096)]}
+    # kafka-configs.sh describes a user's quotas (DescribeClientQuotas: none) and SCRAM
+    # credentials.
+    described = tools.tool("kafka.admin.ConfigCommand", "--command-config", str(props),
+                           "--describe", "--entity-type", "users", "--entity-name",
+                           "bob").stdout
+    assert "SCRAM credential configs for user-principal 'bob' are " \
+           "SCRAM-SHA-512=iterations=4096" in described
 
     def signs_in(listener, mechanism, user, password) -> bool:
         client = AdminClient({**sasl_client(cluster, pki, listener, user, password),

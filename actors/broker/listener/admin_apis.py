@@ -87,6 +87,8 @@ def incremental_changes(current: Mapping[str, Any], ops: Iterable[tuple[str, int
             raise InvalidRequestError(f"Unknown config operation {op} for {name}")
     return changes
 
+# ClientQuotaEntity's types (KIP-546 filters name them; KIP-55 users, KIP-13 client ids).
+QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
 BROKERS_ENDPOINT_TYPE = 1
 MISMATCHED_ENDPOINT_TYPE = 114
 
@@ -303,6 +305,39 @@ class AdminApis:
                                     for m, entry in sorted(stored[user].items())]})
         return build(response_class(request), {"throttle_time": 0, "error_code": 0,
                                                "error_message": None, "results": results})
+
+    # ---- client quotas (KIP-546) -----------------------------------------------------------
+    async def describe_client_quotas(self, request: Request):
+        """The quotas of the entities a filter selects: none, as no quota can be set yet
+        (AlterClientQuotas is not built), so that kafka-configs.sh --describe of users
+        (which asks this before their SCRAM credentials) answers. The filter is checked as
+        Kafka checks it; DESCRIBE_CONFIGS on the cluster is needed."""
+        if not self.auth.authorize_cluster(request, AclOperation.DESCRIBE_CONFIGS):
+            return build(response_class(request), {
+                "throttle_time": 0, "error_code": cluster_denied().code,
+                "error_message": None, "entries": None})
+        error = None
+        seen: set[str] = set()
+        for c in request.body.components:
+            if c.entity_type not in QUOTA_ENTITY_TYPES:
+                error = InvalidRequestError(f"Unknown entity type {c.entity_type}")
+            elif c.entity_type in seen:
+                error = InvalidRequestError(f"Entity type {c.entity_type} cannot appear more "
+                                            "than once in the filter.")
+            elif int(c.match_type) not in (0, 1, 2):
+                error = InvalidRequestError(f"Unknown match type {c.match_type}")
+            elif int(c.match_type) == 0 and c.match is None:
+                error = InvalidRequestError("Exact match requires a name")
+            seen.add(c.entity_type)
+            if error is not None:
+                break
+        if error is None and "ip" in seen and len(seen) > 1:
+            error = InvalidRequestError("Invalid entity filter component combination, IP "
+                                        "filter component should not be used with user or "
+                                        "clientId filter component.")
+        return build(response_class(request), {
+            "throttle_time": 0, **error_fields(error),
+            "entries": None if error is not None else []})
 
     # ---- cluster ---------------------------------------------------------------------------
     async def describe_cluster(self, request: Request):

@@ -116,6 +116,7 @@ class KafkaApis:
                 ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.list,
                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin.describe_user_scram_credentials,
                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.alter_user_scram_credentials,
+                ApiKey.DESCRIBE_CLIENT_QUOTAS: admin.describe_client_quotas,
                 ApiKey.DESCRIBE_ACLS: acls.describe_acls,
                 ApiKey.CREATE_ACLS: acls.create_acls,
                 ApiKey.DELETE_ACLS: acls.delete_acls,
