@@ -102,10 +102,14 @@ def channel_tls(broker_config) -> tuple[ssl.SSLContext | None, str | None]:
     None) under PLAINTEXT. Callers show no certificate: the token is what admits them."""
     if broker_config.get("security.inter.broker.protocol", "PLAINTEXT") != "SSL":
         return None, None
-    from protocols.kafka.ssl_context import keystore_pem, server_context
+    from protocols.kafka.ssl_context import (keystore_pem, pinned_client_context,
+                                             server_context, test_handshake)
     where = "security.inter.broker.protocol=SSL (the replicas' channel)"
     cfg = dict(broker_config, **{"ssl.client.auth": "none"})
-    return server_context(cfg, where), keystore_pem(cfg, where)[1].decode()
+    context, certificate = server_context(cfg, where), keystore_pem(cfg, where)[1].decode()
+    # Refused here, at the broker's start, rather than by every connection later.
+    test_handshake(context, pinned_client_context(certificate), where)
+    return context, certificate
 
 
 class ReplicationListener:
@@ -143,8 +147,10 @@ class ReplicationListener:
                                                           payload))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the follower went away; its requests' answers have no one to go to
+        except (asyncio.IncompleteReadError, OSError):
+            # The follower went away (or, over TLS, sent a bad record): its requests'
+            # answers have no one to go to.
+            pass
         finally:
             self._writers.discard(writer)
             writer.close()

@@ -219,6 +219,34 @@ def server_context(cfg: Mapping[str, Any], where: str) -> ssl.SSLContext:
     return context
 
 
+def test_handshake(server: ssl.SSLContext, client: ssl.SSLContext, where: str) -> None:
+    """A TLS handshake between the two contexts in memory; InvalidConfigError saying why
+    where they cannot agree (a protocol or cipher suite this OpenSSL will not speak)."""
+    server_in, server_out, client_in, client_out = (ssl.MemoryBIO() for _ in range(4))
+    ends = [(client.wrap_bio(client_in, client_out), client_out, server_in),
+            (server.wrap_bio(server_in, server_out, server_side=True), server_out, client_in)]
+    done = [False, False]
+    try:
+        for _ in range(20):
+            for i, (end, out, other) in enumerate(ends):
+                if not done[i]:
+                    try:
+                        end.do_handshake()
+                        done[i] = True
+                    except ssl.SSLWantReadError:
+                        pass
+                data = out.read()
+                if data:
+                    other.write(data)
+            if all(done):
+                return
+    except ssl.SSLError as e:
+        raise InvalidConfigError(f"{where}: no TLS connection can be made with these "
+                                 f"settings (ssl.enabled.protocols, ssl.cipher.suites): "
+                                 f"{e.reason or e}") from None
+    raise InvalidConfigError(f"{where}: a TLS handshake with these settings does not end")
+
+
 def pinned_client_context(certificate_pem: str) -> ssl.SSLContext:
     """A client's TLS context that trusts exactly ``certificate_pem`` (the first certificate
     of it), whatever names it holds: the replicas' channel's, whose certificate the client
@@ -230,6 +258,10 @@ def pinned_client_context(certificate_pem: str) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False    # the certificate itself is what is trusted
     context.verify_mode = ssl.CERT_REQUIRED
+    # The host's settings (ssl.enabled.protocols, ssl.cipher.suites) decide: the caller
+    # takes whatever they allow.
+    context.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    context.set_ciphers("ALL:@SECLEVEL=0")
     context.load_verify_locations(
         cadata=leaf.public_bytes(serialization.Encoding.PEM).decode())
     # The leaf is its own anchor: no chain to a CA is asked for.

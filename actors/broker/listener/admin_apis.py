@@ -18,6 +18,7 @@ from protocols.errors import (DuplicateResourceError, ElectionNotNeededError,
                               InvalidRequestError, KafkaError, TopicAuthorizationFailedError,
                               PreferredLeaderNotAvailableError, ResourceNotFoundError,
                               TopicAlreadyExistsError, UnknownTopicIdError,
+                              UnsupportedVersionError,
                               UnknownTopicOrPartitionError)
 from protocols.kafka.acl import AclOperation, ResourceType
 from protocols.kafka.authorizer import OPERATIONS_NOT_REQUESTED
@@ -89,6 +90,39 @@ def incremental_changes(current: Mapping[str, Any], ops: Iterable[tuple[str, int
 
 # ClientQuotaEntity's types (KIP-546 filters name them; KIP-55 users, KIP-13 client ids).
 QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+
+
+def quota_filter_error(components: Iterable[tuple[str, int, str | None]]
+                       ) -> KafkaError | None:
+    """A DescribeClientQuotas filter's error, as Kafka's ClientQuotasImage.describe checks
+    it: (entity type, match type, match) per component."""
+    seen: set[str] = set()
+    for entity_type, match_type, match in components:
+        if not entity_type:
+            return InvalidRequestError("Invalid empty entity type.")
+        if entity_type in seen:
+            return InvalidRequestError(f"Entity type {entity_type} cannot appear more than "
+                                       "once in the filter.")
+        if entity_type not in QUOTA_ENTITY_TYPES:
+            return UnsupportedVersionError(f"Unsupported entity type {entity_type}")
+        if match_type == MATCH_EXACT and match is None:
+            return InvalidRequestError("Request specified MATCH_TYPE_EXACT, but set match "
+                                       "string to null.")
+        if match_type == MATCH_DEFAULT and match is not None:
+            return InvalidRequestError("Request specified MATCH_TYPE_DEFAULT, but also "
+                                       "specified a match string.")
+        if match_type == MATCH_SPECIFIED and match is not None:
+            return InvalidRequestError("Request specified MATCH_TYPE_SPECIFIED, but also "
+                                       "specified a match string.")
+        if match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
+            return InvalidRequestError(f"Unknown match type {match_type}")
+        seen.add(entity_type)
+    if "ip" in seen and len(seen) > 1:
+        return InvalidRequestError("Invalid entity filter component combination. IP filter "
+                                   "component should not be used with user or clientId "
+                                   "filter component.")
+    return None
 BROKERS_ENDPOINT_TYPE = 1
 MISMATCHED_ENDPOINT_TYPE = 114
 
@@ -316,25 +350,8 @@ class AdminApis:
             return build(response_class(request), {
                 "throttle_time": 0, "error_code": cluster_denied().code,
                 "error_message": None, "entries": None})
-        error = None
-        seen: set[str] = set()
-        for c in request.body.components:
-            if c.entity_type not in QUOTA_ENTITY_TYPES:
-                error = InvalidRequestError(f"Unknown entity type {c.entity_type}")
-            elif c.entity_type in seen:
-                error = InvalidRequestError(f"Entity type {c.entity_type} cannot appear more "
-                                            "than once in the filter.")
-            elif int(c.match_type) not in (0, 1, 2):
-                error = InvalidRequestError(f"Unknown match type {c.match_type}")
-            elif int(c.match_type) == 0 and c.match is None:
-                error = InvalidRequestError("Exact match requires a name")
-            seen.add(c.entity_type)
-            if error is not None:
-                break
-        if error is None and "ip" in seen and len(seen) > 1:
-            error = InvalidRequestError("Invalid entity filter component combination, IP "
-                                        "filter component should not be used with user or "
-                                        "clientId filter component.")
+        error = quota_filter_error([(c.entity_type, int(c.match_type), c.match)
+                                    for c in request.body.components])
         return build(response_class(request), {
             "throttle_time": 0, **error_fields(error),
             "entries": None if error is not None else []})

@@ -35,8 +35,8 @@ from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.acl import CLUSTER_NAME, AclOperation, ResourceType
-from protocols.kafka.codec import (CloseConnection, Request, api_versions_body, build,
-                                   response_class)
+from protocols.kafka.codec import (CloseConnection, InvalidRequest, Request,
+                                   api_versions_body, build, response_class)
 from protocols.messages import (OffsetsForLeaderEpochRequest, ProduceManyRequest,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.topics import validate_topic_name
@@ -196,6 +196,9 @@ class KafkaApis:
         channel as rafka's own producer sends it); a partition led elsewhere is answered
         NOT_LEADER_OR_FOLLOWER with its leader (KIP-951). acks=0 is answered with nothing."""
         body = request.body
+        # kio reads a null array where Kafka's schema allows none; Kafka's parser refuses it.
+        if body.topic_data is None or any(t.partition_data is None for t in body.topic_data):
+            raise InvalidRequest("Produce request with a null topic_data or partition_data")
         acks = int(body.acks)
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         txn_id = getattr(body, "transactional_id", None)

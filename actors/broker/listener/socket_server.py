@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -65,10 +66,12 @@ def overlap_keys(request: Request) -> frozenset | None:
     if request.api_key != ApiKey.PRODUCE or request.body is None:
         return None
     keys = []
-    for topic in request.body.topic_data:
+    for topic in request.body.topic_data or ():
         name = getattr(topic, "name", None)
         if name is None:
             name = getattr(topic, "topic_id", None)
+        if topic.partition_data is None:   # refused by the handler, after those before it
+            return None
         keys.extend((name, int(p.index)) for p in topic.partition_data)
     return frozenset(keys)
 
@@ -90,13 +93,34 @@ def write_chunks(writer: asyncio.StreamWriter, chunks: list) -> None:
         writer.write(b"".join(small))
 
 
+# Over TLS a file region is read and written through the TLS layer in pieces this big.
+TLS_COPY_BYTES = 1 << 20
+
+
+async def copy_region(writer: asyncio.StreamWriter, region: OpenRegion) -> int:
+    """A file region's bytes written through the transport (TLS: the kernel cannot send
+    the file, as Kafka copies over TLS), a piece at a time; the bytes the file had."""
+    sent = 0
+    while sent < region.size:
+        piece = os.pread(region.file.fileno(), min(TLS_COPY_BYTES, region.size - sent),
+                         region.position + sent)
+        if not piece:
+            break
+        writer.write(piece)
+        sent += len(piece)
+        await writer.drain()
+    return sent
+
+
 async def write_response(writer: asyncio.StreamWriter, chunks: list) -> int:
     """A response's pieces; a record set that is an open file region (zero-copy fetch,
-    ``file_regions``) goes from the file with ``sendfile`` once what is before it is out
-    (asyncio copies instead where the transport cannot, as Kafka does over TLS). A file cut
-    shorter than its region ends the connection: the response cannot be finished. Returns
-    the bytes sent from files."""
+    ``file_regions``) goes from the file with ``sendfile`` once what is before it is out,
+    or through TLS by ``copy_region`` (asyncio's own copy for TLS transports pauses the
+    connection's reading and fails when the client closes mid-answer). A file cut shorter
+    than its region ends the connection: the response cannot be finished. Returns the
+    bytes sent from files."""
     from_files = 0
+    tls = writer.get_extra_info("ssl_object") is not None
     try:
         pending: list = []
         for chunk in chunks:
@@ -106,8 +130,9 @@ async def write_response(writer: asyncio.StreamWriter, chunks: list) -> int:
             write_chunks(writer, pending)
             pending = []
             await writer.drain()
-            sent = await asyncio.get_running_loop().sendfile(
-                writer.transport, chunk.file, chunk.position, chunk.size)
+            sent = await copy_region(writer, chunk) if tls else \
+                await asyncio.get_running_loop().sendfile(
+                    writer.transport, chunk.file, chunk.position, chunk.size)
             if sent != chunk.size:
                 raise ConnectionResetError(
                     f"{chunk.file.name} ended {chunk.size - sent} bytes into a fetch "

@@ -187,3 +187,26 @@ def test_over_tls_another_certificate_or_plaintext_gets_nowhere(tmp_path):
             await ReplicationConnection.open(address, port, listener.token)
         listener.close()
     run(main())
+
+
+@pytest.mark.parametrize("settings", [
+    {"ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA"},
+    {"ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_CCM"},
+    {"ssl.enabled.protocols": "TLSv1.3"}])
+def test_over_tls_the_brokers_protocols_and_cipher_suites_decide(tmp_path, settings):
+    async def main():
+        listener = _tls_listener(tmp_path, **settings)
+        address, port = await listener.start("127.0.0.1")
+        connection = await ReplicationConnection.open(address, port, listener.token,
+                                                      listener.certificate)
+        assert await connection.call(API_FETCH, b"y") == b"fetched:y"
+        connection.close()
+        listener.close()
+    run(main())
+
+
+def test_over_tls_settings_no_connection_can_use_stop_the_broker_at_start(tmp_path):
+    from protocols.errors import InvalidConfigError
+    with pytest.raises(InvalidConfigError, match=r"the replicas' channel\): no TLS connection "
+                                                 r"can be made with these settings"):
+        _tls_listener(tmp_path, **{"ssl.enabled.protocols": "TLSv1.1"})

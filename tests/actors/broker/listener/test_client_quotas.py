@@ -34,16 +34,27 @@ def test_every_filter_selects_no_quota(components):
     assert answer.error_code == 0 and answer.entries == ()
 
 
-@pytest.mark.parametrize("components, message", [
-    ([("group", ANY, None)], "Unknown entity type group"),
-    ([("user", ANY, None), ("user", EXACT, "a")],
+@pytest.mark.parametrize("components, code, message", [
+    ([("group", ANY, None)], 35, "Unsupported entity type group"),
+    ([("", ANY, None)], 42, "Invalid empty entity type."),
+    ([("group", ANY, None), ("group", ANY, None)], 35, "Unsupported entity type group"),
+    ([("user", ANY, None), ("user", EXACT, "a")], 42,
      "Entity type user cannot appear more than once in the filter."),
-    ([("user", EXACT, None)], "Exact match requires a name"),
-    ([("ip", ANY, None), ("user", ANY, None)], "IP filter component should not be used"),
+    ([("user", EXACT, None)], 42,
+     "Request specified MATCH_TYPE_EXACT, but set match string to null."),
+    ([("user", DEFAULT, "a")], 42,
+     "Request specified MATCH_TYPE_DEFAULT, but also specified a match string."),
+    ([("client-id", ANY, "a")], 42,
+     "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string."),
+    ([("user", 7, None)], 42, "Unknown match type 7"),
+    ([("ip", ANY, None), ("user", ANY, None)], 42,
+     "Invalid entity filter component combination. IP filter component should not be "
+     "used with user or clientId filter component."),
 ])
-def test_filters_kafka_refuses(components, message):
+def test_filters_kafka_refuses(components, code, message):
+    """Kafka's ClientQuotasImage.describe, check by check."""
     answer = describe(*components)
-    assert answer.error_code == 42 and message in answer.error_message
+    assert (answer.error_code, answer.error_message) == (code, message)
     assert answer.entries is None
 
 

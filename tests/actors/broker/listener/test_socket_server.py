@@ -78,6 +78,27 @@ def test_pipelined_requests_are_answered_in_order():
     asyncio.run(run())
 
 
+def test_a_produce_with_a_null_array_closes_its_connection_not_the_broker():
+    """kio reads a null topic_data, which Kafka's schema does not allow: the connection is
+    closed as for any request Kafka cannot parse (found by the tls_request fuzz target),
+    and the listener goes on."""
+    async def run():
+        s = server(idle_ms=60_000)
+        port = await serving(s)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        empty = request_bytes(0, 11, {"acks": 1, "timeout": 1000, "topic_data": []})
+        assert empty[-2:] == b"\x01\x00"     # topic_data: a compact array of none, no tags
+        writer.write(empty[:-2] + b"\x00\x00")  # ... made null
+        assert await asyncio.wait_for(reader.read(1), 5) == b""
+        assert s.closed_for == {"InvalidRequest": 1}
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request_bytes(18, 3, {}, 7))
+        assert struct.unpack_from(">i", await read_frame(reader))[0] == 7
+        writer.close()
+        await s.stop()
+    asyncio.run(run())
+
+
 def test_a_listener_on_every_interface_answers_ipv4_and_ipv6_at_the_port_it_tells():
     """``listeners=PLAINTEXT://:0``: one port for both address families (each family's own
     free port before, so clients of the other family were refused at the advertised one)."""
