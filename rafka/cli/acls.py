@@ -210,12 +210,11 @@ def _list(admin, args) -> int:
         found += admin.describe_acls(selector)
     by_resource: dict[tuple, list] = {}
     for acl in found:
-        by_resource.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type),
-                               [])
+        entries = by_resource.setdefault(
+            (acl.resource_type, acl.resource_name, acl.pattern_type), [])
         entry = (acl.principal, acl.host, acl.operation, acl.permission)
-        if entry not in by_resource[(acl.resource_type, acl.resource_name,
-                                     acl.pattern_type)]:
-            by_resource[(acl.resource_type, acl.resource_name, acl.pattern_type)].append(entry)
+        if entry not in entries:   # a resource named twice lists its ACLs once
+            entries.append(entry)
     wanted = [principal(p) for p in args.principal]
     for who in wanted or [None]:
         if who is not None:

@@ -83,12 +83,10 @@ def metadata_values(image: Mapping[str, Any], wanted: list[dict] | None, listene
             {"topic_authorized_operations": operations(name)}
         if name in creating:
             error = creating[name] or LeaderNotAvailableError()
-            if error.code != TopicAuthorizationFailedError.code:
-                error_ops = allowed_ops
-            else:   # refused creation: Kafka leaves its operations out
-                error_ops = {}
+            refused = error.code == TopicAuthorizationFailedError.code
+            # A refused creation's operations are left out, as Kafka leaves them.
             topics.append({"error_code": error.code, "name": name, "partitions": [],
-                           "is_internal": False, **error_ops})
+                           "is_internal": False, **({} if refused else allowed_ops)})
             continue
         if name not in topics_image:
             try:

@@ -45,8 +45,6 @@ class ReassignmentApis:
     async def alter(self, request: Request):
         body = request.body
         allow_rf_change = getattr(body, "allow_replication_factor_change", True)
-        ongoing = await self._ongoing(None) \
-            if self.auth.authorize_cluster(request, AclOperation.ALTER) else None
         response: dict[str, Any] = {"throttle_time": 0, "responses": []}
         if request.api_version >= 1:
             response["allow_replication_factor_change"] = allow_rf_change
@@ -56,6 +54,7 @@ class ReassignmentApis:
                 {"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                                  **denied} for p in t.partitions]}
                 for t in body.topics]})
+        ongoing = await self._ongoing(None)
         if isinstance(ongoing, KafkaError):
             return build(response_class(request), {**response, **error_fields(ongoing)})
         image = self.image()
