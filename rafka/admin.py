@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from protocols.errors import (KafkaError, NotControllerError, ResourceNotFoundError,
+from protocols.errors import (ClusterAuthorizationFailedError, KafkaError, NotControllerError, ResourceNotFoundError,
                               UnacceptableCredentialError, UnknownTopicOrPartitionError,
                               UnsupportedSaslMechanismError)
 from protocols.kafka.acl import Acl, AclFilter
@@ -122,12 +122,37 @@ def _raise_if_error(value: Any) -> Any:
 
 
 class Admin:
-    def __init__(self, cluster, timeout_s: float = 60.0):
+    """``config``: Kafka's client settings; its SASL ones (``sasl.mechanism`` with
+    ``sasl.jaas.config``, or ``sasl.username`` and ``sasl.password``) sign in at the Ray door
+    (``rafka/client/ray_door.py``), whose checks the topic, config, SCRAM and ACL requests
+    pass on a cluster with an authorizer."""
+
+    def __init__(self, cluster, config: Mapping[str, Any] | None = None,
+                 timeout_s: float = 60.0):
+        from rafka.client.ray_door import RayDoor
         self.cluster = cluster
         self.timeout_s = timeout_s
+        self.door = RayDoor(cluster, config, timeout_s)
+
+    def close(self) -> None:
+        self.door.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _metadata(self) -> dict:
+        """The controller's metadata image, as this client's principal may see it."""
+        if self.door.guarded:
+            return _raise_if_error(self.door.call("read", "image", []))
+        return self.cluster.metadata()
 
     def _call(self, method: str, *args: Any) -> Any:
         import ray
+        if self.door.guarded:
+            return _raise_if_error(self.door.call("admin", method, list(args)))
         handle = self.cluster.controller()
         try:
             answer = ray.get(getattr(handle, method).remote(*args), timeout=self.timeout_s)
@@ -182,12 +207,12 @@ class Admin:
                 self._wait_for_leaders(name)
 
     def list_topics(self, internal: bool = False) -> list[str]:
-        return sorted(t for t in self.cluster.metadata()["topics"]
+        return sorted(t for t in self._metadata()["topics"]
                       if internal or not t.startswith("__"))
 
     def describe_topics(self, names: Iterable[str] | None = None
                         ) -> dict[str, TopicDescription]:
-        image = self.cluster.metadata()
+        image = self._metadata()
         wanted = list(names) if names is not None else sorted(image["topics"])
         out = {}
         for name in wanted:
@@ -205,7 +230,7 @@ class Admin:
         return list(self._call("describe_topic", name))
 
     def describe_cluster(self) -> ClusterDescription:
-        image = self.cluster.metadata()
+        image = self._metadata()
         return ClusterDescription(sorted(image["brokers"]), image["controller_id"],
                                   image["controller_epoch"])
 
@@ -225,9 +250,14 @@ class Admin:
         ``log.*`` defaults over Kafka's."""
         from storage.config import effective_topic_config
 
-        image = self.cluster.metadata()
+        topics = list(topics)
+        image = self._metadata()
+        refused = (_raise_if_error(self.door.call("read", "config_refusals", topics))
+                   if self.door.guarded else {})
         out = {}
         for name in topics:
+            if name in refused:
+                raise refused[name]
             if name not in image["configs"]:
                 raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
             out[name] = effective_topic_config(image["configs"][name], self.cluster.config)
@@ -270,7 +300,7 @@ class Admin:
                                         ) -> dict[str, list[tuple[str, int]]]:
         """{user: [(mechanism, iterations), ...]} of the users named (every user with a
         credential where none is); a user named without one raises ResourceNotFoundError."""
-        stored = self.cluster.metadata().get("scram_credentials", {})
+        stored = self._cluster_part("scram_credentials")
         names = list(users) if users is not None else sorted(stored)
         for name in names:
             if name not in stored:
@@ -292,7 +322,15 @@ class Admin:
     def describe_acls(self, acl_filter: AclFilter = AclFilter()) -> list[Acl]:
         """The stored ACLs the filter selects (Kafka's describeAcls; the default: all)."""
         from actors.controller.acls import describe, filter_values
-        return describe(self.cluster.metadata().get("acls") or [], filter_values(acl_filter))
+        return describe(self._cluster_part("acls"), filter_values(acl_filter))
+
+    def _cluster_part(self, part: str):
+        """The image's ``acls`` or ``scram_credentials``: left out of it for a principal
+        that may not DESCRIBE the cluster."""
+        image = self._metadata()
+        if part not in image:
+            raise ClusterAuthorizationFailedError("Cluster authorization failed.")
+        return image[part] or ({} if part == "scram_credentials" else [])
 
     def delete_acls(self, filters: Iterable[AclFilter]) -> list[list[Acl]]:
         """Remove the ACLs each filter selects (Kafka's deleteAcls): per filter, the ACLs

@@ -368,9 +368,10 @@ class Cluster:
                                                   f"{timeout_s} s"))
         return _wait(timeout_s, find)
 
-    def admin(self):
+    def admin(self, config: Mapping[str, Any] | None = None):
+        """A ``rafka.Admin``; ``config``: Kafka's client settings (its SASL ones sign in)."""
         from rafka.admin import Admin
-        return Admin(self)
+        return Admin(self, config)
 
     # ---- operating -------------------------------------------------------------------------
     def _any_broker_alive(self) -> bool:

@@ -146,12 +146,19 @@ class BrokerActor:
             # Its hosts share this node's files: fetch answers go from them by sendfile.
             node_id=ray.get_runtime_context().get_node_id(),
             auth=auth)
+        sasl = listener_sasl(b, self.listeners, self._scram)
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"],
-                                          listener_tls(b, self.listeners),
-                                          listener_sasl(b, self.listeners, self._scram),
+                                          listener_tls(b, self.listeners), sasl,
                                           b["connection.failed.authentication.delay.ms"])
+        # rafka's own clients: signed in and checked here (actors/broker/ray_door.py).
+        from actors.broker.ray_door import door_sasl_config
+        from actors.broker.ray_door_apis import RayDoorApis
+        self.ray_door = RayDoorApis(broker_id, door_sasl_config(b, sasl, self._scram), auth,
+                                    admin.controller_call,
+                                    b["connections.max.idle.ms"],
+                                    b["connection.failed.authentication.delay.ms"])
         asyncio.get_running_loop().create_task(self._boot())
 
     def _scram(self, user: str, mechanism: str):
@@ -477,6 +484,22 @@ class BrokerActor:
         if isinstance(answer, TopicAlreadyExistsError):
             return None
         return answer if isinstance(answer, KafkaError) else None
+
+    # ---- the Ray door: rafka's own clients (actors/broker/ray_door.py) ---------------------
+    async def ray_door_authenticate(self, exchange: str | None, mechanism: str,
+                                    token: bytes) -> bytes:
+        return encode(list(await self.ray_door.authenticate(exchange, mechanism, token)))
+
+    async def ray_door_close(self, session: str) -> None:
+        self.ray_door.close(session)
+
+    async def ray_door_admin(self, session: str | None, host: str, method: str,
+                             args: list) -> bytes:
+        return encode(await self.ray_door.admin(session, host, method, args))
+
+    async def ray_door_read(self, session: str | None, host: str, what: str,
+                            args: list) -> bytes:
+        return encode(await self.ray_door.read(session, host, what, args))
 
     # ---- queries ---------------------------------------------------------------------------
     async def metadata(self) -> bytes:

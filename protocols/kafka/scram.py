@@ -132,3 +132,55 @@ class ScramServer:
         self.complete = True
         server_signature = _hmac(self.algorithm, credential_.server_key, auth_message)
         return b"v=" + base64.b64encode(server_signature)
+
+
+class ScramClient:
+    """The client's side of one exchange (Kafka's ScramSaslClient): ``first()``, then
+    ``final(server_first)``, then ``verify(server_final)``; ``client_nonce`` is injected."""
+
+    def __init__(self, mechanism: str, user: str, password: str, client_nonce: str):
+        self.algorithm = MECHANISMS[mechanism][0]
+        self.mechanism = mechanism
+        self.password = password
+        name = user.replace("=", "=3D").replace(",", "=2C")
+        self._first_bare = f"n={name},r={client_nonce}"
+        self._nonce = client_nonce
+        self._auth_message: bytes | None = None
+        self._salted: bytes | None = None
+
+    def first(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode("utf-8", "replace")
+        fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
+        if not fields.get("r", "").startswith(self._nonce) or "s" not in fields \
+                or not fields.get("i", "").isdigit():
+            raise ScramError(f"Invalid SCRAM server first message: {text}")
+        iterations = int(fields["i"])
+        if iterations < MECHANISMS[self.mechanism][1]:
+            raise ScramError(f"Requested iterations {iterations} is less than the minimum "
+                             f"{MECHANISMS[self.mechanism][1]} for {self.mechanism}")
+        self._salted = salted_password(self.mechanism, self.password,
+                                       base64.b64decode(fields["s"]), iterations)
+        without_proof = f"c=biws,r={fields['r']}"
+        self._auth_message = f"{self._first_bare},{text},{without_proof}".encode()
+        client_key = _hmac(self.algorithm, self._salted, b"Client Key")
+        signature = _hmac(self.algorithm, hashlib.new(self.algorithm, client_key).digest(),
+                          self._auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        """Raises ScramError unless the server proved it knows the credential."""
+        if self._auth_message is None or self._salted is None:
+            raise ScramError("SCRAM server final message before the client's final one")
+        expected = _hmac(self.algorithm, _hmac(self.algorithm, self._salted, b"Server Key"),
+                         self._auth_message)
+        text = server_final.decode("utf-8", "replace")
+        try:
+            signature = base64.b64decode(text[2:], validate=True)
+        except ValueError:
+            signature = b""
+        if not text.startswith("v=") or not hmac.compare_digest(signature, expected):
+            raise ScramError(f"Invalid SCRAM server signature: {text}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rafka.cli.args import EXIT_FAILURE, EXIT_USAGE, add_cluster_options, connect_cluster
+from rafka.cli.args import EXIT_FAILURE, EXIT_USAGE, add_cluster_options, admin_of
 from protocols.kafka.acl import (CLUSTER_NAME, WILDCARD, Acl, AclFilter, AclOperation,
                                  AclPermissionType, PatternType, ResourceType)
 
@@ -27,7 +27,7 @@ class UsageError(Exception):
 
 def configure(parser: argparse.ArgumentParser) -> None:
     # kafka-acls.sh's --cluster names the cluster resource.
-    add_cluster_options(parser, name_option="--cluster-name")
+    add_cluster_options(parser, name_option="--cluster-name", command_config=True)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true", help="add ACLs")
     action.add_argument("--remove", action="store_true", help="remove ACLs")
@@ -69,9 +69,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--principal", action="append", default=[],
                         help="--list: only this principal's ACLs; repeatable")
     parser.add_argument("--force", action="store_true", help="--remove without asking")
-    parser.add_argument("--command-config", default=None,
-                        help="accepted for kafka-acls.sh's command lines; rafka's tools "
-                             "reach the cluster through Ray")
 
 
 def operation(name: str) -> AclOperation:
@@ -251,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         action = _add if args.add else _remove if args.remove else _list
         if args.add or args.remove:   # usage errors before reaching the cluster
             resource_entries(args, _pattern_type(args, adding=args.add))
-        return action(connect_cluster(args).admin(), args)
+        return action(admin_of(args), args)
     except UsageError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE

@@ -21,9 +21,15 @@ def positive_int(text: str) -> int:
 
 
 def add_cluster_options(parser: argparse.ArgumentParser,
-                        name_option: str = "--cluster") -> None:
+                        name_option: str = "--cluster", command_config: bool = False) -> None:
     """--cluster (or ``name_option``, where a tool's own --cluster means something else, as
-    kafka-acls.sh's), --bootstrap-server, --address."""
+    kafka-acls.sh's), --bootstrap-server, --address; with ``command_config``, Kafka's
+    --command-config for tools that act as an admin client."""
+    if command_config:
+        parser.add_argument("--command-config", default=None, metavar="FILE",
+                            help="client settings (a properties file, as Kafka's tools take): "
+                                 "its SASL ones (sasl.mechanism, sasl.jaas.config) sign in "
+                                 "at the cluster's Ray door")
     parser.add_argument(name_option, dest="cluster", default=None,
                         help="the rafka cluster's name (default: default, or the cluster "
                              "--bootstrap-server names)")
@@ -44,6 +50,66 @@ def connect_cluster(args: argparse.Namespace):
     ensure_ray(args.address or "auto", log_to_driver=False)
     return rafka.Cluster.connect(args.cluster, address=args.address,
                                  bootstrap_servers=getattr(args, "bootstrap_server", None))
+
+
+def admin_of(args: argparse.Namespace):
+    """A ``rafka.Admin`` of the cluster the options name, signed in with --command-config."""
+    config = read_properties(args.command_config) if args.command_config else None
+    return connect_cluster(args).admin(config)
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file (``key=value`` or ``key: value``; ``#`` and ``!`` comments; a
+    line ending in ``\\`` goes on on the next), as Kafka's tools read --command-config."""
+    from pathlib import Path
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in Path(path).read_text().splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if (len(line) - len(line.rstrip("\\"))) % 2 == 1:   # an odd run: not an escape
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _property(logical)
+        out[key] = value
+        logical = ""
+    if logical:
+        key, value = _property(logical)
+        out[key] = value
+    return out
+
+
+def _property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line) and not (line[i] in "=:" or line[i].isspace()):
+        i += 2 if line[i] == "\\" else 1     # an escaped separator belongs to the key
+    rest = line[i:].lstrip()
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip()
+    return _unescape(line[:i]), _unescape(rest)
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def parse_key_values(pairs: list[str], option: str) -> dict[str, str]:

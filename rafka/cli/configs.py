@@ -13,7 +13,7 @@ import argparse
 import re
 import sys
 
-from rafka.cli.args import EXIT_FAILURE, EXIT_USAGE, add_cluster_options, connect_cluster
+from rafka.cli.args import EXIT_FAILURE, EXIT_USAGE, add_cluster_options, admin_of
 
 DEFAULT_ITERATIONS = 4096   # kafka-configs.sh's, where the value names none (or -1)
 # kafka-configs.sh's reading of a SCRAM value: the password is everything after password=.
@@ -21,7 +21,7 @@ SCRAM_VALUE = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.S)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_cluster_options(parser)
+    add_cluster_options(parser, command_config=True)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="show the entity's configs")
     action.add_argument("--alter", action="store_true", help="change the entity's configs")
@@ -118,7 +118,7 @@ def _topics(admin, args) -> int:
 def run(args: argparse.Namespace) -> int:
     from protocols.errors import KafkaError
     try:
-        admin = connect_cluster(args).admin()
+        admin = admin_of(args)
         return (_users if args.entity_type == "users" else _topics)(admin, args)
     except KafkaError as e:
         print(f"Error: {e.name}: {e}", file=sys.stderr)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rafka.cli.args import add_cluster_options, connect_cluster, parse_key_values
+from rafka.cli.args import add_cluster_options, admin_of, parse_key_values
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    add_cluster_options(parser)
+    add_cluster_options(parser, command_config=True)
     action = parser.add_mutually_exclusive_group(required=True)
     for name in ("create", "list", "describe", "alter", "delete"):
         action.add_argument(f"--{name}", action="store_true", help=f"{name} topics")
@@ -27,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from protocols.errors import KafkaError
 
     try:
-        cluster = connect_cluster(args)
-        admin = cluster.admin()
+        admin = admin_of(args)
         if args.list:
             for name in admin.list_topics(internal=True):
                 print(name)

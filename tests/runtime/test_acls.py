@@ -50,8 +50,19 @@ def make_topics(cluster, *names: str, partitions: int = 2) -> None:
         f.result(30)
 
 
+def door(user: str, mechanism: str = "PLAIN") -> dict:
+    """rafka's own clients' settings for ``user`` (the Ray door's sign-in)."""
+    return {"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": USERS[user]}
+
+
+def rafka_admin(cluster):
+    """rafka.Admin as the super user: the cluster has an authorizer, so rafka's clients too
+    are checked (an anonymous one is User:ANONYMOUS)."""
+    return cluster.admin(door("admin"))
+
+
 def grant(cluster, *acls: Acl) -> None:
-    assert cluster.admin().create_acls(acls) == [None] * len(acls)
+    assert rafka_admin(cluster).create_acls(acls) == [None] * len(acls)
 
 
 def produce(cluster, user: str, topic: str, n: int = 20):
@@ -73,12 +84,20 @@ def rafka_acls(cluster, *args: str) -> str:
     (its --cluster names the cluster resource)."""
     import subprocess
     import sys
+    import tempfile
 
     import ray
-    out = subprocess.run([sys.executable, "-m", "rafka", "acls", "--bootstrap-server",
-                          cluster.listener_addresses("PLAINTEXT"), "--address",
-                          ray.get_runtime_context().gcs_address, *args],
-                         capture_output=True, text=True, timeout=120)
+    with tempfile.NamedTemporaryFile("w", suffix=".properties") as props:
+        # kafka-acls.sh's --command-config, signing in at the Ray door as the super user.
+        props.write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\\n"
+                    f'  required username="admin" password="{USERS["admin"]}";\n')
+        props.flush()
+        out = subprocess.run([sys.executable, "-m", "rafka", "acls", "--bootstrap-server",
+                              cluster.listener_addresses("PLAINTEXT"), "--address",
+                              ray.get_runtime_context().gcs_address, "--command-config",
+                              props.name, *args],
+                             capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -207,12 +226,12 @@ def test_topic_creation_and_config_changes_per_principal(cluster):
     made["alice-events"].result(30)
     with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):
         made["team-events"].result(30)
-    assert "team-events" not in cluster.admin().list_topics()
+    assert "team-events" not in rafka_admin(cluster).list_topics()
 
     change = ConfigResource("topic", "alice-events", set_config={"retention.ms": "60000"})
     for f in alice.alter_configs([change]).values():
         f.result(30)
-    assert cluster.admin().describe_configs(["alice-events"])["alice-events"][
+    assert rafka_admin(cluster).describe_configs(["alice-events"])["alice-events"][
         "retention.ms"] == 60000
     bob = AdminClient(client(cluster, "bob"))
     for f in bob.alter_configs([change]).values():
@@ -221,7 +240,7 @@ def test_topic_creation_and_config_changes_per_principal(cluster):
     # Deleting needs DELETE: refused, and the topic stays.
     with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):
         alice.delete_topics(["alice-events"])["alice-events"].result(30)
-    assert "alice-events" in cluster.admin().list_topics()
+    assert "alice-events" in rafka_admin(cluster).list_topics()
     # DescribeConfigs needs DESCRIBE_CONFIGS, which ALTER_CONFIGS implies.
     described = alice.describe_configs([ConfigResource("topic", "alice-events")])
     assert list(described.values())[0].result(30)["retention.ms"].value == "60000"
@@ -273,4 +292,64 @@ def test_acl_administration_needs_alter_on_the_cluster(cluster, tmp_path):
         RT.TOPIC, "x", ResourcePatternType.LITERAL, None, None, Op.ANY, Perm.ANY)])
     assert list(deleted.values())[0].result(30) == [binding]
     assert Acl(TOPIC, "x", LITERAL, "User:bob", "*", AclOperation.READ, ALLOW) not in \
-        cluster.admin().describe_acls(AclFilter(TOPIC))
+        rafka_admin(cluster).describe_acls(AclFilter(TOPIC))
+
+
+# ---- the Ray door: rafka's own clients (issue 43, step 4) --------------------------------
+def test_rafka_admin_signs_in_at_the_ray_door_and_is_checked_as_its_principal(cluster):
+    """rafka.Admin reaches the cluster through Ray, not a listener; with an authorizer on,
+    it proves its user with the listener's SASL exchange (PLAIN, or SCRAM against the
+    cluster's credentials) and each request is checked as Kafka checks the same one."""
+    from protocols.errors import (ClusterAuthorizationFailedError, SaslAuthenticationError,
+                                  TopicAuthorizationFailedError)
+    from rafka import NewTopic
+
+    root = rafka_admin(cluster)
+    root.create_topics([NewTopic("door-ledger", 1, 2)])
+    # No credentials: User:ANONYMOUS, whom no ACL names.
+    anonymous = cluster.admin()
+    assert "door-ledger" not in anonymous.list_topics()
+    with pytest.raises(TopicAuthorizationFailedError):
+        anonymous.create_topics([NewTopic("door-anonymous", 1, 1)])
+    with pytest.raises(TopicAuthorizationFailedError):
+        anonymous.delete_topics(["door-ledger"])
+    with pytest.raises(ClusterAuthorizationFailedError):
+        anonymous.describe_acls()
+    # A wrong password is refused, with the listener's message.
+    with pytest.raises(SaslAuthenticationError, match="Invalid username or password"):
+        cluster.admin({**door("bob"), "sasl.password": "guess"}).list_topics()
+
+    # A SCRAM user, made by the super user, signs in with Kafka's JAAS form.
+    assert root.alter_user_scram_credentials(
+        [("dora", "SCRAM-SHA-512", "dora-secret", 4096)]) == {"dora": None}
+    dora = cluster.admin({
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                            'required username="dora" password="dora-secret";'})
+    assert "door-ledger" not in dora.list_topics()
+    with pytest.raises(TopicAuthorizationFailedError):
+        dora.describe_configs(["door-ledger"])
+    grant(cluster,
+          Acl(TOPIC, "door-", PREFIXED, "User:dora", "*", AclOperation.DESCRIBE, ALLOW),
+          Acl(TOPIC, "door-dora-", PREFIXED, "User:dora", "*", AclOperation.CREATE, ALLOW),
+          Acl(TOPIC, "door-dora-", PREFIXED, "User:dora", "*", AclOperation.ALTER_CONFIGS,
+              ALLOW))
+    wait_until(lambda: "door-ledger" in dora.list_topics(), 30, "dora's grant at the broker")
+    assert dora.describe_topics(["door-ledger"])["door-ledger"].partitions
+    dora.create_topics([NewTopic("door-dora-events", 1, 1)])
+    dora.alter_configs({"door-dora-events": {"retention.ms": 60_000}})
+    assert dora.describe_configs(["door-dora-events"])["door-dora-events"][
+        "retention.ms"] == 60_000
+    with pytest.raises(TopicAuthorizationFailedError):
+        dora.create_topics([NewTopic("door-ledger-2", 1, 1)])
+    with pytest.raises(TopicAuthorizationFailedError):
+        dora.alter_configs({"door-ledger": {"retention.ms": 60_000}})
+    with pytest.raises(TopicAuthorizationFailedError):
+        dora.delete_topics(["door-ledger"])
+    with pytest.raises(ClusterAuthorizationFailedError):
+        dora.create_acls([Acl(TOPIC, "door-ledger", LITERAL, "User:dora", "*",
+                              AclOperation.ALL, ALLOW)])
+    assert "door-ledger" in root.list_topics()
+    # The super user's session is a session like any other: closed, it signs in again.
+    root.close()
+    assert "door-ledger" in root.list_topics()

@@ -90,3 +90,29 @@ def test_delegation_tokens_are_refused_and_the_nonce_must_be_the_servers_whole()
     server.client_first(b"n,,n=user,r=ab")
     with pytest.raises(ScramError, match="Invalid client nonce"):
         server.client_final(f"c=biws,r=ab{SERVER_NONCE}x,p=AAAA".encode())
+
+
+def test_the_client_side_of_rfc_7677_example():
+    """rafka's own clients (the Ray door) sign in with ScramClient: RFC 7677's client
+    messages byte for byte, and the server's signature checked."""
+    from protocols.kafka.scram import ScramClient
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", "rOprNGfwEbeRWgbNEkqO")
+    assert client.first() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    server = rfc7677_server()
+    final = client.final(server.client_first(client.first()))
+    assert final == (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                     b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    client.verify(server.client_final(final))
+    with pytest.raises(ScramError, match="server signature"):
+        client.verify(b"v=7rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
+
+
+@pytest.mark.parametrize("server_first, error", [
+    (b"r=someone-else,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", "server first"),
+    (b"r=rOprNGfwEbeRWgbNEkqOxyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=1024", "minimum 4096"),
+])
+def test_the_client_refuses_a_server_first_message(server_first, error):
+    from protocols.kafka.scram import ScramClient
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", "rOprNGfwEbeRWgbNEkqO")
+    with pytest.raises(ScramError, match=error):
+        client.final(server_first)

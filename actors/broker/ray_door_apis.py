@@ -1,0 +1,112 @@
+"""The broker's side of the Ray door (``actors.broker.ray_door``): rafka's own clients sign in
+here over Ray calls and pass their Admin requests through here, checked as the listeners
+check Kafka's. The decisions are in ``ray_door``; this shell keeps the sessions, waits the
+failed-authentication delay, and calls the controller."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from actors.broker.ray_door import (RayDoorSessions, admin_refusal, config_refusals,
+                                    visible_image)
+from protocols.errors import KafkaError, SaslAuthenticationError
+from protocols.kafka.acl import AclOperation, ResourceType
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DoorCaller:
+    """What AuthHelper asks of a request: who, and from where (the client's node address,
+    as the client gives it: Ray does not tell the callee who called)."""
+    principal: str
+    host: str
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RayDoorApis:
+    def __init__(self, broker_id: int, sasl_config: Any, auth: Any,
+                 controller_call: Callable[..., Awaitable[Any]],
+                 idle_ms: int, failed_delay_ms: int, now_ms: Callable[[], int] = _now_ms):
+        self.broker_id = broker_id
+        self.sasl_config = sasl_config
+        self.auth = auth
+        self.controller_call = controller_call
+        self.failed_delay_s = failed_delay_ms / 1000
+        self.now_ms = now_ms
+        self.sessions = RayDoorSessions(idle_ms)
+
+    async def authenticate(self, exchange: str | None, mechanism: str, token: bytes
+                           ) -> tuple[str | None, bytes, str | None, KafkaError | None]:
+        """One step of a SASL exchange: (the exchange's id, the server's bytes, the session
+        once complete, the error that ended it)."""
+        from protocols.kafka.sasl import SaslServer
+        now = self.now_ms()
+        if exchange is None:
+            server = SaslServer(self.sasl_config)
+            outcome = server.handshake(mechanism)
+            if outcome.error is not None:
+                return None, b"", None, outcome.error
+            exchange = self.sessions.begin(server, now)
+        else:
+            server = self.sessions.exchange(exchange, now)
+            if server is None:
+                return None, b"", None, SaslAuthenticationError(
+                    "Ray door authentication unknown or idle too long: start again")
+        outcome = server.authenticate(bytes(token))
+        if outcome.error is not None:
+            self.sessions.finish(exchange)
+            log.info("broker %d: Ray door authentication failed (%s): %s", self.broker_id,
+                     mechanism, outcome.error)
+            # connection.failed.authentication.delay.ms, as a listener delays its close.
+            await asyncio.sleep(self.failed_delay_s)
+            return None, b"", None, outcome.error
+        if not server.complete:
+            return exchange, outcome.auth_bytes, None, None
+        self.sessions.finish(exchange)
+        session = self.sessions.open(server.principal, server.lifetime_ms, now)
+        return None, outcome.auth_bytes, session, None
+
+    def close(self, session: str) -> None:
+        self.sessions.close(session)
+
+    def _authorize(self, session: str | None, host: str):
+        """The check of one request's principal: ``(op, resource type, name) -> bool``."""
+        caller = DoorCaller(self.sessions.principal(session, self.now_ms()), host)
+
+        def authorize(operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+            return self.auth.authorize(caller, operation, resource_type, name)
+        return authorize
+
+    async def admin(self, session: str | None, host: str, method: str, args: list) -> Any:
+        """The controller's answer to ``method(*args)``, or why it was refused."""
+        try:
+            refusal = admin_refusal(self._authorize(session, host), method, args)
+        except KafkaError as e:
+            return e
+        if refusal is not None:
+            return refusal
+        return await self.controller_call(method, *args)
+
+    async def read(self, session: str | None, host: str, what: str, args: list) -> Any:
+        """What rafka.Admin reads from the metadata, as the principal may see it: ``image``
+        (the controller's, as rafka.Admin reads it without the door: topics it may DESCRIBE;
+        the ACLs and SCRAM users with DESCRIBE on the cluster), or ``config_refusals`` for
+        topics (those it may not DESCRIBE_CONFIGS)."""
+        try:
+            authorize = self._authorize(session, host)
+        except KafkaError as e:
+            return e
+        if what == "image":
+            image = await self.controller_call("metadata")
+            return image if isinstance(image, KafkaError) else visible_image(image, authorize)
+        if what == "config_refusals":
+            return config_refusals(authorize, args)
+        from protocols.errors import InvalidRequestError
+        return InvalidRequestError(f"nothing called {what} is read through the Ray door")

@@ -1,0 +1,176 @@
+"""rafka's own clients at the Ray door (``actors/broker/ray_door.py``): who they are, proven
+to a broker with Kafka's SASL settings, and their requests passed through that broker's
+checks.
+
+Credentials, as a Kafka client takes them (either form):
+
+    sasl.mechanism=SCRAM-SHA-512            (or SCRAM-SHA-256, PLAIN)
+    sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\
+        username="alice" password="alice-secret";
+    # or librdkafka's: sasl.username=alice  sasl.password=alice-secret
+
+A cluster with an authorizer (``authorizer.class.name``) is guarded: every client goes
+through the door, as ``User:ANONYMOUS`` without credentials. Credentials given to a client
+of a cluster without one are still checked (a wrong password is refused).
+"""
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from protocols.errors import InvalidConfigError, SaslAuthenticationError
+
+MECHANISM_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True)
+class Credentials:
+    mechanism: str
+    username: str
+    password: str = field(repr=False)
+
+
+def credentials(config: Mapping[str, Any] | None) -> Credentials | None:
+    """The user a client's config names (``sasl.jaas.config``, or ``sasl.username`` and
+    ``sasl.password``), with ``sasl.mechanism``; None when it names none."""
+    config = config or {}
+    jaas, user = config.get("sasl.jaas.config"), config.get("sasl.username")
+    if jaas is None and user is None:
+        return None
+    mechanism = str(config.get("sasl.mechanism", "")).upper()
+    if mechanism not in MECHANISM_MODULES:
+        raise InvalidConfigError(
+            f"sasl.mechanism {config.get('sasl.mechanism')!r} is not one rafka's clients "
+            f"sign in with ({', '.join(MECHANISM_MODULES)})")
+    if jaas is not None:
+        from protocols.kafka.jaas import JaasConfigError, parse_jaas_config
+        text = getattr(jaas, "value", jaas)    # a protocols.config Password, or a str
+        try:
+            modules = parse_jaas_config(str(text))
+        except JaasConfigError as e:
+            raise InvalidConfigError(f"sasl.jaas.config: {e}") from None
+        module = modules[0]
+        if module.name != MECHANISM_MODULES[mechanism]:
+            raise InvalidConfigError(f"sasl.jaas.config names {module.name}; sasl.mechanism "
+                                     f"{mechanism} needs {MECHANISM_MODULES[mechanism]}")
+        user, password = module.options.get("username"), module.options.get("password")
+    else:
+        password = config.get("sasl.password")
+        password = getattr(password, "value", password)
+    if not user or password is None:
+        raise InvalidConfigError("sasl.jaas.config (or sasl.username) needs both a username "
+                                 "and a password")
+    return Credentials(mechanism, str(user), str(password))
+
+
+def sign_in(broker, creds: Credentials, timeout_s: float) -> str:
+    """A session at ``broker`` (an actor handle) for ``creds``: the SASL exchange, one Ray
+    call per step; raises SaslAuthenticationError (or the broker's error) on refusal."""
+    import ray
+
+    from protocols.kafka.scram import ScramClient, ScramError
+    from protocols.wire import decode
+
+    def step(exchange, token: bytes):
+        exchange, answer, session, error = decode(ray.get(
+            broker.ray_door_authenticate.remote(exchange, creds.mechanism, token),
+            timeout=timeout_s))
+        if error is not None:
+            raise error
+        return exchange, bytes(answer), session
+
+    if creds.mechanism == "PLAIN":
+        _, _, session = step(None, f"\0{creds.username}\0{creds.password}".encode())
+        return session
+    client = ScramClient(creds.mechanism, creds.username, creds.password,
+                         secrets.token_urlsafe(24))
+    try:
+        exchange, server_first, _ = step(None, client.first())
+        _, server_final, session = step(exchange, client.final(server_first))
+        client.verify(server_final)
+    except ScramError as e:
+        raise SaslAuthenticationError(str(e)) from None
+    return session
+
+
+class RayDoor:
+    """One client's way in: its principal's session at one broker, signed in on first use
+    and again when the session is gone (idle, expired, the broker restarted)."""
+
+    def __init__(self, cluster, config: Mapping[str, Any] | None = None,
+                 timeout_s: float = 60.0):
+        self.cluster = cluster
+        self.credentials = credentials(config)
+        self.timeout_s = timeout_s
+        self.guarded = (self.credentials is not None
+                        or bool(cluster.config.get("authorizer.class.name")))
+        self._lock = threading.Lock()
+        self._broker = None
+        self._session: str | None = None
+        self._host: str | None = None
+
+    def _signed_in(self) -> tuple[Any, str | None]:
+        """(the broker, the session), signing in at the first broker that answers."""
+        with self._lock:
+            if self._broker is not None:
+                return self._broker, self._session
+            import ray
+            error: BaseException | None = None
+            for broker_id in sorted(self.cluster.broker_nodes):
+                broker = self.cluster.broker(broker_id)
+                try:
+                    session = (None if self.credentials is None else
+                               sign_in(broker, self.credentials, self.timeout_s))
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                    error = e
+                    continue
+                if self._host is None:
+                    self._host = ray.util.get_node_ip_address()
+                self._broker, self._session = broker, session
+                return broker, session
+            from protocols.errors import BrokerNotAvailableError
+            raise BrokerNotAvailableError(f"No broker answered to sign in: {error!r}")
+
+    def _forget(self, session: str | None) -> None:
+        with self._lock:
+            if self._session == session:
+                self._broker, self._session = None, None
+
+    def call(self, method: str, *args: Any) -> Any:
+        """The broker's decoded answer to ``ray_door_<method>(session, host, *args)``,
+        signing in again once when the session is gone."""
+        import ray
+
+        from protocols.wire import decode
+        for attempt in (0, 1):
+            broker, session = self._signed_in()
+            try:
+                answer = decode(ray.get(getattr(broker, f"ray_door_{method}").remote(
+                    session, self._host, *args), timeout=self.timeout_s))
+            except ray.exceptions.RayActorError as e:
+                self._forget(session)
+                from protocols.errors import NotControllerError
+                raise NotControllerError(f"The broker changed while handling {args[0]}; "
+                                         f"retry ({type(e).__name__})") from None
+            if isinstance(answer, SaslAuthenticationError) and session is not None \
+                    and attempt == 0:
+                self._forget(session)
+                continue
+            return answer
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            broker, session = self._broker, self._session
+            self._broker, self._session = None, None
+        if broker is not None and session is not None:
+            try:
+                broker.ray_door_close.remote(session)
+            except Exception:   # the broker is gone, and the session with it
+                pass

@@ -1,0 +1,158 @@
+"""The Ray door's decisions (``actors.broker.ray_door``): sessions and their ends, what each
+Admin request needs (Kafka's checks for the same request), and what of the metadata a
+principal sees."""
+import itertools
+
+import pytest
+
+from actors.broker.ray_door import (ANONYMOUS, RayDoorSessions, admin_refusal,
+                                    config_refusals, door_sasl_config, visible_image)
+from protocols.errors import (ClusterAuthorizationFailedError, InvalidRequestError,
+                              SaslAuthenticationError, TopicAuthorizationFailedError)
+from protocols.kafka.acl import CLUSTER_NAME, AclOperation, ResourceType
+from protocols.kafka.sasl import SaslConfig
+
+IDLE_MS = 600_000
+
+
+def sessions(**kw) -> RayDoorSessions:
+    ids = (f"id-{n}" for n in itertools.count())
+    return RayDoorSessions(IDLE_MS, lambda: next(ids), **kw)
+
+
+def test_no_session_is_user_anonymous_as_on_a_plaintext_listener():
+    assert sessions().principal(None, 0) == ANONYMOUS == "User:ANONYMOUS"
+
+
+def test_a_session_names_its_principal_until_idle_for_connections_max_idle_ms():
+    door = sessions()
+    session = door.open("User:alice", 0, now_ms=1_000)
+    assert door.principal(session, 1_000 + IDLE_MS) == "User:alice"    # used: idle again
+    assert door.principal(session, 1_000 + 2 * IDLE_MS) == "User:alice"
+    with pytest.raises(SaslAuthenticationError, match="authenticate again"):
+        door.principal(session, 1_001 + 3 * IDLE_MS)
+    with pytest.raises(SaslAuthenticationError):       # and it is gone for good
+        door.principal(session, 0)
+
+
+def test_a_session_ends_at_its_connections_max_reauth_ms_however_busy():
+    door = sessions()
+    session = door.open("User:alice", 5_000, now_ms=0)
+    assert door.principal(session, 4_999) == "User:alice"
+    with pytest.raises(SaslAuthenticationError):
+        door.principal(session, 5_000)
+
+
+def test_unknown_and_closed_sessions_are_refused():
+    door = sessions()
+    with pytest.raises(SaslAuthenticationError):
+        door.principal("guessed", 0)
+    session = door.open("User:alice", 0, 0)
+    door.close(session)
+    with pytest.raises(SaslAuthenticationError):
+        door.principal(session, 0)
+
+
+def test_the_least_recently_used_session_goes_first_beyond_the_limit():
+    door = sessions(max_sessions=2)
+    a, b = door.open("User:a", 0, 0), door.open("User:b", 0, 0)
+    door.principal(a, 1)                                  # a used: b is older now
+    c = door.open("User:c", 0, 2)
+    assert door.principal(a, 3) == "User:a" and door.principal(c, 3) == "User:c"
+    with pytest.raises(SaslAuthenticationError):
+        door.principal(b, 3)
+
+
+def test_an_exchange_is_kept_between_steps_until_idle():
+    door = sessions()
+    server = object()
+    exchange = door.begin(server, 0)
+    assert door.exchange(exchange, IDLE_MS) is server
+    assert door.exchange(exchange, 2 * IDLE_MS + 1) is None
+    exchange = door.begin(server, 0)
+    door.finish(exchange)
+    assert door.exchange(exchange, 0) is None
+
+
+def allowing(*grants):
+    """An authorize function allowing exactly ``(operation, resource type, name)``."""
+    return lambda op, rt, name: (op, rt, name) in grants
+
+
+TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
+
+
+@pytest.mark.parametrize("grants, refused", [
+    ((), TopicAuthorizationFailedError),
+    (((AclOperation.CREATE, TOPIC, "t"),), None),
+    (((AclOperation.CREATE, CLUSTER, CLUSTER_NAME),), None),
+    (((AclOperation.CREATE, TOPIC, "other"),), TopicAuthorizationFailedError),
+])
+def test_create_topics_needs_create_on_the_cluster_or_the_topic(grants, refused):
+    error = admin_refusal(allowing(*grants), "create_topic", ["t", 1, 1, {}, None])
+    assert error is None if refused is None else isinstance(error, refused)
+
+
+@pytest.mark.parametrize("method, args, needs, error", [
+    ("delete_topic", ["t"], (AclOperation.DELETE, TOPIC, "t"), TopicAuthorizationFailedError),
+    ("create_partitions", ["t", 3, None], (AclOperation.ALTER, TOPIC, "t"),
+     TopicAuthorizationFailedError),
+    ("alter_topic_config", ["t", {}], (AclOperation.ALTER_CONFIGS, TOPIC, "t"),
+     TopicAuthorizationFailedError),
+    ("describe_topic", ["t"], (AclOperation.DESCRIBE, TOPIC, "t"),
+     TopicAuthorizationFailedError),
+    ("reassign_partitions", [{}], (AclOperation.ALTER, CLUSTER, CLUSTER_NAME),
+     ClusterAuthorizationFailedError),
+    ("elect_preferred_leaders", [None], (AclOperation.ALTER, CLUSTER, CLUSTER_NAME),
+     ClusterAuthorizationFailedError),
+    ("alter_user_scram_credentials", [[], []], (AclOperation.ALTER, CLUSTER, CLUSTER_NAME),
+     ClusterAuthorizationFailedError),
+    ("create_acls", [[]], (AclOperation.ALTER, CLUSTER, CLUSTER_NAME),
+     ClusterAuthorizationFailedError),
+    ("delete_acls", [[]], (AclOperation.ALTER, CLUSTER, CLUSTER_NAME),
+     ClusterAuthorizationFailedError),
+])
+def test_each_admin_request_needs_what_kafka_checks_for_it(method, args, needs, error):
+    assert isinstance(admin_refusal(allowing(), method, args), error)
+    assert admin_refusal(allowing(needs), method, args) is None
+
+
+def test_the_door_passes_on_only_the_requests_rafka_admin_makes():
+    everything = lambda *_: True   # noqa: E731
+    assert isinstance(admin_refusal(everything, "register_broker", [1]), InvalidRequestError)
+
+
+IMAGE = {"topics": {"seen": {0: {}}, "hidden": {0: {}}},
+         "configs": {"seen": {}, "hidden": {"retention.ms": 1}},
+         "topic_ids": {"seen": "a", "hidden": "b"}, "brokers": {1: {}},
+         "acls": [["x"]], "scram_credentials": {"u": {}}}
+
+
+def test_a_principal_sees_the_topics_it_may_describe_and_the_acls_with_describe_on_the_cluster():
+    seen = visible_image(IMAGE, allowing((AclOperation.DESCRIBE, TOPIC, "seen")))
+    assert set(seen["topics"]) == set(seen["configs"]) == set(seen["topic_ids"]) == {"seen"}
+    assert seen["brokers"] == IMAGE["brokers"]
+    assert "acls" not in seen and "scram_credentials" not in seen
+    operator = visible_image(IMAGE, allowing((AclOperation.DESCRIBE, CLUSTER, CLUSTER_NAME)))
+    assert operator["topics"] == {} and operator["acls"] == IMAGE["acls"]
+    assert operator["scram_credentials"] == IMAGE["scram_credentials"]
+
+
+def test_describe_configs_needs_describe_configs_on_each_topic():
+    refused = config_refusals(allowing((AclOperation.DESCRIBE_CONFIGS, TOPIC, "a")), ["a", "b"])
+    assert list(refused) == ["b"] and isinstance(refused["b"], TopicAuthorizationFailedError)
+
+
+BROKER = {"connections.max.reauth.ms": 0, "sasl.server.max.receive.size": 524_288}
+
+
+def test_the_door_signs_in_scram_users_and_the_sasl_listeners_plain_users():
+    listeners = {"INTERNAL": SaslConfig(("PLAIN",), {"alice": "a1", "bob": "b1"}),
+                 "EXTERNAL": SaslConfig(("PLAIN",), {"alice": "a2", "carol": "c2"})}
+    config = door_sasl_config(BROKER, listeners, None)
+    assert config.mechanisms == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    # A user several listeners name: the first listener's password.
+    assert config.plain_users == {"alice": "a1", "bob": "b1", "carol": "c2"}
+    assert door_sasl_config(BROKER, {}, None).mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512")
+    reauth = door_sasl_config({**BROKER, "connections.max.reauth.ms": 3_600_000}, {}, None)
+    assert set(reauth.reauth_ms.values()) == {3_600_000}
