@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 from protocols.errors import (ClusterAuthorizationFailedError, KafkaError, NotControllerError, ResourceNotFoundError,
                               UnacceptableCredentialError, UnknownTopicOrPartitionError,
                               UnsupportedSaslMechanismError)
-from protocols.kafka.acl import Acl, AclFilter
+from protocols.kafka.acl import Acl, AclFilter, AclOperation
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from protocols.wire import decode
@@ -149,6 +149,15 @@ class Admin:
             return _raise_if_error(self.door.call("read", "image", []))
         return self.cluster.metadata()
 
+    def _topic_refusals(self, operation: AclOperation, topics: list[str]
+                        ) -> dict[str, KafkaError]:
+        """TOPIC_AUTHORIZATION_FAILED for the topics this client's principal may not do
+        ``operation`` on (none without the door): checked before whether they exist."""
+        if not self.door.guarded:
+            return {}
+        return _raise_if_error(self.door.call("read", "topic_refusals",
+                                              [int(operation), topics]))
+
     def _call(self, method: str, *args: Any) -> Any:
         import ray
         if self.door.guarded:
@@ -214,8 +223,11 @@ class Admin:
                         ) -> dict[str, TopicDescription]:
         image = self._metadata()
         wanted = list(names) if names is not None else sorted(image["topics"])
+        refused = self._topic_refusals(AclOperation.DESCRIBE, wanted)
         out = {}
         for name in wanted:
+            if name in refused:
+                raise refused[name]
             partitions = image["topics"].get(name)
             if partitions is None:
                 raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist")
@@ -252,8 +264,7 @@ class Admin:
 
         topics = list(topics)
         image = self._metadata()
-        refused = (_raise_if_error(self.door.call("read", "config_refusals", topics))
-                   if self.door.guarded else {})
+        refused = self._topic_refusals(AclOperation.DESCRIBE_CONFIGS, topics)
         out = {}
         for name in topics:
             if name in refused:
@@ -300,14 +311,13 @@ class Admin:
                                         ) -> dict[str, list[tuple[str, int]]]:
         """{user: [(mechanism, iterations), ...]} of the users named (every user with a
         credential where none is); a user named without one raises ResourceNotFoundError."""
-        stored = self._cluster_part("scram_credentials")
+        stored = self._cluster_part("scram_users")
         names = list(users) if users is not None else sorted(stored)
         for name in names:
             if name not in stored:
                 raise ResourceNotFoundError("Attempt to describe a user credential that does "
                                             f"not exist: {name}")
-        return {name: [(m, entry[3]) for m, entry in sorted(stored[name].items())]
-                for name in names}
+        return {name: sorted(stored[name].items()) for name in names}
 
     # ---- ACLs ------------------------------------------------------------------------------
     def create_acls(self, acls: Iterable[Acl]) -> list[KafkaError | None]:
@@ -325,12 +335,15 @@ class Admin:
         return describe(self._cluster_part("acls"), filter_values(acl_filter))
 
     def _cluster_part(self, part: str):
-        """The image's ``acls`` or ``scram_credentials``: left out of it for a principal
-        that may not DESCRIBE the cluster."""
+        """The image's ``acls`` or ``scram_users`` (each user's mechanisms and iterations):
+        left out of the door's image for a principal that may not DESCRIBE the cluster."""
         image = self._metadata()
+        if not self.door.guarded:
+            from actors.controller.scram_credentials import iterations_of
+            image = dict(image, scram_users=iterations_of(image.get("scram_credentials")))
         if part not in image:
             raise ClusterAuthorizationFailedError("Cluster authorization failed.")
-        return image[part] or ({} if part == "scram_credentials" else [])
+        return image[part] or ({} if part == "scram_users" else [])
 
     def delete_acls(self, filters: Iterable[AclFilter]) -> list[list[Acl]]:
         """Remove the ACLs each filter selects (Kafka's deleteAcls): per filter, the ACLs
@@ -363,7 +376,7 @@ class Admin:
         # again; an unknown partition fails at once, as Kafka's admin client fails it.
         found = list_offsets(ClientMetadata(self.cluster), wanted, self.timeout_s,
                              backoff_s=0.05, unknown_fails=True,
-                             isolation_level=ISOLATION_LEVELS[isolation_level])
+                             isolation_level=ISOLATION_LEVELS[isolation_level], door=self.door)
         return {tp: ListOffsetsResult(*found[tp]) for tp in wanted}
 
     # ---- consumer groups -------------------------------------------------------------------

@@ -306,6 +306,9 @@ class BrokerActor:
                 raise BrokerNotAvailableError(f"Broker {self.broker_id} is shutting down")
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
+            if work.acls is not None:
+                acls = work.acls
+                await replicas.on_every_host(lambda host: host.set_acls.remote(acls))
             if work.leader_and_isr:
                 await self._become(work.leader_and_isr)
             if work.stops:
@@ -500,6 +503,13 @@ class BrokerActor:
     async def ray_door_read(self, session: str | None, host: str, what: str,
                             args: list) -> bytes:
         return encode(await self.ray_door.read(session, host, what, args))
+
+    async def ray_door_admit(self, session: str | None, host: str, replica_host) -> bytes:
+        return encode(await self.ray_door.admit(session, host, replica_host))
+
+    async def ray_door_list_offsets(self, session: str | None, host: str, replica_host,
+                                    requests: list) -> bytes:
+        return encode(await self.ray_door.list_offsets(session, host, replica_host, requests))
 
     # ---- queries ---------------------------------------------------------------------------
     async def metadata(self) -> bytes:

@@ -29,6 +29,14 @@ MAX_SESSIONS = 10_000
 Authorize = Callable[[AclOperation, ResourceType, str], bool]
 
 
+@dataclass(frozen=True)
+class Access:
+    """One request's principal's rights: ``authorize``, and Kafka's authorizeByResourceType
+    (may it do the operation on some resource of the type)."""
+    authorize: Authorize
+    by_resource_type: Callable[[AclOperation, ResourceType], bool]
+
+
 def session_unknown() -> SaslAuthenticationError:
     return SaslAuthenticationError("Ray door session unknown or expired: authenticate again")
 
@@ -111,30 +119,50 @@ def _cluster_denied() -> KafkaError:
 
 
 def _on_topic(operation: AclOperation):
-    def check(authorize: Authorize, name: str, *_args: Any) -> KafkaError | None:
-        return None if authorize(operation, ResourceType.TOPIC, name) else _topic_denied()
+    def check(access: Access, name: str, *_args: Any) -> KafkaError | None:
+        return None if access.authorize(operation, ResourceType.TOPIC, name) \
+            else _topic_denied()
     return check
 
 
 def _on_cluster(operation: AclOperation):
-    def check(authorize: Authorize, *_args: Any) -> KafkaError | None:
-        return None if authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME) \
+    def check(access: Access, *_args: Any) -> KafkaError | None:
+        return None if access.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME) \
             else _cluster_denied()
     return check
 
 
-def _create_topic(authorize: Authorize, name: str, *_args: Any) -> KafkaError | None:
+def _create_topic(access: Access, name: str, *_args: Any) -> KafkaError | None:
     # CreateTopics: CREATE on the cluster, else on the topic.
-    if authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) \
-            or authorize(AclOperation.CREATE, ResourceType.TOPIC, name):
+    if access.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) \
+            or access.authorize(AclOperation.CREATE, ResourceType.TOPIC, name):
         return None
     return _topic_denied()
 
 
-# The controller's methods rafka.Admin calls, and the check Kafka makes for the request.
-ADMIN_CHECKS: Mapping[str, Callable[..., KafkaError | None]] = {
+def _delete_topic(access: Access, name: str, *_args: Any) -> KafkaError | None:
+    # DeleteTopics: DELETE on the cluster, or DESCRIBE and DELETE on the topic.
+    if access.authorize(AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME) or (
+            access.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+            and access.authorize(AclOperation.DELETE, ResourceType.TOPIC, name)):
+        return None
+    return _topic_denied()
+
+
+def _init_producer_id(access: Access, *_args: Any) -> KafkaError | None:
+    # An idempotent producer's InitProducerId (no transactional id): IDEMPOTENT_WRITE on
+    # the cluster, or WRITE on some topic (KIP-679).
+    if access.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) \
+            or access.by_resource_type(AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return _cluster_denied()
+
+
+# The controller's methods rafka's clients call, and the check Kafka makes for the request.
+CONTROLLER_CHECKS: Mapping[str, Callable[..., KafkaError | None]] = {
+    "init_producer_id": _init_producer_id,
     "create_topic": _create_topic,
-    "delete_topic": _on_topic(AclOperation.DELETE),
+    "delete_topic": _delete_topic,
     "create_partitions": _on_topic(AclOperation.ALTER),
     "alter_topic_config": _on_topic(AclOperation.ALTER_CONFIGS),
     "describe_topic": _on_topic(AclOperation.DESCRIBE),
@@ -146,38 +174,46 @@ ADMIN_CHECKS: Mapping[str, Callable[..., KafkaError | None]] = {
 }
 
 
-def admin_refusal(authorize: Authorize, method: str, args: Iterable[Any]) -> KafkaError | None:
-    """Why ``method(*args)`` is refused, or None; a method the door does not pass on is an
-    InvalidRequestError."""
-    check = ADMIN_CHECKS.get(method)
+def controller_refusal(access: Access, method: str, args: Iterable[Any]
+                       ) -> KafkaError | None:
+    """Why the controller's ``method(*args)`` is refused, or None; a method the door does not
+    pass on is an InvalidRequestError."""
+    check = CONTROLLER_CHECKS.get(method)
     if check is None:
         from protocols.errors import InvalidRequestError
-        return InvalidRequestError(f"{method} is not a request rafka's Admin makes")
-    return check(authorize, *args)
-
-
-# Parts of the metadata image only a principal that may DESCRIBE the cluster reads.
-CLUSTER_PARTS = ("acls", "scram_credentials")
+        return InvalidRequestError(f"{method} is not a request rafka's clients make")
+    return check(access, *args)
 
 
 def visible_image(image: Mapping[str, Any], authorize: Authorize) -> dict:
-    """The metadata image as the principal may see it: only the topics it may DESCRIBE (as
-    Metadata answers), and the ACLs and SCRAM users only with DESCRIBE on the cluster."""
-    topics = {name for name in image.get("topics", {})
-              if authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)}
-    out = {k: v for k, v in image.items() if k not in CLUSTER_PARTS}
-    for part in ("topics", "configs", "topic_ids", "topic_configs"):
+    """The metadata image as the principal may see it: the topics it may DESCRIBE (as
+    Metadata answers), the configs of those it may DESCRIBE_CONFIGS, and with DESCRIBE on
+    the cluster the ACLs and the SCRAM users' mechanisms and iterations (``scram_users``;
+    the salts and keys never leave the broker)."""
+    def allowed(operation: AclOperation) -> set[str]:
+        return {name for name in image.get("topics", {})
+                if authorize(operation, ResourceType.TOPIC, name)}
+    described, configured = allowed(AclOperation.DESCRIBE), allowed(
+        AclOperation.DESCRIBE_CONFIGS)
+    out = {k: v for k, v in image.items() if k not in ("acls", "scram_credentials")}
+    for part, names in (("topics", described), ("topic_ids", described),
+                        ("configs", configured), ("topic_configs", configured)):
         if isinstance(image.get(part), Mapping):
-            out[part] = {n: v for n, v in image[part].items() if n in topics}
+            out[part] = {n: v for n, v in image[part].items() if n in names}
     if authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        out.update({k: image[k] for k in CLUSTER_PARTS if k in image})
+        from actors.controller.scram_credentials import iterations_of
+        out["acls"] = image.get("acls") or []
+        out["scram_users"] = iterations_of(image.get("scram_credentials"))
     return out
 
 
-def config_refusals(authorize: Authorize, topics: Iterable[str]) -> dict[str, KafkaError]:
-    """DescribeConfigs: TOPIC_AUTHORIZATION_FAILED for each topic without DESCRIBE_CONFIGS."""
+def topic_refusals(authorize: Authorize, operation: AclOperation, topics: Iterable[str]
+                   ) -> dict[str, KafkaError]:
+    """TOPIC_AUTHORIZATION_FAILED for each topic the principal may not do ``operation`` on
+    (DESCRIBE for DescribeTopics, DESCRIBE_CONFIGS for DescribeConfigs): the same answer
+    for a topic there or not."""
     return {t: _topic_denied() for t in topics
-            if not authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t)}
+            if not authorize(operation, ResourceType.TOPIC, t)}
 
 
 def door_sasl_config(broker: Mapping[str, Any], listener_configs: Mapping[str, Any],

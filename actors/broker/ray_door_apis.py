@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from actors.broker.ray_door import (RayDoorSessions, admin_refusal, config_refusals,
-                                    visible_image)
+from actors.broker.ray_door import (Access, RayDoorSessions, controller_refusal,
+                                    topic_refusals, visible_image)
 from protocols.errors import KafkaError, SaslAuthenticationError
 from protocols.kafka.acl import AclOperation, ResourceType
 
@@ -48,6 +48,10 @@ class RayDoorApis:
         once complete, the error that ended it)."""
         from protocols.kafka.sasl import SaslServer
         now = self.now_ms()
+        if not isinstance(token, bytes) or len(token) > self.sasl_config.max_receive_size:
+            return None, b"", None, SaslAuthenticationError(
+                "A SASL token of at most sasl.server.max.receive.size "
+                f"({self.sasl_config.max_receive_size}) bytes was expected")
         if exchange is None:
             server = SaslServer(self.sasl_config)
             outcome = server.handshake(mechanism)
@@ -76,18 +80,24 @@ class RayDoorApis:
     def close(self, session: str) -> None:
         self.sessions.close(session)
 
-    def _authorize(self, session: str | None, host: str):
-        """The check of one request's principal: ``(op, resource type, name) -> bool``."""
-        caller = DoorCaller(self.sessions.principal(session, self.now_ms()), host)
+    def _caller(self, session: str | None, host: str) -> DoorCaller:
+        """The session's principal (raises SaslAuthenticationError when it is gone)."""
+        return DoorCaller(self.sessions.principal(session, self.now_ms()), host)
+
+    def _access(self, session: str | None, host: str) -> Access:
+        caller = self._caller(session, host)
 
         def authorize(operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
             return self.auth.authorize(caller, operation, resource_type, name)
-        return authorize
+
+        def by_resource_type(operation: AclOperation, resource_type: ResourceType) -> bool:
+            return self.auth.authorize_by_resource_type(caller, operation, resource_type)
+        return Access(authorize, by_resource_type)
 
     async def admin(self, session: str | None, host: str, method: str, args: list) -> Any:
         """The controller's answer to ``method(*args)``, or why it was refused."""
         try:
-            refusal = admin_refusal(self._authorize(session, host), method, args)
+            refusal = controller_refusal(self._access(session, host), method, args)
         except KafkaError as e:
             return e
         if refusal is not None:
@@ -97,16 +107,39 @@ class RayDoorApis:
     async def read(self, session: str | None, host: str, what: str, args: list) -> Any:
         """What rafka.Admin reads from the metadata, as the principal may see it: ``image``
         (the controller's, as rafka.Admin reads it without the door: topics it may DESCRIBE;
-        the ACLs and SCRAM users with DESCRIBE on the cluster), or ``config_refusals`` for
-        topics (those it may not DESCRIBE_CONFIGS)."""
+        the ACLs and SCRAM users with DESCRIBE on the cluster), or ``topic_refusals``
+        (``[operation, topics]``: those it may not do the operation on)."""
         try:
-            authorize = self._authorize(session, host)
+            authorize = self._access(session, host).authorize
         except KafkaError as e:
             return e
         if what == "image":
             image = await self.controller_call("metadata")
             return image if isinstance(image, KafkaError) else visible_image(image, authorize)
-        if what == "config_refusals":
-            return config_refusals(authorize, args)
+        if what == "topic_refusals":
+            operation, topics = args
+            return topic_refusals(authorize, AclOperation(operation), topics)
         from protocols.errors import InvalidRequestError
         return InvalidRequestError(f"nothing called {what} is read through the Ray door")
+
+    async def admit(self, session: str | None, host: str, replica_host) -> Any:
+        """``replica_host``'s address and a ticket for one connection of this principal
+        (``ReplicaHostActor.admit``): its produce and fetch requests are checked there."""
+        try:
+            caller = self._caller(session, host)
+        except KafkaError as e:
+            return e
+        return list(await replica_host.admit.remote(caller))
+
+    async def list_offsets(self, session: str | None, host: str, replica_host,
+                           requests: list) -> Any:
+        """``replica_host``'s ListOffsets answers (encoded, one per request), the topics the
+        principal may not DESCRIBE refused."""
+        from actors.replica.door_guard import guard_list_offsets
+        from protocols.wire import encode
+        try:
+            kept, merge = guard_list_offsets(requests, self._access(session, host).authorize)
+        except KafkaError as e:
+            return e
+        answers = await replica_host.list_offsets_many.remote(kept) if kept else []
+        return merge(list(answers), encode)

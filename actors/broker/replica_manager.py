@@ -114,6 +114,8 @@ class ReplicaManager:
         self._host_generation[host] = restarts
         try:
             await asyncio.wait_for(host.num_replicas.remote(), HOST_START_TIMEOUT_S)
+            # What the host checks Ray door clients against, until the next change.
+            await host.set_acls.remote(list(self.state.image.get("acls") or []))
         except asyncio.TimeoutError:
             ray.kill(host, no_restart=True)
             raise TimeoutError(

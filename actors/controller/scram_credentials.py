@@ -106,3 +106,10 @@ def lookup(credentials: Any, user: str, mechanism: str):
     salt, stored, server, iterations = entry
     return ScramCredential(base64.b64decode(salt), base64.b64decode(stored),
                            base64.b64decode(server), int(iterations))
+
+
+def iterations_of(credentials: Credentials | None) -> dict[str, dict[str, int]]:
+    """What DescribeUserScramCredentials tells: each user's mechanisms and iterations (never
+    the salt or the keys)."""
+    return {user: {mechanism: int(entry[3]) for mechanism, entry in by_mechanism.items()}
+            for user, by_mechanism in (credentials or {}).items()}

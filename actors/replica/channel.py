@@ -38,6 +38,7 @@ import logging
 import secrets
 import ssl
 import struct
+import time
 from typing import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ READ_LIMIT = 16 * 1024 * 1024
 JOIN_BELOW = 65_536
 
 Handler = Callable[[bytes], Awaitable[bytes]]
+# A Ray door client's requests (``actors.broker.ray_door``): the payload and who sent it.
+DoorHandler = Callable[[bytes, object], Awaitable[bytes]]
+# How long a ticket the broker asked for waits for its connection.
+TICKET_TTL_S = 60.0
 
 
 class ChannelError(Exception):
@@ -114,14 +119,23 @@ def channel_tls(broker_config) -> tuple[ssl.SSLContext | None, str | None]:
 
 class ReplicationListener:
     """A host's end: serves ``handlers[api](payload)`` to connections that said the token;
-    over TLS with ``context`` (its certificate chain, PEM, in ``certificate``)."""
+    over TLS with ``context`` (its certificate chain, PEM, in ``certificate``).
+
+    A client of the Ray door is admitted by a ticket instead (``admit``: once, for one
+    connection, within ``TICKET_TTL_S``), and its connection is served
+    ``door_handlers[api](payload, caller)`` only: what it may do is checked there."""
 
     def __init__(self, handlers: dict[int, Handler], context: ssl.SSLContext | None = None,
-                 certificate: str | None = None):
+                 certificate: str | None = None,
+                 door_handlers: dict[int, DoorHandler] | None = None,
+                 clock: Callable[[], float] | None = None):
         self.handlers = handlers
+        self.door_handlers = door_handlers or {}
         self.context = context
         self.certificate = certificate if context is not None else None
         self.token = secrets.token_bytes(16)
+        self._tickets: dict[bytes, tuple[object, float]] = {}
+        self._clock = clock or time.monotonic
         self.connections = 0   # accepted so far
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -132,19 +146,46 @@ class ReplicationListener:
                                                   ssl=self.context)
         return host, self._server.sockets[0].getsockname()[1]
 
+    def admit(self, caller: object) -> bytes:
+        """A ticket admitting one connection as ``caller`` (a Ray door client)."""
+        now = self._clock()
+        for ticket, (_, expires) in list(self._tickets.items()):
+            if expires <= now:
+                del self._tickets[ticket]
+        ticket = secrets.token_bytes(32)
+        self._tickets[ticket] = (caller, now + TICKET_TTL_S)
+        return ticket
+
+    def _admitted(self, payload: bytes) -> tuple[bool, object]:
+        """(admitted, its caller: None for the token's holders)."""
+        if hmac.compare_digest(payload, self.token):
+            return True, None
+        found = self._tickets.pop(bytes(payload), None)
+        if found is None or found[1] <= self._clock():
+            return False, None
+        return True, found[0]
+
+    def _handler(self, api: int, caller: object):
+        if caller is None:
+            return self.handlers.get(api)
+        door = self.door_handlers.get(api)
+        return None if door is None else lambda payload: door(payload, caller)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         self._writers.add(writer)
         try:
             correlation_id, api, payload = await _read_frame(reader)
-            if api != API_HELLO or not hmac.compare_digest(payload, self.token):
-                log.warning("replication channel: a connection without the token, closed")
+            admitted, caller = (False, None) if api != API_HELLO else self._admitted(payload)
+            if not admitted:
+                log.warning("replication channel: a connection without the token or a "
+                            "ticket, closed")
                 return
             _send(writer, correlation_id, API_HELLO, b"")
             while True:
                 correlation_id, api, payload = await _read_frame(reader)
-                task = asyncio.ensure_future(self._answer(writer, correlation_id, api,
-                                                          payload))
+                task = asyncio.ensure_future(self._answer(
+                    writer, correlation_id, api, payload, self._handler(api, caller)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, OSError):
@@ -156,8 +197,7 @@ class ReplicationListener:
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, correlation_id: int, api: int,
-                      payload: bytes) -> None:
-        handler = self.handlers.get(api)
+                      payload: bytes, handler) -> None:
         try:
             if handler is None:
                 raise ChannelError(f"unknown api {api}")

@@ -43,11 +43,10 @@ from actors.timer.system_timer import AsyncioTimer
 from actors.txn.verifier import TxnVerifier
 from protocols.errors import (CoordinatorNotAvailableError, KafkaError, KafkaStorageError,
                               NotLeaderOrFollowerError)
-from protocols.messages import (DeleteRecordsResult, FetchResult, ProduceManyRequest,
-                                ProduceResult, decode_fetch_many_request,
-                                decode_produce_many_request, decode_produce_many_response,
-                                encode_fetch_many_response, encode_produce_many_request,
-                                encode_produce_many_response)
+from protocols.messages import (DeleteRecordsResult, FetchManyRequest, FetchManyResponse,
+                                FetchResult, ProduceManyRequest, ProduceResult,
+                                decode_fetch_many_request, decode_produce_many_request,
+                                encode_fetch_many_response, encode_produce_many_response)
 from protocols.topics import OFFSETS_TOPIC, TopicPartition
 from protocols.wire import decode, encode
 from storage.log_dir_failure import LogDirFailureChannel
@@ -96,7 +95,16 @@ class ReplicaHostActor:
             API_FETCH: self.fetch_many,
             API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
             API_PRODUCE: self.produce_many,
-            API_LIST_OFFSETS: self._list_offsets_frame}, *channel_tls(broker_config))
+            API_LIST_OFFSETS: self._list_offsets_frame}, *channel_tls(broker_config),
+            door_handlers={API_FETCH: self._door_fetch, API_PRODUCE: self._door_produce})
+        # What Ray door clients may do here (actors.broker.ray_door): the broker's authorizer
+        # settings and the cluster's ACLs, which the broker sends as they change.
+        from actors.broker.listener.auth_helper import AuthHelper
+        self._acls: list = []
+        self.auth = AuthHelper(lambda: {"acls": self._acls},
+                               bool(broker_config.get("authorizer.class.name")),
+                               broker_config.get("super.users"),
+                               bool(broker_config.get("allow.everyone.if.no.acl.found")))
         self._listening: asyncio.Task | None = None
         # The first I/O error in the broker's log directory takes it offline (writes to it
         # refused from then on) and halts the broker (``storage.log_dir_failure``).
@@ -329,6 +337,35 @@ class ReplicaHostActor:
         this host's process dies (the call fails then)."""
         await asyncio.Event().wait()
 
+    # ---- Ray door clients (actors.broker.ray_door; actors.replica.door_guard) --------------
+    async def set_acls(self, acls: list) -> None:
+        self._acls = acls
+
+    async def admit(self, caller) -> tuple[str, int, bytes, str | None]:
+        """``replication_address`` for one connection of a Ray door client, ``caller`` (its
+        principal and address, as its broker signed it in): a ticket in place of the token."""
+        address, port, _, certificate = await self.replication_address()
+        return address, port, self.listener.admit(caller), certificate
+
+    def _door_authorize(self, caller):
+        def authorize(operation, resource_type, name) -> bool:
+            return self.auth.authorize(caller, operation, resource_type, name)
+        return authorize
+
+    async def _door_produce(self, request: bytes, caller) -> bytes:
+        from actors.replica.door_guard import guard_produce
+        allowed, merge = guard_produce(decode_produce_many_request(request),
+                                       self._door_authorize(caller))
+        results = [] if allowed is None else await self._produce(allowed)
+        return encode_produce_many_response(merge(results))
+
+    async def _door_fetch(self, request: bytes, caller) -> bytes:
+        from actors.replica.door_guard import guard_fetch
+        allowed, check = guard_fetch(decode_fetch_many_request(request),
+                                     self._door_authorize(caller))
+        return encode_fetch_many_response(check(None if allowed is None
+                                                else await self._fetch(allowed)))
+
     async def replication_address(self) -> tuple[str, int, bytes, str | None]:
         """(address, port, token, certificate or None) of this host's listener, for a
         follower host's fetcher, a producer or a consumer (``actors.replica.channel``); it
@@ -385,7 +422,9 @@ class ReplicaHostActor:
     async def fetch_many(self, request: bytes) -> bytes:
         """A follower host's or a consumer's fetch for all the partitions it reads here:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
-        req = decode_fetch_many_request(request)
+        return encode_fetch_many_response(await self._fetch(decode_fetch_many_request(request)))
+
+    async def _fetch(self, req: FetchManyRequest) -> FetchManyResponse:
         self.requests["Fetch"] += 1
         future, done = answer_future()
         moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
@@ -396,7 +435,7 @@ class ReplicaHostActor:
             replica = replicas.get(key)  # a TopicPartition's equal
             if replica is not None:
                 replica.maybe_alter_partition()
-        return encode_fetch_many_response(await future)
+        return await future
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
         return encode(offsets_for_leader_epochs(self.cores, decode(request), self.broker_id))
@@ -406,7 +445,11 @@ class ReplicaHostActor:
         each appended by its replica in the request's order, before any waits; one result
         per partition, in order, once every acks=all append has reached its ISR. A
         transaction's first batches here wait for its coordinator's verification."""
-        req = decode_produce_many_request(request)
+        return encode_produce_many_response(
+            await self._produce(decode_produce_many_request(request)))
+
+    async def _produce(self, req: ProduceManyRequest) -> list[tuple]:
+        """``produce_many``'s answer: ``(topic, partition, ProduceResult)`` per partition."""
         self.requests["Produce"] += 1
         verified = await self.verifier.verify(req, self.cores)
         results = []
@@ -420,9 +463,8 @@ class ReplicaHostActor:
         waiting = [r for r in results if isinstance(r, asyncio.Future)]
         if waiting:
             await asyncio.gather(*waiting)
-        return encode_produce_many_response(
-            [(topic, partition, r.result() if isinstance(r, asyncio.Future) else r)
-             for (topic, partition, _), r in zip(req.partitions, results)])
+        return [(topic, partition, r.result() if isinstance(r, asyncio.Future) else r)
+                for (topic, partition, _), r in zip(req.partitions, results)]
 
     async def write_txn_markers_many(self, markers: list[tuple], timeout_ms: int) -> bytes:
         """Kafka's WriteTxnMarkers for partitions led here: ``(topic, partition, producer
@@ -469,9 +511,8 @@ class ReplicaHostActor:
     async def produce(self, topic: str, partition: int, records: bytes, acks: int = -1,
                       timeout_ms: int = 30_000, transactional_id: str | None = None) -> bytes:
         """One partition's ``produce_many`` (a coordinator's appends, tests')."""
-        [(_, _, result)] = decode_produce_many_response(await self.produce_many(
-            encode_produce_many_request(ProduceManyRequest(
-                acks, timeout_ms, ((topic, partition, records),), transactional_id))))
+        [(_, _, result)] = await self._produce(ProduceManyRequest(
+            acks, timeout_ms, ((topic, partition, records),), transactional_id))
         return encode(result)
 
     async def fetch(self, topic: str, partition: int, request: bytes) -> bytes:

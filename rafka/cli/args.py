@@ -59,39 +59,48 @@ def admin_of(args: argparse.Namespace):
 
 
 def read_properties(path: str) -> dict[str, str]:
-    """A Java properties file (``key=value`` or ``key: value``; ``#`` and ``!`` comments; a
-    line ending in ``\\`` goes on on the next), as Kafka's tools read --command-config."""
+    """A Java properties file, as Kafka's tools read --command-config
+    (``java.util.Properties.load`` over ISO-8859-1): ``key=value``, ``key: value`` or
+    ``key value``; ``#`` and ``!`` comments; a line ending in an odd run of ``\\`` goes on
+    on the next; Java's escapes (``\\t``, ``\\uXXXX``, ...)."""
+    import re
     from pathlib import Path
     out: dict[str, str] = {}
     logical = ""
-    for raw in Path(path).read_text().splitlines():
-        line = raw.lstrip()
+    try:
+        text = Path(path).read_bytes().decode("latin-1")
+    except OSError as e:
+        raise SystemExit(f"--command-config: {e}") from None
+    for raw in re.split(r"\r\n|\r|\n", text):
+        line = raw.lstrip(_BLANKS)
         if not logical and (not line or line[0] in "#!"):
             continue
         if (len(line) - len(line.rstrip("\\"))) % 2 == 1:   # an odd run: not an escape
             logical += line[:-1]
             continue
         logical += line
-        key, value = _property(logical)
-        out[key] = value
+        out.update([_property(logical, path)])
         logical = ""
     if logical:
-        key, value = _property(logical)
-        out[key] = value
+        out.update([_property(logical, path)])
     return out
 
 
-def _property(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line) and not (line[i] in "=:" or line[i].isspace()):
-        i += 2 if line[i] == "\\" else 1     # an escaped separator belongs to the key
-    rest = line[i:].lstrip()
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip()
-    return _unescape(line[:i]), _unescape(rest)
-
-
+_BLANKS = " \t\f"
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _property(line: str, path: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line) and not (line[i] in "=:" or line[i] in _BLANKS):
+        i += 2 if line[i] == "\\" else 1     # an escaped separator belongs to the key
+    rest = line[i:].lstrip(_BLANKS)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_BLANKS)
+    try:
+        return _unescape(line[:i]), _unescape(rest)
+    except ValueError as e:
+        raise SystemExit(f"--command-config {path}: {e}") from None
 
 
 def _unescape(text: str) -> str:
@@ -100,8 +109,11 @@ def _unescape(text: str) -> str:
         c = text[i]
         if c == "\\" and i + 1 < len(text):
             nxt = text[i + 1]
-            if nxt == "u" and i + 6 <= len(text):
-                out.append(chr(int(text[i + 2:i + 6], 16)))
+            if nxt == "u":
+                digits = text[i + 2:i + 6]
+                if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                    raise ValueError(f"Malformed \\uxxxx encoding in {text!r}")
+                out.append(chr(int(digits, 16)))
                 i += 6
                 continue
             out.append(_ESCAPES.get(nxt, nxt))

@@ -18,15 +18,18 @@ from rafka.client.retry import MIN_ATTEMPT_S, is_retriable
 
 
 def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: float,
-                 backoff_s: float, unknown_fails: bool = False, isolation_level: int = 0
-                 ) -> dict[TopicPartition, tuple[int, int]]:
+                 backoff_s: float, unknown_fails: bool = False, isolation_level: int = 0,
+                 door=None) -> dict[TopicPartition, tuple[int, int]]:
     """``{partition: timestamp}`` (Kafka's EARLIEST_TIMESTAMP / LATEST_TIMESTAMP or a time
     in ms) -> ``{partition: (offset, timestamp)}`` from each partition's leader, through
     ``metadata`` (a ``ClientMetadata``). With ``unknown_fails`` (the admin client), a
     partition absent from fresh metadata fails at once with UNKNOWN_TOPIC_OR_PARTITION;
     without (the consumer), it is waited for until the deadline. ``isolation_level`` 1
-    (read_committed): latest is the last stable offset."""
+    (read_committed): latest is the last stable offset. Through a guarded ``door`` (a
+    RayDoor), each request is checked at its broker (DESCRIBE on each topic)."""
     import ray
+
+    guarded = door is not None and door.guarded
 
     deadline = time.monotonic() + timeout_s
     answers: dict[TopicPartition, tuple[int, int]] = {}
@@ -43,16 +46,21 @@ def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: floa
                 errors[tp] = LeaderNotAvailableError(f"No leader for {tp.topic}-{tp.partition}")
                 continue
             by_host.setdefault(info.handle.host_id, (info.handle.host, []))[1].append(tp)
-        refs = [(tps, host.list_offsets_many.remote(
-                    [(tp.topic, tp.partition, int(wanted[tp]), -1, isolation_level)
-                     for tp in tps]))
-                for host, tps in by_host.values()]
-        for tps, ref in refs:
+        requests = [(tps, host, [(tp.topic, tp.partition, int(wanted[tp]), -1,
+                                  isolation_level) for tp in tps])
+                    for host, tps in by_host.values()]
+        # Sent to every host before any answer is awaited; through the door, one at a time.
+        refs = [(tps, None if guarded else host.list_offsets_many.remote(asked), host, asked)
+                for tps, host, asked in requests]
+        for tps, ref, host, asked in refs:
             try:
-                raw = ray.get(ref, timeout=max(MIN_ATTEMPT_S, deadline - time.monotonic()))
+                raw = (door.call("list_offsets", host, asked) if guarded else
+                       ray.get(ref, timeout=max(MIN_ATTEMPT_S, deadline - time.monotonic())))
             except Exception as e:   # its host died or did not answer: ask again
                 errors.update((tp, e) for tp in tps)
                 continue
+            if isinstance(raw, KafkaError):   # the door's answer for the whole request
+                raise raw
             for tp, encoded in zip(tps, raw):
                 answer = decode(encoded)
                 if isinstance(answer, KafkaError):

@@ -110,7 +110,10 @@ class NetworkClient:
     """One client's connections to replica hosts. Not thread-safe but for ``wakeup``: one
     thread sends, polls and closes."""
 
-    def __init__(self) -> None:
+    def __init__(self, door: Any = None) -> None:
+        # A guarded RayDoor (rafka.client.ray_door): each connection is admitted by a
+        # ticket for the client's principal, not by the hosts' token.
+        self._door = door if door is not None and door.guarded else None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -204,7 +207,9 @@ class NetworkClient:
         if self._closed:
             raise ChannelClosed("the client is closed")
         try:
-            address, port, token, certificate = _listener_of(host_id, host)
+            address, port, token, certificate = (
+                _listener_of(host_id, host) if self._door is None else
+                self._door.admit(host))
             sock = socket.create_connection((address, port), CONNECT_TIMEOUT_S)
             if certificate is not None:   # security.inter.broker.protocol=SSL
                 from protocols.kafka.ssl_context import pinned_client_context

@@ -22,11 +22,11 @@ from typing import Any, Mapping
 
 from protocols.errors import InvalidConfigError, SaslAuthenticationError
 
-MECHANISM_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# The login modules whose username and password a Kafka client signs in with (either, for
+# any of the mechanisms: both put them where Kafka's SASL clients read them).
+LOGIN_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "org.apache.kafka.common.security.scram.ScramLoginModule")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,20 @@ class Credentials:
     mechanism: str
     username: str
     password: str = field(repr=False)
+
+
+def define_sasl(config_def):
+    """Kafka's client security settings on a client's ConfigDef: what its SASL ones name
+    signs in at the door (``security.protocol`` is taken for Kafka's client files, and
+    means nothing through Ray)."""
+    from protocols.config import one_of
+    return (config_def
+            .define("security.protocol", "string", "PLAINTEXT",
+                    one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+            .define("sasl.mechanism", "string", "GSSAPI")
+            .define("sasl.jaas.config", "password", None, nullable=True)
+            .define("sasl.username", "string", None, nullable=True)
+            .define("sasl.password", "password", None, nullable=True))
 
 
 def credentials(config: Mapping[str, Any] | None) -> Credentials | None:
@@ -44,10 +58,10 @@ def credentials(config: Mapping[str, Any] | None) -> Credentials | None:
     if jaas is None and user is None:
         return None
     mechanism = str(config.get("sasl.mechanism", "")).upper()
-    if mechanism not in MECHANISM_MODULES:
+    if mechanism not in MECHANISMS:
         raise InvalidConfigError(
             f"sasl.mechanism {config.get('sasl.mechanism')!r} is not one rafka's clients "
-            f"sign in with ({', '.join(MECHANISM_MODULES)})")
+            f"sign in with ({', '.join(MECHANISMS)})")
     if jaas is not None:
         from protocols.kafka.jaas import JaasConfigError, parse_jaas_config
         text = getattr(jaas, "value", jaas)    # a protocols.config Password, or a str
@@ -56,9 +70,9 @@ def credentials(config: Mapping[str, Any] | None) -> Credentials | None:
         except JaasConfigError as e:
             raise InvalidConfigError(f"sasl.jaas.config: {e}") from None
         module = modules[0]
-        if module.name != MECHANISM_MODULES[mechanism]:
-            raise InvalidConfigError(f"sasl.jaas.config names {module.name}; sasl.mechanism "
-                                     f"{mechanism} needs {MECHANISM_MODULES[mechanism]}")
+        if module.name not in LOGIN_MODULES:
+            raise InvalidConfigError(f"sasl.jaas.config names {module.name}; rafka's clients "
+                                     f"sign in with {' or '.join(LOGIN_MODULES)}")
         user, password = module.options.get("username"), module.options.get("password")
     else:
         password = config.get("sasl.password")
@@ -93,8 +107,12 @@ def sign_in(broker, creds: Credentials, timeout_s: float) -> str:
     try:
         exchange, server_first, _ = step(None, client.first())
         _, server_final, session = step(exchange, client.final(server_first))
-        client.verify(server_final)
     except ScramError as e:
+        raise SaslAuthenticationError(str(e)) from None
+    try:
+        client.verify(server_final)
+    except ScramError as e:   # not the broker we asked: its session is not ours to use
+        broker.ray_door_close.remote(session)
         raise SaslAuthenticationError(str(e)) from None
     return session
 
@@ -115,6 +133,12 @@ class RayDoor:
         self._session: str | None = None
         self._host: str | None = None
 
+    def sign_in(self) -> None:
+        """Sign in now, if it has credentials (a wrong password is refused here, not at the
+        first request)."""
+        if self.credentials is not None:
+            self._signed_in()
+
     def _signed_in(self) -> tuple[Any, str | None]:
         """(the broker, the session), signing in at the first broker that answers."""
         with self._lock:
@@ -122,19 +146,20 @@ class RayDoor:
                 return self._broker, self._session
             import ray
             error: BaseException | None = None
+            from protocols.errors import BrokerNotAvailableError
             for broker_id in sorted(self.cluster.broker_nodes):
-                broker = self.cluster.broker(broker_id)
                 try:
+                    broker = self.cluster.broker(broker_id)
                     session = (None if self.credentials is None else
                                sign_in(broker, self.credentials, self.timeout_s))
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
+                        BrokerNotAvailableError) as e:   # stopped, or going: the next one
                     error = e
                     continue
                 if self._host is None:
                     self._host = ray.util.get_node_ip_address()
                 self._broker, self._session = broker, session
                 return broker, session
-            from protocols.errors import BrokerNotAvailableError
             raise BrokerNotAvailableError(f"No broker answered to sign in: {error!r}")
 
     def _forget(self, session: str | None) -> None:
@@ -156,7 +181,7 @@ class RayDoor:
             except ray.exceptions.RayActorError as e:
                 self._forget(session)
                 from protocols.errors import NotControllerError
-                raise NotControllerError(f"The broker changed while handling {args[0]}; "
+                raise NotControllerError(f"The broker went away while handling {method}; "
                                          f"retry ({type(e).__name__})") from None
             if isinstance(answer, SaslAuthenticationError) and session is not None \
                     and attempt == 0:
@@ -164,6 +189,30 @@ class RayDoor:
                 continue
             return answer
         raise AssertionError("unreachable")
+
+    def submit(self, method: str, *args: Any):
+        """``call`` without waiting: (the call's concurrent future, its session), for
+        ``answer``."""
+        broker, session = self._signed_in()
+        return getattr(broker, f"ray_door_{method}").remote(
+            session, self._host, *args).future(), session
+
+    def answer(self, raw: bytes, session: str | None) -> Any:
+        """A ``submit``'s decoded answer; a session gone is forgotten (signed in again
+        next time) and its error returned."""
+        from protocols.wire import decode
+        answer = decode(raw)
+        if isinstance(answer, SaslAuthenticationError) and session is not None:
+            self._forget(session)
+        return answer
+
+    def admit(self, replica_host) -> tuple[str, int, bytes, str | None]:
+        """Where ``replica_host`` listens and a ticket for one connection as this client's
+        principal (its produce and fetch requests checked there)."""
+        answer = self.call("admit", replica_host)
+        if isinstance(answer, BaseException):
+            raise answer
+        return tuple(answer)
 
     def close(self) -> None:
         with self._lock:

@@ -33,6 +33,7 @@ from protocols.messages import (EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIM
 from protocols.topics import TopicPartition, validate_topic_name
 from rafka.client.list_offsets import list_offsets
 from rafka.client.metadata import ClientMetadata
+from rafka.client.ray_door import RayDoor, define_sasl
 from rafka.consumer.arrow_table import arrow_table
 from rafka.consumer.consumer_record import ConsumerRecord
 from rafka.consumer.coordinator import (ConsumerCoordinator, ConsumerGroupMetadata,
@@ -42,7 +43,7 @@ from rafka.consumer.subscription_state import PartitionState
 
 log = logging.getLogger(__name__)
 
-CONSUMER_CONFIG = (
+CONSUMER_CONFIG = define_sasl(
     ConfigDef()
     .define("group.id", "string", "")
     .define("client.id", "string", "")
@@ -85,9 +86,13 @@ class Consumer:
     def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
         self.config = CONSUMER_CONFIG.parse(config, **kwargs)
         self.cluster = cluster
+        # Who it is at the Ray door (its SASL settings): checked on a cluster with an
+        # authorizer.
+        self.door = RayDoor(cluster, self.config, self.config["request.timeout.ms"] / 1000)
+        self.door.sign_in()
         self.metadata = ClientMetadata(cluster, self.config["metadata.max.age.ms"])
         self._parts: dict[TopicPartition, PartitionState] = {}
-        self._fetcher = Fetcher(self.config, self.metadata, self._reset)
+        self._fetcher = Fetcher(self.config, self.metadata, self._reset, self.door)
         self._closed = False
         self._group: ConsumerCoordinator | None = None
         if self.config["group.id"]:
@@ -296,6 +301,7 @@ class Consumer:
         """ListOffsets, one request per leader host (``rafka.client.list_offsets``), retried until
         request.timeout.ms; for read_committed, latest is the last stable offset."""
         return list_offsets(self.metadata, wanted, self.config["request.timeout.ms"] / 1000,
+                            door=self.door,
                             backoff_s=self.config["retry.backoff.ms"] / 1000,
                             isolation_level=ISOLATION_LEVELS[self.config["isolation.level"]])
 
@@ -403,6 +409,7 @@ class Consumer:
             self._fetcher.close_sessions(min(timeout_ms, 1000) / 1000)
         finally:
             self._fetcher.network.close()
+            self.door.close()
             self._closed = True
             self._parts = {}
 

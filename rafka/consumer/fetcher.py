@@ -108,7 +108,7 @@ class HostFetch:
 
 class Fetcher:
     def __init__(self, config: Mapping[str, Any], metadata: ClientMetadata,
-                 reset: Callable[[TopicPartition, PartitionState], None]):
+                 reset: Callable[[TopicPartition, PartitionState], None], door: Any = None):
         """``reset(tp, state)``: the consumer's offset reset, for a partition with no
         position (the group's committed offset, else ``auto.offset.reset``)."""
         self.config = config
@@ -127,7 +127,7 @@ class Fetcher:
         self._fetches: dict[str, HostFetch] = {}
         # The connections to leader hosts (Kafka's NetworkClient), and the group's Ray calls
         # in flight that end a wait for fetches.
-        self.network = NetworkClient()
+        self.network = NetworkClient(door)
         self._watched: dict[Any, Any] = {}
         self._sessions: dict[str, FetchSessionHandler] = {}
         self._request_bytes: dict[str, int] = {}

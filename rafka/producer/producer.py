@@ -41,6 +41,7 @@ from protocols.partitioner import StickyPartitionCache, partition_for_key
 from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TRANSACTION_KEY_TYPE, TopicPartition
 from rafka.client.metadata import ClientMetadata
+from rafka.client.ray_door import RayDoor, define_sasl
 from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
 from rafka.producer.arrow_plan import encode_groups, plan_batches, rows
@@ -52,7 +53,7 @@ from rafka.producer.transactions import Transactions, coordinator_client
 
 log = logging.getLogger(__name__)
 
-PRODUCER_CONFIG = (
+PRODUCER_CONFIG = define_sasl(
     ConfigDef()
     .define("acks", "string", "all", one_of("all", "-1", "0", "1"))
     .define("batch.size", "int", 16_384, at_least(0))
@@ -104,6 +105,10 @@ class Producer:
             raise InvalidConfigError("Cannot set a transactional.id without also enabling "
                                      "idempotence.")
         self.cluster = cluster
+        # Who it is at the Ray door (its SASL settings): checked on a cluster with an
+        # authorizer.
+        self.door = RayDoor(cluster, c, c["request.timeout.ms"] / 1000)
+        self.door.sign_in()
         self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"])
         self._partitions_by_topic = self.metadata.partitions_by_topic
         self._key_ser = serializer(c["key.serializer"], "key.serializer")
@@ -137,7 +142,7 @@ class Producer:
             cluster, self.metadata, self.transactional_id, c, TRANSACTION_KEY_TYPE)
         self._sender = SenderThread(cluster.namespace, c, self.acks, self.idempotent,
                                     self.metadata, self.accumulator, self._cond,
-                                    self._txn, txn_client)
+                                    self._txn, txn_client, self.door)
         self._txn_calls = None if self._txn is None else Transactions(
             self, self._txn, txn_client)
 
@@ -382,6 +387,7 @@ class Producer:
             for queue in self.accumulator.batches.values():
                 while queue:
                     self._sender.fail(queue.popleft(), KafkaError("Producer closed forcefully"))
+        self.door.close()
 
     def __enter__(self) -> "Producer":
         return self

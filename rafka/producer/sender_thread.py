@@ -21,7 +21,8 @@ from typing import Any, Mapping
 
 from actors.names import CONTROLLER
 from actors.replica.channel import API_PRODUCE
-from protocols.errors import KafkaError, KafkaTimeoutError, NetworkError
+from protocols.errors import (ClusterAuthorizationFailedError, KafkaError, KafkaTimeoutError,
+                              NetworkError)
 from protocols.messages import (ProduceManyRequest, ProduceResult,
                                 decode_produce_many_response, encode_produce_many_request)
 from protocols.topics import TopicPartition
@@ -43,7 +44,7 @@ class SenderThread:
     def __init__(self, namespace: str, config: Mapping[str, Any], acks: int, idempotent: bool,
                  metadata: ClientMetadata, accumulator: RecordAccumulator,
                  cond: threading.Condition, transactions: TransactionManager | None = None,
-                 txn_client: Any = None):
+                 txn_client: Any = None, door: Any = None):
         c = self.config = config
         self.namespace = namespace   # the cluster's: where the controller is looked up
         self.acks = acks
@@ -64,7 +65,11 @@ class SenderThread:
         self._add_retry_at = 0.0
         self.in_flight: list[_InFlight] = []
         # The connections to leader hosts: the sender thread's alone (Kafka's NetworkClient).
-        self.network = NetworkClient()
+        self.network = NetworkClient(door)
+        # A guarded Ray door (rafka.client.ray_door): InitProducerId goes through it.
+        self.door = door if door is not None and door.guarded else None
+        self._producer_id_session: str | None = None
+        self._producer_id_refused: KafkaError | None = None
         self.sending = 0   # drained from the accumulator, not yet in flight
         # InitProducerId, asked by the sender thread without blocking it: the request in
         # flight, and when to ask again after a failed one.
@@ -84,12 +89,23 @@ class SenderThread:
         answer. A controller that is not there or dies under the request is asked again
         after retry.backoff.ms."""
         import ray
+        if self._producer_id_refused is not None:
+            # Refused for good (not authorized): every batch fails with it, as in Kafka.
+            with self.cond:
+                for queue in self.accumulator.batches.values():
+                    while queue:
+                        self.fail(queue.popleft(), self._producer_id_refused)
+            return
         if not self.state.needs_producer_id or self._producer_id_future is not None \
                 or time.monotonic() < self._producer_id_retry_at:
             return
         try:
-            controller = ray.get_actor(CONTROLLER, namespace=self.namespace)
-            self._producer_id_future = controller.init_producer_id.remote().future()
+            if self.door is not None:
+                self._producer_id_future, self._producer_id_session = self.door.submit(
+                    "admin", "init_producer_id", [])
+            else:
+                controller = ray.get_actor(CONTROLLER, namespace=self.namespace)
+                self._producer_id_future = controller.init_producer_id.remote().future()
             self._producer_id_future.add_done_callback(lambda _: self.network.wakeup())
         except Exception as e:   # no controller at the moment (an election)
             log.debug("InitProducerId: %r", e)
@@ -98,7 +114,15 @@ class SenderThread:
     def _producer_id_answered(self) -> None:
         future, self._producer_id_future = self._producer_id_future, None
         try:
-            self.state.set_producer_id(*future.result())
+            answer = future.result()
+            if self.door is not None:
+                answer = self.door.answer(answer, self._producer_id_session)
+                if isinstance(answer, KafkaError):
+                    raise answer
+            self.state.set_producer_id(*answer)
+        except ClusterAuthorizationFailedError as e:
+            log.error("InitProducerId refused: %s", e)
+            self._producer_id_refused = e
         except Exception as e:   # the controller died under the request
             log.info("InitProducerId failed: %r; asking again", e)
             self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s

@@ -16,7 +16,8 @@ from tests.runtime.helpers import wait_until
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
-         "carol": "carol-secret", "mallory": "mallory-secret"}
+         "carol": "carol-secret", "mallory": "mallory-secret", "dave": "dave-secret",
+         "erin": "erin-secret"}
 JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
         + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
@@ -353,3 +354,67 @@ def test_rafka_admin_signs_in_at_the_ray_door_and_is_checked_as_its_principal(cl
     # The super user's session is a session like any other: closed, it signs in again.
     root.close()
     assert "door-ledger" in root.list_topics()
+
+
+def test_rafka_producer_and_consumer_are_checked_as_their_principal(cluster):
+    """rafka.Producer and rafka.Consumer through the door: their produce and fetch requests
+    are checked by the replica hosts (WRITE, READ), ListOffsets by the broker (DESCRIBE),
+    an idempotent producer's InitProducerId by the controller's rules (IDEMPOTENT_WRITE, or
+    WRITE on some topic), each refused with Kafka's error."""
+    import rafka
+    from protocols.errors import (ClusterAuthorizationFailedError, SaslAuthenticationError,
+                                  TopicAuthorizationFailedError)
+
+    rafka_admin(cluster).create_topics([rafka.NewTopic("door-orders", 2, 2)])
+    grant(cluster, Acl(TOPIC, "dave-", PREFIXED, "User:dave", "*", AclOperation.WRITE, ALLOW))
+    with rafka.Producer(cluster, door("admin")) as producer:
+        producer.send("door-orders", b"from-admin", partition=0).get(30)
+    with pytest.raises(SaslAuthenticationError):
+        rafka.Producer(cluster, {**door("dave"), "sasl.password": "guess"})
+
+    quick = {"delivery.timeout.ms": 8_000, "request.timeout.ms": 4_000}
+    # erin may write no topic at all (a DENY on every topic wins over the ALLOW on public-*
+    # that another test gives everyone): her idempotent producer gets no producer id.
+    grant(cluster, Acl(TOPIC, "*", LITERAL, "User:erin", "*", AclOperation.WRITE, DENY))
+    with rafka.Producer(cluster, {**door("erin"), **quick}) as producer:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            producer.send("door-orders", b"x").get(30)
+    # dave may write some topic, not this one: his batches reach the leader's host, which
+    # refuses them.
+    with rafka.Producer(cluster, {**door("dave"), **quick}) as producer:
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send("door-orders", b"x").get(30)
+    grant(cluster, Acl(TOPIC, "door-orders", LITERAL, "User:dave", "*", AclOperation.WRITE,
+                       ALLOW))
+
+    def sent() -> bool:
+        with rafka.Producer(cluster, {**door("dave"), **quick}) as producer:
+            producer.send("door-orders", b"from-dave", partition=0).get(30)
+        return True
+    wait_until(sent, 60, "dave's WRITE at the hosts")
+
+    everything = [("door-orders", 0), ("door-orders", 1)]
+    consumer = rafka.Consumer(cluster, {**door("bob"), "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign(everything)
+        with pytest.raises(TopicAuthorizationFailedError):
+            consumer.end_offsets(everything)
+        with pytest.raises(TopicAuthorizationFailedError):
+            for _ in range(10):
+                consumer.poll(1_000)
+    finally:
+        consumer.close()
+    grant(cluster, Acl(TOPIC, "door-orders", LITERAL, "User:bob", "*", AclOperation.READ,
+                       ALLOW))
+
+    def read_all() -> list:
+        with rafka.Consumer(cluster, {**door("bob"), "auto.offset.reset": "earliest"}) as c:
+            c.assign(everything)
+            assert sum(c.end_offsets(everything).values()) >= 2   # READ implies DESCRIBE
+            got: list = []
+            for _ in range(20):
+                got += c.poll(500)
+                if len(got) >= 2:
+                    break
+            return [r.value for r in got]
+    wait_until(lambda: read_all() == [b"from-admin", b"from-dave"], 60, "bob's READ")

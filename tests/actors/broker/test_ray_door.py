@@ -5,8 +5,8 @@ import itertools
 
 import pytest
 
-from actors.broker.ray_door import (ANONYMOUS, RayDoorSessions, admin_refusal,
-                                    config_refusals, door_sasl_config, visible_image)
+from actors.broker.ray_door import (ANONYMOUS, Access, RayDoorSessions, controller_refusal,
+                                    door_sasl_config, topic_refusals, visible_image)
 from protocols.errors import (ClusterAuthorizationFailedError, InvalidRequestError,
                               SaslAuthenticationError, TopicAuthorizationFailedError)
 from protocols.kafka.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -79,6 +79,11 @@ def allowing(*grants):
     return lambda op, rt, name: (op, rt, name) in grants
 
 
+def access(*grants, by_type=()) -> Access:
+    """Those grants, and ``(operation, resource type)`` pairs allowed on some resource."""
+    return Access(allowing(*grants), lambda op, rt: (op, rt) in by_type)
+
+
 TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 
 
@@ -89,12 +94,11 @@ TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
     (((AclOperation.CREATE, TOPIC, "other"),), TopicAuthorizationFailedError),
 ])
 def test_create_topics_needs_create_on_the_cluster_or_the_topic(grants, refused):
-    error = admin_refusal(allowing(*grants), "create_topic", ["t", 1, 1, {}, None])
+    error = controller_refusal(access(*grants), "create_topic", ["t", 1, 1, {}, None])
     assert error is None if refused is None else isinstance(error, refused)
 
 
 @pytest.mark.parametrize("method, args, needs, error", [
-    ("delete_topic", ["t"], (AclOperation.DELETE, TOPIC, "t"), TopicAuthorizationFailedError),
     ("create_partitions", ["t", 3, None], (AclOperation.ALTER, TOPIC, "t"),
      TopicAuthorizationFailedError),
     ("alter_topic_config", ["t", {}], (AclOperation.ALTER_CONFIGS, TOPIC, "t"),
@@ -113,34 +117,81 @@ def test_create_topics_needs_create_on_the_cluster_or_the_topic(grants, refused)
      ClusterAuthorizationFailedError),
 ])
 def test_each_admin_request_needs_what_kafka_checks_for_it(method, args, needs, error):
-    assert isinstance(admin_refusal(allowing(), method, args), error)
-    assert admin_refusal(allowing(needs), method, args) is None
+    assert isinstance(controller_refusal(access(), method, args), error)
+    assert controller_refusal(access(needs), method, args) is None
 
 
-def test_the_door_passes_on_only_the_requests_rafka_admin_makes():
-    everything = lambda *_: True   # noqa: E731
-    assert isinstance(admin_refusal(everything, "register_broker", [1]), InvalidRequestError)
+def test_an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic():
+    """Kafka's InitProducerId without a transactional id (KIP-679)."""
+    assert isinstance(controller_refusal(access(), "init_producer_id", []),
+                      ClusterAuthorizationFailedError)
+    assert controller_refusal(access((AclOperation.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME)),
+                              "init_producer_id", []) is None
+    assert controller_refusal(access(by_type=[(AclOperation.WRITE, TOPIC)]),
+                              "init_producer_id", []) is None
+    assert isinstance(controller_refusal(access(by_type=[(AclOperation.READ, TOPIC)]),
+                                         "init_producer_id", []),
+                      ClusterAuthorizationFailedError)
 
 
+def test_the_door_passes_on_only_the_requests_rafka_clients_make():
+    everything = Access(lambda *_: True, lambda *_: True)
+    assert isinstance(controller_refusal(everything, "register_broker", [1]),
+                      InvalidRequestError)
+
+
+@pytest.mark.parametrize("grants, refused", [
+    ((), TopicAuthorizationFailedError),
+    (((AclOperation.DELETE, TOPIC, "t"),), None),       # DELETE implies DESCRIBE
+    (((AclOperation.DELETE, CLUSTER, CLUSTER_NAME),), None),
+])
+def test_delete_topics_needs_delete_on_the_cluster_or_describe_and_delete_on_the_topic(
+        grants, refused):
+    authorize = allowing(*grants)
+    implied = lambda op, rt, name: authorize(op, rt, name) or (   # noqa: E731
+        op == AclOperation.DESCRIBE and authorize(AclOperation.DELETE, rt, name))
+    error = controller_refusal(Access(implied, lambda *_: False), "delete_topic", ["t"])
+    assert error is None if refused is None else isinstance(error, refused)
+
+
+def test_delete_topics_refused_where_describe_is_denied_though_delete_is_allowed():
+    may_delete_not_describe = Access(allowing((AclOperation.DELETE, TOPIC, "t")),
+                                     lambda *_: False)
+    assert isinstance(controller_refusal(may_delete_not_describe, "delete_topic", ["t"]),
+                      TopicAuthorizationFailedError)
+
+
+SALTED = ["c2FsdA==", "U1RPUkVE", "U0VSVkVS", 8192]
 IMAGE = {"topics": {"seen": {0: {}}, "hidden": {0: {}}},
          "configs": {"seen": {}, "hidden": {"retention.ms": 1}},
+         "topic_configs": {"seen": {}, "hidden": {"retention.ms": 1}},
          "topic_ids": {"seen": "a", "hidden": "b"}, "brokers": {1: {}},
-         "acls": [["x"]], "scram_credentials": {"u": {}}}
+         "acls": [["x"]], "scram_credentials": {"u": {"SCRAM-SHA-256": SALTED}}}
 
 
 def test_a_principal_sees_the_topics_it_may_describe_and_the_acls_with_describe_on_the_cluster():
     seen = visible_image(IMAGE, allowing((AclOperation.DESCRIBE, TOPIC, "seen")))
-    assert set(seen["topics"]) == set(seen["configs"]) == set(seen["topic_ids"]) == {"seen"}
+    assert set(seen["topics"]) == set(seen["topic_ids"]) == {"seen"}
+    assert seen["configs"] == seen["topic_configs"] == {}   # DESCRIBE_CONFIGS, not DESCRIBE
     assert seen["brokers"] == IMAGE["brokers"]
-    assert "acls" not in seen and "scram_credentials" not in seen
+    assert not {"acls", "scram_credentials", "scram_users"} & set(seen)
     operator = visible_image(IMAGE, allowing((AclOperation.DESCRIBE, CLUSTER, CLUSTER_NAME)))
     assert operator["topics"] == {} and operator["acls"] == IMAGE["acls"]
-    assert operator["scram_credentials"] == IMAGE["scram_credentials"]
+    # DescribeUserScramCredentials' answer: mechanisms and iterations, never salts or keys.
+    assert operator["scram_users"] == {"u": {"SCRAM-SHA-256": 8192}}
+    assert "scram_credentials" not in operator
 
 
-def test_describe_configs_needs_describe_configs_on_each_topic():
-    refused = config_refusals(allowing((AclOperation.DESCRIBE_CONFIGS, TOPIC, "a")), ["a", "b"])
+def test_a_principal_sees_the_configs_of_the_topics_it_may_describe_configs():
+    seen = visible_image(IMAGE, allowing((AclOperation.DESCRIBE_CONFIGS, TOPIC, "hidden")))
+    assert seen["topics"] == {} and seen["configs"] == {"hidden": {"retention.ms": 1}}
+
+
+def test_topic_refusals_for_describe_topics_and_describe_configs():
+    refused = topic_refusals(allowing((AclOperation.DESCRIBE_CONFIGS, TOPIC, "a")),
+                             AclOperation.DESCRIBE_CONFIGS, ["a", "b"])
     assert list(refused) == ["b"] and isinstance(refused["b"], TopicAuthorizationFailedError)
+    assert list(topic_refusals(allowing(), AclOperation.DESCRIBE, ["a"])) == ["a"]
 
 
 BROKER = {"connections.max.reauth.ms": 0, "sasl.server.max.receive.size": 524_288}

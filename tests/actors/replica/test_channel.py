@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from actors.replica.channel import (API_FETCH, API_OFFSETS_FOR_LEADER_EPOCH, HEADER,
-                                    MAX_FRAME_BYTES, ChannelClosed, ChannelError,
+                                    MAX_FRAME_BYTES, TICKET_TTL_S, ChannelClosed, ChannelError,
                                     ReplicationConnection, ReplicationListener)
 
 
@@ -66,6 +66,43 @@ def test_a_connection_without_the_token_is_closed():
         with pytest.raises(ChannelClosed):
             await ReplicationConnection.open(address, port, b"wrong token!!!!!")
         assert listener.connections == 1
+        listener.close()
+    run(main())
+
+
+def test_a_ray_door_ticket_admits_one_connection_as_its_caller_to_the_door_handlers():
+    """A Ray door client's connection (actors.broker.ray_door): admitted by a ticket its
+    broker asked for, once; served only the door's handlers, which are told who asks."""
+    async def main():
+        async def door_fetch(payload: bytes, caller) -> bytes:
+            return f"{caller} fetched:".encode() + payload
+        listener, address, port = await _listener()
+        listener.door_handlers[API_FETCH] = door_fetch
+        ticket = listener.admit("User:alice")
+        connection = await ReplicationConnection.open(address, port, ticket)
+        assert await connection.call(API_FETCH, b"a") == b"User:alice fetched:a"
+        with pytest.raises(ChannelError, match="unknown api"):   # not a door handler
+            await connection.call(API_OFFSETS_FOR_LEADER_EPOCH, b"")
+        with pytest.raises(ChannelClosed):                        # used up
+            await ReplicationConnection.open(address, port, ticket)
+        # The token's holders (the hosts, the brokers' listeners) are served as before.
+        internal = await ReplicationConnection.open(address, port, listener.token)
+        assert await internal.call(API_FETCH, b"a") == b"fetched:a"
+        for c in (connection, internal):
+            c.close()
+        listener.close()
+    run(main())
+
+
+def test_a_ray_door_ticket_not_used_within_its_time_is_refused():
+    async def main():
+        now = [0.0]
+        listener = ReplicationListener({API_FETCH: None}, clock=lambda: now[0])
+        address, port = await listener.start("127.0.0.1")
+        ticket = listener.admit("User:alice")
+        now[0] = TICKET_TTL_S
+        with pytest.raises(ChannelClosed):
+            await ReplicationConnection.open(address, port, ticket)
         listener.close()
     run(main())
 

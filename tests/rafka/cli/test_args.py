@@ -28,3 +28,17 @@ def test_a_kafka_client_properties_file(tmp_path):
         "ends.in.escaped.backslash": "C:\\",
         "escaped=key": "tab\there!",
     }
+
+
+def test_only_java_line_ends_end_a_line_and_the_file_is_latin_1(tmp_path):
+    path = tmp_path / "client.properties"
+    path.write_bytes(b"a=x\x0cy\r\nb=caf\xe9\rc=\\u00e9\n")
+    assert read_properties(str(path)) == {"a": "x\x0cy", "b": "café", "c": "é"}
+
+
+def test_a_malformed_unicode_escape_is_refused(tmp_path):
+    import pytest
+    path = tmp_path / "client.properties"
+    path.write_text("a=\\u00\n")
+    with pytest.raises(SystemExit, match="Malformed"):
+        read_properties(str(path))

@@ -23,6 +23,9 @@ SCRAM_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required 
      Credentials("SCRAM-SHA-512", "bob", "b=ob,secret")),
     ({"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol", "sasl.password": "c"},
      Credentials("SCRAM-SHA-256", "carol", "c")),
+    # Kafka's clients take either login module's username and password for either mechanism.
+    ({"sasl.mechanism": "SCRAM-SHA-256", "sasl.jaas.config": PLAIN_JAAS},
+     Credentials("SCRAM-SHA-256", "alice", "alice-secret")),
 ])
 def test_credentials_in_either_of_kafkas_forms(config, expected):
     assert credentials(config) == expected
@@ -36,8 +39,9 @@ def test_the_password_is_not_in_the_credentials_repr():
 @pytest.mark.parametrize("config, error", [
     ({"sasl.jaas.config": PLAIN_JAAS}, "sasl.mechanism None"),
     ({"sasl.mechanism": "GSSAPI", "sasl.jaas.config": PLAIN_JAAS}, "GSSAPI"),
-    ({"sasl.mechanism": "SCRAM-SHA-256", "sasl.jaas.config": PLAIN_JAAS},
-     "needs org.apache.kafka.common.security.scram.ScramLoginModule"),
+    ({"sasl.mechanism": "SCRAM-SHA-256",
+      "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;"},
+     "Krb5LoginModule; rafka's clients sign in with"),
     ({"sasl.mechanism": "PLAIN", "sasl.jaas.config": "PlainLoginModule required"},
      "sasl.jaas.config: .*semi-colon"),
     ({"sasl.mechanism": "PLAIN", "sasl.username": "alice"}, "username and a password"),
