@@ -383,7 +383,8 @@ class Admin:
     def _group_client(self, group_id: str):
         from rafka.client.metadata import ClientMetadata
         from rafka.client.coordinator_client import CoordinatorClient
-        return CoordinatorClient(self.cluster, ClientMetadata(self.cluster), group_id)
+        return CoordinatorClient(self.cluster, ClientMetadata(self.cluster), group_id,
+                                 door=self.door)
 
     def _group_call(self, group_id: str, method: str, *args: Any) -> tuple[Any, int]:
         """(answer, coordinator broker id), errors raised."""
@@ -399,10 +400,12 @@ class Admin:
         out: dict[str, ConsumerGroupListing] = {}
         for b in sorted(self.cluster.metadata()["brokers"]):
             try:
-                handle = ray.get_actor(coordinator_name(b),
-                                       namespace=self.cluster.namespace)
+                handle = (self.door.coordinator("group", b) if self.door.guarded else
+                          ray.get_actor(coordinator_name(b), namespace=self.cluster.namespace))
                 groups = decode(ray.get(handle.list_groups.remote(), timeout=self.timeout_s))
             except Exception:      # this broker runs no coordinator (yet)
+                continue
+            if isinstance(groups, KafkaError):   # the same, told through the door
                 continue
             for group_id, protocol_type, state in groups:
                 out[group_id] = ConsumerGroupListing(group_id, state, protocol_type)
@@ -475,8 +478,8 @@ class Admin:
         for tp, offset in offsets.items():
             tp = TopicPartition(*tp)
             _, handle = self.cluster.leader(tp.topic, tp.partition)
-            result = decode(ray.get(handle.delete_records.remote(offset, 30_000),
-                                    timeout=self.timeout_s))
+            result = _raise_if_error(decode(ray.get(self._host(handle).delete_records.remote(
+                tp.topic, tp.partition, offset, 30_000), timeout=self.timeout_s)))
             _raise_if_error(result.error)
             out[tp] = result.low_watermark
         return out
@@ -488,11 +491,16 @@ class Admin:
         out = []
         for b in sorted(self.cluster.metadata()["brokers"]):
             try:
-                out.append((b, ray.get(self.cluster.broker(b).txn_coordinator.remote(),
-                                       timeout=self.timeout_s)))
+                out.append((b, self.door.coordinator("txn", b) if self.door.guarded else
+                            ray.get(self.cluster.broker(b).txn_coordinator.remote(),
+                                    timeout=self.timeout_s)))
             except Exception:      # the broker is going away
                 continue
         return out
+
+    def _host(self, replica):
+        """The host of ``replica`` (a ReplicaHandle), through the door when it is guarded."""
+        return self.door.host(replica.host) if self.door.guarded else replica.host
 
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
                           duration_filter_ms: int = -1) -> list[TransactionListing]:
@@ -530,7 +538,8 @@ class Admin:
         out = {}
         for transactional_id in transactional_ids:
             client = CoordinatorClient(self.cluster, ClientMetadata(self.cluster),
-                                       transactional_id, key_type=TRANSACTION_KEY_TYPE)
+                                       transactional_id, key_type=TRANSACTION_KEY_TYPE,
+                                       door=self.door)
             d = _raise_if_error(client.call("describe_transaction", transactional_id,
                                             deadline=time.monotonic() + self.timeout_s))
             start = d["transaction_start_time_ms"]
@@ -550,8 +559,9 @@ class Admin:
         for tp in partitions:
             tp = TopicPartition(*tp)
             _, handle = self.cluster.leader(tp.topic, tp.partition)
-            [found] = decode(ray.get(handle.host.describe_producers_many.remote(
-                [(tp.topic, tp.partition)]), timeout=self.timeout_s))
+            [found] = _raise_if_error(decode(ray.get(
+                self._host(handle).describe_producers_many.remote([(tp.topic, tp.partition)]),
+                timeout=self.timeout_s)))
             out[tp] = [ProducerState(pid, epoch, seq, ts, coordinator_epoch,
                                      None if first < 0 else first)
                        for pid, epoch, seq, ts, coordinator_epoch, first
@@ -566,7 +576,7 @@ class Admin:
         (TRANSACTION_COORDINATOR_FENCED)."""
         import ray
         _, handle = self.cluster.leader(topic, partition)
-        [error] = decode(ray.get(handle.host.write_txn_markers_many.remote(
+        [error] = _raise_if_error(decode(ray.get(self._host(handle).write_txn_markers_many.remote(
             [(topic, partition, int(producer_id), int(producer_epoch),
-              max(0, int(coordinator_epoch)), False)], 30_000), timeout=self.timeout_s))
+              max(0, int(coordinator_epoch)), False)], 30_000), timeout=self.timeout_s)))
         _raise_if_error(error)

@@ -158,7 +158,9 @@ class BrokerActor:
         self.ray_door = RayDoorApis(broker_id, door_sasl_config(b, sasl, self._scram), auth,
                                     admin.controller_call,
                                     b["connections.max.idle.ms"],
-                                    b["connection.failed.authentication.delay.ms"])
+                                    b["connection.failed.authentication.delay.ms"],
+                                    namespace=self.namespace,
+                                    find_coordinator=self.find_coordinator)
         asyncio.get_running_loop().create_task(self._boot())
 
     def _scram(self, user: str, mechanism: str):
@@ -306,9 +308,7 @@ class BrokerActor:
                 raise BrokerNotAvailableError(f"Broker {self.broker_id} is shutting down")
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
-            if work.acls is not None:
-                acls = work.acls
-                await replicas.on_every_host(lambda host: host.set_acls.remote(acls))
+            await replicas.send_acls()
             if work.leader_and_isr:
                 await self._become(work.leader_and_isr)
             if work.stops:
@@ -503,6 +503,19 @@ class BrokerActor:
     async def ray_door_read(self, session: str | None, host: str, what: str,
                             args: list) -> bytes:
         return encode(await self.ray_door.read(session, host, what, args))
+
+    async def ray_door_find_coordinator(self, session: str | None, host: str, key: str,
+                                        key_type: int) -> bytes:
+        return encode(await self.ray_door.find_coordinator(session, host, key, key_type))
+
+    async def ray_door_coordinator(self, session: str | None, host: str, kind: str,
+                                   coordinator_id: int, method: str, args: list) -> bytes:
+        return encode(await self.ray_door.coordinator(session, host, kind, coordinator_id,
+                                                      method, args))
+
+    async def ray_door_host(self, session: str | None, host: str, replica_host, method: str,
+                            args: list) -> bytes:
+        return encode(await self.ray_door.host_call(session, host, replica_host, method, args))
 
     async def ray_door_admit(self, session: str | None, host: str, replica_host) -> bytes:
         return encode(await self.ray_door.admit(session, host, replica_host))

@@ -216,6 +216,216 @@ def topic_refusals(authorize: Authorize, operation: AclOperation, topics: Iterab
             if not authorize(operation, ResourceType.TOPIC, t)}
 
 
+# ---- the group and transaction coordinators ------------------------------------------------
+GROUP, TXN = "group", "txn"
+# What a post-check does to an answer: keep only what the principal may see.
+Filter = Callable[[Any], Any]
+
+
+def _group_denied() -> KafkaError:
+    from actors.broker.listener.auth_helper import group_denied
+    return group_denied()
+
+
+def _txn_denied() -> KafkaError:
+    from actors.broker.listener.auth_helper import transactional_id_denied
+    return transactional_id_denied()
+
+
+def _may(access: Access, operation: AclOperation, resource_type: ResourceType, name: str,
+         denied: Callable[[], KafkaError]) -> KafkaError | None:
+    return None if access.authorize(operation, resource_type, name) else denied()
+
+
+def _topics(access: Access, operation: AclOperation, rows: Iterable) -> KafkaError | None:
+    """TOPIC_AUTHORIZATION_FAILED unless every row's topic (its first field) is allowed: a
+    coordinator answers such a request with one error, so the refusal is the request's."""
+    for topic in {row[0] for row in rows}:
+        if not access.authorize(operation, ResourceType.TOPIC, topic):
+            return _topic_denied()
+    return None
+
+
+def _first(*checks):
+    for check in checks:
+        error = check()
+        if error is not None:
+            return error
+    return None
+
+
+def _group_read(access: Access, group_id: str, *_args: Any):
+    return _may(access, AclOperation.READ, ResourceType.GROUP, group_id, _group_denied)
+
+
+def _commit_offsets(access: Access, group_id: str, _member: str, _generation: int,
+                    rows: list, *_args: Any):
+    # OffsetCommit: READ on the group, READ on each topic.
+    return _first(lambda: _group_read(access, group_id),
+                  lambda: _topics(access, AclOperation.READ, rows))
+
+
+def _txn_write(access: Access, transactional_id: str, *_args: Any):
+    return _may(access, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id,
+                _txn_denied)
+
+
+def _txn_commit_offsets(access: Access, transactional_id: str, group_id: str, _pid: int,
+                        _epoch: int, _member: str, _generation: int, rows: list,
+                        *_args: Any):
+    # TxnOffsetCommit: WRITE on the transactional id, READ on the group and each topic.
+    return _first(lambda: _txn_write(access, transactional_id),
+                  lambda: _group_read(access, group_id),
+                  lambda: _topics(access, AclOperation.READ, rows))
+
+
+def _fetch_offsets(access: Access, group_id: str, partitions: list | None = None,
+                   *_args: Any):
+    # OffsetFetch: DESCRIBE on the group; the partitions named, DESCRIBE on their topics
+    # (all of them: filtered from the answer, as Kafka leaves them out).
+    return _first(lambda: _may(access, AclOperation.DESCRIBE, ResourceType.GROUP, group_id,
+                               _group_denied),
+                  lambda: None if partitions is None else
+                  _topics(access, AclOperation.DESCRIBE, partitions))
+
+
+def _fetch_offsets_filter(access: Access, _group_id: str, partitions: list | None = None,
+                          *_args: Any) -> Filter | None:
+    if partitions is not None:
+        return None
+    return lambda answer: answer if isinstance(answer, KafkaError) else [
+        row for row in answer
+        if access.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, row[0])]
+
+
+def _on_group(operation: AclOperation):
+    def check(access: Access, group_id: str, *_args: Any):
+        return _may(access, operation, ResourceType.GROUP, group_id, _group_denied)
+    return check
+
+
+def _delete_offsets(access: Access, group_id: str, partitions: list, *_args: Any):
+    # OffsetDelete: DELETE on the group, READ on each topic.
+    return _first(lambda: _may(access, AclOperation.DELETE, ResourceType.GROUP, group_id,
+                               _group_denied),
+                  lambda: _topics(access, AclOperation.READ, partitions))
+
+
+def _list_groups_filter(access: Access, *_args: Any) -> Filter | None:
+    # ListGroups: every group with DESCRIBE on the cluster, else those it may DESCRIBE.
+    if access.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return None
+    return lambda answer: answer if isinstance(answer, KafkaError) else [
+        row for row in answer
+        if access.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, row[0])]
+
+
+def _add_partitions(access: Access, transactional_id: str, _pid: int, _epoch: int,
+                    partitions: list, *_args: Any):
+    # AddPartitionsToTxn: WRITE on the transactional id and on each topic.
+    return _first(lambda: _txn_write(access, transactional_id),
+                  lambda: _topics(access, AclOperation.WRITE, partitions))
+
+
+def _add_offsets(access: Access, transactional_id: str, _pid: int, _epoch: int,
+                 group_id: str, *_args: Any):
+    # AddOffsetsToTxn: WRITE on the transactional id, READ on the group.
+    return _first(lambda: _txn_write(access, transactional_id),
+                  lambda: _group_read(access, group_id))
+
+
+def _describe_txn(access: Access, transactional_id: str, *_args: Any):
+    return _may(access, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id,
+                _txn_denied)
+
+
+def _list_transactions_filter(access: Access, *_args: Any) -> Filter:
+    # ListTransactions: the transactional ids the principal may DESCRIBE.
+    def keep(answer):
+        if isinstance(answer, KafkaError):
+            return answer
+        unknown, listed = answer
+        return unknown, [t for t in listed if access.authorize(
+            AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t["transactional_id"])]
+    return keep
+
+
+def _allowed(*_args: Any) -> None:
+    return None
+
+
+# (coordinator, method) -> (the check before, the filter of the answer or None).
+COORDINATOR_CHECKS: Mapping[tuple[str, str], tuple[Callable[..., KafkaError | None],
+                                                   Callable[..., Filter | None]]] = {
+    (GROUP, "join_group"): (_group_read, _allowed),
+    (GROUP, "sync_group"): (_group_read, _allowed),
+    (GROUP, "heartbeat"): (_group_read, _allowed),
+    (GROUP, "leave_group"): (_group_read, _allowed),
+    (GROUP, "commit_offsets"): (_commit_offsets, _allowed),
+    (GROUP, "txn_commit_offsets"): (_txn_commit_offsets, _allowed),
+    (GROUP, "fetch_offsets"): (_fetch_offsets, _fetch_offsets_filter),
+    (GROUP, "describe_group"): (_on_group(AclOperation.DESCRIBE), _allowed),
+    (GROUP, "list_groups"): (_allowed, _list_groups_filter),
+    (GROUP, "delete_offsets"): (_delete_offsets, _allowed),
+    (GROUP, "delete_group"): (_on_group(AclOperation.DELETE), _allowed),
+    (TXN, "init_producer_id"): (_txn_write, _allowed),
+    (TXN, "add_partitions_to_txn"): (_add_partitions, _allowed),
+    (TXN, "add_offsets_to_txn"): (_add_offsets, _allowed),
+    (TXN, "end_txn"): (_txn_write, _allowed),
+    (TXN, "describe_transaction"): (_describe_txn, _allowed),
+    (TXN, "list_transactions"): (_allowed, _list_transactions_filter),
+}
+
+
+def coordinator_refusal(access: Access, kind: str, method: str, args: list
+                        ) -> tuple[KafkaError | None, Filter | None]:
+    """(why the coordinator's ``method(*args)`` is refused, or None; what to keep of its
+    answer, or None for all of it)."""
+    checks = COORDINATOR_CHECKS.get((kind, method))
+    if checks is None:
+        from protocols.errors import InvalidRequestError
+        return InvalidRequestError(f"{method} is not a request rafka's clients make of a "
+                                   f"{kind} coordinator"), None
+    before, after = checks
+    refusal = before(access, *args)
+    return refusal, (None if refusal is not None else after(access, *args))
+
+
+def find_coordinator_refusal(access: Access, key: str, key_type: int) -> KafkaError | None:
+    """FindCoordinator: DESCRIBE on the group or the transactional id."""
+    from protocols.topics import TRANSACTION_KEY_TYPE
+    if key_type == TRANSACTION_KEY_TYPE:
+        return _describe_txn(access, key)
+    return _on_group(AclOperation.DESCRIBE)(access, key)
+
+
+# ---- the replica hosts' other requests (rafka.Admin's) --------------------------------------
+def _delete_records(access: Access, topic: str, *_args: Any):
+    return None if access.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic) \
+        else _topic_denied()
+
+
+def _describe_producers(access: Access, partitions: list, *_args: Any):
+    return _topics(access, AclOperation.READ, partitions)
+
+
+HOST_CHECKS: Mapping[str, Callable[..., KafkaError | None]] = {
+    "delete_records": _delete_records,                    # DeleteRecords: DELETE
+    "describe_producers_many": _describe_producers,       # DescribeProducers: READ
+    # WriteTxnMarkers (rafka.Admin.abort_transaction): CLUSTER_ACTION.
+    "write_txn_markers_many": _on_cluster(AclOperation.CLUSTER_ACTION),
+}
+
+
+def host_refusal(access: Access, method: str, args: list) -> KafkaError | None:
+    check = HOST_CHECKS.get(method)
+    if check is None:
+        from protocols.errors import InvalidRequestError
+        return InvalidRequestError(f"{method} is not a request rafka's clients make of a "
+                                   "replica host through the broker")
+    return check(access, *args)
+
+
 def door_sasl_config(broker: Mapping[str, Any], listener_configs: Mapping[str, Any],
                      scram: Callable[[str, str], Any] | None):
     """The door's SaslConfig: SCRAM-SHA-256 and -512 (the cluster's users, as every SCRAM

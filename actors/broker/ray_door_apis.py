@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from actors.broker.ray_door import (Access, RayDoorSessions, controller_refusal,
-                                    topic_refusals, visible_image)
+from actors.broker.ray_door import (GROUP, Access, RayDoorSessions, controller_refusal,
+                                    coordinator_refusal, find_coordinator_refusal,
+                                    host_refusal, topic_refusals, visible_image)
 from protocols.errors import KafkaError, SaslAuthenticationError
 from protocols.kafka.acl import AclOperation, ResourceType
 
@@ -30,11 +31,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _host_gone(error: Exception) -> KafkaError:
+    """A replica host that died under a request: retriable, the leader located again."""
+    from protocols.errors import NotLeaderOrFollowerError
+    return NotLeaderOrFollowerError(f"The replica host went away: {error!r}")
+
+
 class RayDoorApis:
     def __init__(self, broker_id: int, sasl_config: Any, auth: Any,
                  controller_call: Callable[..., Awaitable[Any]],
-                 idle_ms: int, failed_delay_ms: int, now_ms: Callable[[], int] = _now_ms):
+                 idle_ms: int, failed_delay_ms: int, now_ms: Callable[[], int] = _now_ms,
+                 namespace: str = "",
+                 find_coordinator: Callable[..., Awaitable[bytes]] | None = None):
         self.broker_id = broker_id
+        self.namespace = namespace
+        self.find_coordinator_call = find_coordinator
         self.sasl_config = sasl_config
         self.auth = auth
         self.controller_call = controller_call
@@ -94,12 +105,18 @@ class RayDoorApis:
             return self.auth.authorize_by_resource_type(caller, operation, resource_type)
         return Access(authorize, by_resource_type)
 
-    async def admin(self, session: str | None, host: str, method: str, args: list) -> Any:
-        """The controller's answer to ``method(*args)``, or why it was refused."""
+    def _refused(self, session: str | None, host: str,
+                 check: Callable[[Access], KafkaError | None]) -> KafkaError | None:
+        """Why the request is refused: its session gone, or ``check`` of its principal."""
         try:
-            refusal = controller_refusal(self._access(session, host), method, args)
+            return check(self._access(session, host))
         except KafkaError as e:
             return e
+
+    async def admin(self, session: str | None, host: str, method: str, args: list) -> Any:
+        """The controller's answer to ``method(*args)``, or why it was refused."""
+        refusal = self._refused(session, host,
+                                lambda access: controller_refusal(access, method, args))
         if refusal is not None:
             return refusal
         return await self.controller_call(method, *args)
@@ -127,9 +144,11 @@ class RayDoorApis:
         (``ReplicaHostActor.admit``): its produce and fetch requests are checked there."""
         try:
             caller = self._caller(session, host)
+            return list(await replica_host.admit.remote(caller))
         except KafkaError as e:
             return e
-        return list(await replica_host.admit.remote(caller))
+        except Exception as e:   # the host died: the client locates the leader again
+            return _host_gone(e)
 
     async def list_offsets(self, session: str | None, host: str, replica_host,
                            requests: list) -> Any:
@@ -141,5 +160,61 @@ class RayDoorApis:
             kept, merge = guard_list_offsets(requests, self._access(session, host).authorize)
         except KafkaError as e:
             return e
-        answers = await replica_host.list_offsets_many.remote(kept) if kept else []
+        try:
+            answers = await replica_host.list_offsets_many.remote(kept) if kept else []
+        except Exception as e:
+            return _host_gone(e)
         return merge(list(answers), encode)
+
+    async def find_coordinator(self, session: str | None, host: str, key: str,
+                               key_type: int) -> Any:
+        """FindCoordinator's answer, for a principal that may DESCRIBE the group or the
+        transactional id."""
+        from protocols.wire import decode
+        refusal = self._refused(session, host, lambda access: find_coordinator_refusal(
+            access, key, key_type))
+        if refusal is not None:
+            return refusal
+        return decode(await self.find_coordinator_call(key, key_type))
+
+    async def coordinator(self, session: str | None, host: str, kind: str,
+                          coordinator_id: int, method: str, args: list) -> Any:
+        """A group or transaction coordinator's answer to ``method(*args)`` (decoded), as
+        the principal may see it, or why it was refused."""
+        from actors.gcs import lookup
+        from actors.names import coordinator_name, txn_coordinator_name
+        from protocols.errors import CoordinatorNotAvailableError
+        from protocols.wire import decode
+        try:
+            refusal, keep = coordinator_refusal(self._access(session, host), kind, method, args)
+        except KafkaError as e:
+            return e
+        if refusal is not None:
+            return refusal
+        name = (coordinator_name if kind == GROUP else txn_coordinator_name)(coordinator_id)
+        try:
+            coordinator = await lookup(name, self.namespace)
+            if coordinator is None:
+                raise CoordinatorNotAvailableError(f"No coordinator {name} (yet)")
+            answer = await getattr(coordinator, method).remote(*args)
+        except KafkaError as e:
+            return e
+        except Exception as e:   # its broker went away: the client finds the next one
+            return CoordinatorNotAvailableError(f"{name}: {e!r}")
+        answer = decode(answer) if isinstance(answer, bytes) else answer
+        return answer if keep is None else keep(answer)
+
+    async def host_call(self, session: str | None, host: str, replica_host, method: str,
+                        args: list) -> Any:
+        """A replica host's answer to rafka.Admin's ``method(*args)`` (decoded), or why it
+        was refused."""
+        from protocols.wire import decode
+        refusal = self._refused(session, host,
+                                lambda access: host_refusal(access, method, args))
+        if refusal is not None:
+            return refusal
+        try:
+            answer = await getattr(replica_host, method).remote(*args)
+        except Exception as e:
+            return _host_gone(e)
+        return decode(answer) if isinstance(answer, bytes) else answer

@@ -71,6 +71,7 @@ class ReplicaManager:
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
         self.lock = asyncio.Lock()
+        self._sent_acls: list | None = None   # what send_acls last sent every host
 
     def host_of(self, topic: str, partition: int):
         """The host holding this broker's replica of topic-partition, None if none."""
@@ -115,7 +116,7 @@ class ReplicaManager:
         try:
             await asyncio.wait_for(host.num_replicas.remote(), HOST_START_TIMEOUT_S)
             # What the host checks Ray door clients against, until the next change.
-            await host.set_acls.remote(list(self.state.image.get("acls") or []))
+            await host.set_acls.remote(self._acls())
         except asyncio.TimeoutError:
             ray.kill(host, no_restart=True)
             raise TimeoutError(
@@ -290,6 +291,18 @@ class ReplicaManager:
                 for topic, partition, state in answer:
                     if state is not None:
                         self._remember(TopicPartition(topic, partition), state)
+
+    def _acls(self) -> list:
+        return list(self.state.image.get("acls") or [])
+
+    async def send_acls(self) -> None:
+        """The image's ACLs to every host, when they differ from what was last sent (the
+        hosts check Ray door clients against them): the image's, not a batch's, so that a
+        batch applied again after a failure, or a host started meanwhile, misses none."""
+        acls = self._acls()
+        if acls != self._sent_acls:
+            await self.on_every_host(lambda host: host.set_acls.remote(acls))
+            self._sent_acls = acls
 
     async def on_every_host(self, call) -> None:
         """``call(host)`` on every host at once; a host that fails is left to its watcher."""

@@ -25,9 +25,6 @@ class ControllerWork:
     """What one batch from the controller asks of the broker, in the order to do it."""
 
     changed_configs: list[tuple[str, dict]] = field(default_factory=list)
-    # The cluster's ACLs when the image changed them (the replica hosts check Ray door
-    # clients against them); None: unchanged.
-    acls: list | None = None
     leader_and_isr: list[LeaderAndIsr] = field(default_factory=list)
     stops: list[StopReplica] = field(default_factory=list)
 
@@ -77,8 +74,6 @@ class BrokerState:
         for m in messages:
             if isinstance(m, UpdateMetadata):
                 old = self.image.get("configs", {})
-                if m.image.get("acls") != self.image.get("acls"):
-                    work.acls = list(m.image.get("acls") or [])
                 self.image = m.image
                 configs = m.image.get("configs", {})
                 new_topics = [t for t in configs if t not in old]

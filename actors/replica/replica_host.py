@@ -76,6 +76,9 @@ class ReplicaHostActor:
         # The fetch sessions of the fetchers that fetch from this host (KIP-227).
         self.fetch_sessions = FetchSessionCache(
             broker_config["max.incremental.fetch.session.cache.slots"], wall_ms)
+        # Ray door clients' sessions, apart: a door request names only those.
+        self.door_fetch_sessions = FetchSessionCache(
+            broker_config["max.incremental.fetch.session.cache.slots"], wall_ms)
         # A broker on this node is answered with FileRegions for its clients' fetches.
         self.node_id = ray.get_runtime_context().get_node_id()
         self.replicas: dict[TopicPartition, HostedReplica] = {}
@@ -100,8 +103,8 @@ class ReplicaHostActor:
         # What Ray door clients may do here (actors.broker.ray_door): the broker's authorizer
         # settings and the cluster's ACLs, which the broker sends as they change.
         from actors.broker.listener.auth_helper import AuthHelper
-        self._acls: list = []
-        self.auth = AuthHelper(lambda: {"acls": self._acls},
+        self._acls: list | None = None   # None: not told yet, and every door request refused
+        self.auth = AuthHelper(lambda: {"acls": self._acls or []},
                                bool(broker_config.get("authorizer.class.name")),
                                broker_config.get("super.users"),
                                bool(broker_config.get("allow.everyone.if.no.acl.found")))
@@ -349,7 +352,8 @@ class ReplicaHostActor:
 
     def _door_authorize(self, caller):
         def authorize(operation, resource_type, name) -> bool:
-            return self.auth.authorize(caller, operation, resource_type, name)
+            return self._acls is not None and self.auth.authorize(caller, operation,
+                                                                  resource_type, name)
         return authorize
 
     async def _door_produce(self, request: bytes, caller) -> bytes:
@@ -363,8 +367,8 @@ class ReplicaHostActor:
         from actors.replica.door_guard import guard_fetch
         allowed, check = guard_fetch(decode_fetch_many_request(request),
                                      self._door_authorize(caller))
-        return encode_fetch_many_response(check(None if allowed is None
-                                                else await self._fetch(allowed)))
+        return encode_fetch_many_response(check(
+            None if allowed is None else await self._fetch(allowed, self.door_fetch_sessions)))
 
     async def replication_address(self) -> tuple[str, int, bytes, str | None]:
         """(address, port, token, certificate or None) of this host's listener, for a
@@ -424,11 +428,15 @@ class ReplicaHostActor:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
         return encode_fetch_many_response(await self._fetch(decode_fetch_many_request(request)))
 
-    async def _fetch(self, req: FetchManyRequest) -> FetchManyResponse:
+    async def _fetch(self, req: FetchManyRequest, sessions: FetchSessionCache | None = None
+                     ) -> FetchManyResponse:
+        """``fetch_many``'s answer; ``sessions``: the cache its session is in (Ray door
+        clients have their own: no door request reaches a follower's session)."""
         self.requests["Fetch"] += 1
         future, done = answer_future()
         moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
-                           self.fetch_sessions, self.node_id)
+                           self.fetch_sessions if sessions is None else sessions,
+                           self.node_id)
         # The followers' positions may have moved an ISR: tell the controller.
         replicas = self.replicas
         for key in moved:

@@ -12,8 +12,10 @@ from typing import Any
 
 from actors.names import coordinator_name, txn_coordinator_name
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
-                              KafkaError, KafkaTimeoutError, NotCoordinatorError,
-                              RequestTimedOutError)
+                              GroupAuthorizationFailedError, KafkaError, KafkaTimeoutError,
+                              NotCoordinatorError, RequestTimedOutError,
+                              SaslAuthenticationError,
+                              TransactionalIdAuthorizationFailedError)
 from protocols.topics import GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE
 from protocols.wire import decode
 from rafka.client.retry import retry_until
@@ -22,20 +24,27 @@ log = logging.getLogger(__name__)
 
 # Errors after which the coordinator must be looked up again.
 COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError)
+# Refusals: raised at once, never retried.
+AUTHORIZATION_FAILED = (GroupAuthorizationFailedError, TransactionalIdAuthorizationFailedError)
 # Errors worth retrying with the same coordinator after a backoff.
 RETRY_SAME = (CoordinatorLoadInProgressError, RequestTimedOutError)
 
 
 class CoordinatorClient:
     def __init__(self, cluster, metadata, group_id: str, request_timeout_ms: int = 30_000,
-                 retry_backoff_ms: int = 100, key_type: int = GROUP_KEY_TYPE):
+                 retry_backoff_ms: int = 100, key_type: int = GROUP_KEY_TYPE,
+                 door: Any = None):
         self.cluster = cluster
+        # A guarded Ray door (rafka.client.ray_door): FindCoordinator and every request go
+        # through its broker's checks.
+        self.door = door if door is not None and door.guarded else None
         self.metadata = metadata
         self.group_id = group_id        # the key: a group id, or a transactional id
         self.key_type = key_type
         self._name_of = txn_coordinator_name if key_type == TRANSACTION_KEY_TYPE \
             else coordinator_name
         self._what = "transactional id" if key_type == TRANSACTION_KEY_TYPE else "group"
+        self._kind = "txn" if key_type == TRANSACTION_KEY_TYPE else "group"
         self.request_s = request_timeout_ms / 1000
         self.retry_s = retry_backoff_ms / 1000
         self._lock = threading.Lock()
@@ -50,24 +59,34 @@ class CoordinatorClient:
                 if self._handle is not None:
                     return self._handle
             error: Any = None
-            for broker_id in self.metadata.brokers():
+            for broker_id in self.metadata.brokers() if self.door is None else [None]:
                 try:
-                    broker = self.cluster.broker(broker_id)
-                    answer = decode(ray.get(
-                        broker.find_coordinator.remote(self.group_id, self.key_type),
-                        timeout=self.request_s))
+                    if self.door is not None:
+                        answer = self.door.call("find_coordinator", self.group_id,
+                                                self.key_type)
+                    else:
+                        broker = self.cluster.broker(broker_id)
+                        answer = decode(ray.get(
+                            broker.find_coordinator.remote(self.group_id, self.key_type),
+                            timeout=self.request_s))
                 except Exception as e:
                     error = e
                     continue
+                if isinstance(answer, AUTHORIZATION_FAILED):
+                    raise answer
                 if isinstance(answer, KafkaError):
                     error = answer
                     break
-                try:
-                    handle = ray.get_actor(self._name_of(answer),
-                                           namespace=self.cluster.namespace)
-                except ValueError:
-                    error = CoordinatorNotAvailableError(f"coordinator {answer} is starting")
-                    break
+                if self.door is not None:
+                    handle = self.door.coordinator(self._kind, answer)
+                else:
+                    try:
+                        handle = ray.get_actor(self._name_of(answer),
+                                               namespace=self.cluster.namespace)
+                    except ValueError:
+                        error = CoordinatorNotAvailableError(
+                            f"coordinator {answer} is starting")
+                        break
                 with self._lock:
                     self._handle, self.coordinator_id = handle, answer
                 return handle
@@ -96,6 +115,9 @@ class CoordinatorClient:
                                         timeout=self.request_s))
             except Exception as e:   # the coordinator's broker went away
                 answer = CoordinatorNotAvailableError(repr(e))
+            if self.door is not None and isinstance(answer, SaslAuthenticationError):
+                self.door.forget()   # its session is gone: sign in again, and ask again
+                raise CoordinatorLoadInProgressError(str(answer))
             if isinstance(answer, COORDINATOR_MOVED + RETRY_SAME):
                 raise answer
             return answer

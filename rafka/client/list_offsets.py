@@ -60,7 +60,8 @@ def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: floa
                 errors.update((tp, e) for tp in tps)
                 continue
             if isinstance(raw, KafkaError):   # the door's answer for the whole request
-                raise raw
+                errors.update((tp, raw) for tp in tps)
+                continue
             for tp, encoded in zip(tps, raw):
                 answer = decode(encoded)
                 if isinstance(answer, KafkaError):

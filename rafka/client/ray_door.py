@@ -162,6 +162,21 @@ class RayDoor:
                 return broker, session
             raise BrokerNotAvailableError(f"No broker answered to sign in: {error!r}")
 
+    def forget(self) -> None:
+        """Sign in again on the next request (its session was found gone)."""
+        with self._lock:
+            self._broker, self._session = None, None
+
+    def coordinator(self, kind: str, coordinator_id: int) -> "DoorCoordinator":
+        """A group (``kind`` "group") or transaction ("txn") coordinator reached through
+        this door: ``coordinator.method.remote(*args)`` as on its actor handle."""
+        return DoorCoordinator(self, kind, coordinator_id)
+
+    def host(self, replica_host) -> "DoorCoordinator":
+        """A replica host's requests rafka.Admin makes (DeleteRecords, DescribeProducers,
+        WriteTxnMarkers), through this door: ``host.method.remote(*args)``."""
+        return DoorCoordinator(self, "host", replica_host)
+
     def _forget(self, session: str | None) -> None:
         with self._lock:
             if self._session == session:
@@ -223,3 +238,31 @@ class RayDoor:
                 broker.ray_door_close.remote(session)
             except Exception:   # the broker is gone, and the session with it
                 pass
+
+
+class DoorCoordinator:
+    """An actor handle's stand-in: ``.method.remote(*args)`` goes to the door's broker,
+    which checks it and passes it on (a ref to the answer, encoded as the actor's)."""
+
+    def __init__(self, door: RayDoor, kind: str, target: Any):
+        self._door, self._kind, self._target = door, kind, target
+
+    def __getattr__(self, method: str) -> "_DoorMethod":
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _DoorMethod(self._door, self._kind, self._target, method)
+
+
+class _DoorMethod:
+    __slots__ = ("door", "kind", "target", "method")
+
+    def __init__(self, door: RayDoor, kind: str, target: Any, method: str):
+        self.door, self.kind, self.target, self.method = door, kind, target, method
+
+    def remote(self, *args: Any):
+        broker, session = self.door._signed_in()
+        if self.kind == "host":
+            return broker.ray_door_host.remote(session, self.door._host, self.target,
+                                               self.method, list(args))
+        return broker.ray_door_coordinator.remote(session, self.door._host, self.kind,
+                                                  self.target, self.method, list(args))

@@ -50,10 +50,13 @@ class ExactlyOnceTask:
         return TopicPartition(self.prefix, self.task)
 
 
-def already_written(cluster, task: ExactlyOnceTask) -> bool:
-    """Whether the task's rows of this sequence are committed (the marker, read stable)."""
-    done = cluster.admin().list_consumer_group_offsets(
-        task.group_id, [task.marker], require_stable=True).get(task.marker)
+def already_written(cluster, task: ExactlyOnceTask, config: Mapping[str, Any] | None = None
+                    ) -> bool:
+    """Whether the task's rows of this sequence are committed (the marker, read stable);
+    ``config``: the client settings to ask with (its SASL ones sign in at the Ray door)."""
+    with cluster.admin(config) as admin:
+        done = admin.list_consumer_group_offsets(
+            task.group_id, [task.marker], require_stable=True).get(task.marker)
     return done is not None and done.offset >= task.sequence
 
 
@@ -72,7 +75,7 @@ def write_exactly_once(cluster, config: Mapping[str, Any], task: ExactlyOnceTask
     producer = rafka.Producer(cluster, {**config, "transactional.id": task.transactional_id})
     try:
         producer.init_transactions()
-        if already_written(cluster, task):
+        if already_written(cluster, task, config):
             return 0
         producer.begin_transaction()
         count = 0

@@ -20,14 +20,16 @@ def partition_counts(cluster) -> dict[str, int]:
 
 
 def earliest_and_latest(cluster, partitions: list[TopicPartition],
-                        isolation_level: str = "read_uncommitted") -> tuple[dict, dict]:
+                        isolation_level: str = "read_uncommitted",
+                        config: dict | None = None) -> tuple[dict, dict]:
     """(earliest, latest) offset of each partition; latest is the high watermark, or at
-    ``read_committed`` the last stable offset (what such a reader can reach)."""
-    admin = cluster.admin()
-    earliest = {tp: r.offset for tp, r in admin.list_offsets(
-        {tp: "earliest" for tp in partitions}).items()}
-    latest = {tp: r.offset for tp, r in admin.list_offsets(
-        {tp: "latest" for tp in partitions}, isolation_level).items()}
+    ``read_committed`` the last stable offset (what such a reader can reach). ``config``:
+    the client settings to ask with (its SASL ones sign in at the Ray door)."""
+    with cluster.admin(config) as admin:
+        earliest = {tp: r.offset for tp, r in admin.list_offsets(
+            {tp: "earliest" for tp in partitions}).items()}
+        latest = {tp: r.offset for tp, r in admin.list_offsets(
+            {tp: "latest" for tp in partitions}, isolation_level).items()}
     return earliest, latest
 
 

@@ -97,7 +97,8 @@ class Consumer:
         self._group: ConsumerCoordinator | None = None
         if self.config["group.id"]:
             self._group = ConsumerCoordinator(cluster, self.config, self.metadata,
-                                              self._revoked, self._assigned, self._lost)
+                                              self._revoked, self._assigned, self._lost,
+                                              self.door)
         self._subscribed = False
         self._listener = ConsumerRebalanceListener()
         self._next_auto_commit = time.monotonic() + self.config["auto.commit.interval.ms"] / 1000

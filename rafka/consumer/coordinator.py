@@ -73,7 +73,7 @@ class ConsumerRebalanceListener:
 class ConsumerCoordinator:
     def __init__(self, cluster, config: dict, metadata,
                  on_revoke: Callable[[set], None], on_assign: Callable[[set], None],
-                 on_lost: Callable[[set], None]):
+                 on_lost: Callable[[set], None], door=None):
         self.cluster = cluster
         self.config = config
         self.metadata = metadata
@@ -88,7 +88,7 @@ class ConsumerCoordinator:
         self._lock = threading.RLock()
         self.client = CoordinatorClient(cluster, metadata, self.group_id,
                                         config["request.timeout.ms"],
-                                        config["retry.backoff.ms"])
+                                        config["retry.backoff.ms"], door=door)
         self.membership = Membership()   # under self._lock
         self._join_ref = None
         self._sync_ref = None

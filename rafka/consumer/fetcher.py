@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from actors.replica.channel import API_FETCH
 from protocols.control_records import ABORT, control_record_type
-from protocols.errors import KafkaError, OffsetOutOfRangeError
+from protocols.errors import KafkaError, OffsetOutOfRangeError, TopicAuthorizationFailedError
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
 from protocols.messages import (ISOLATION_LEVELS, READ_COMMITTED, FetchManyRequest,
@@ -133,6 +133,8 @@ class Fetcher:
         self._request_bytes: dict[str, int] = {}
         self._hosts: dict[str, Any] = {}
         self.arrow = False   # poll_arrow was used: buffer fetched batches as Arrow columns
+        # A fetch answer's TOPIC_AUTHORIZATION_FAILED, raised once the answers are in.
+        self.refused: KafkaError | None = None
 
     def _validate_position(self, tp: TopicPartition, st: PartitionState, leader) -> None:
         """After a leader change, make sure our position is on the new leader's log: if the
@@ -262,6 +264,9 @@ class Fetcher:
             if request.done:
                 self._complete_fetch(parts, self._fetches.pop(host_id),
                                      self._sessions[host_id])
+        refused, self.refused = self.refused, None
+        if refused is not None:
+            raise refused
 
     def _complete_fetch(self, parts: dict[TopicPartition, PartitionState], fetch: HostFetch,
                         session: FetchSessionHandler) -> None:
@@ -289,6 +294,11 @@ class Fetcher:
             if isinstance(result.error, OffsetOutOfRangeError):
                 if not st.buffered:  # else: once the application has what is buffered
                     self._reset(tp, st)
+                continue
+            if isinstance(result.error, TopicAuthorizationFailedError):
+                # Raised from poll, as Kafka's consumer raises it; the next poll asks again.
+                self._backoff(tp, st, result.error)
+                self.refused = result.error
                 continue
             if result.error is not None:
                 self._backoff(tp, st, result.error)

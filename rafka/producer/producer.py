@@ -139,7 +139,7 @@ class Producer:
         self._txn = None if self.transactional_id is None else \
             TransactionManager(self.transactional_id, c["transaction.timeout.ms"])
         txn_client = None if self._txn is None else coordinator_client(
-            cluster, self.metadata, self.transactional_id, c, TRANSACTION_KEY_TYPE)
+            cluster, self.metadata, self.transactional_id, c, TRANSACTION_KEY_TYPE, self.door)
         self._sender = SenderThread(cluster.namespace, c, self.acks, self.idempotent,
                                     self.metadata, self.accumulator, self._cond,
                                     self._txn, txn_client, self.door)

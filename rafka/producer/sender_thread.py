@@ -123,7 +123,10 @@ class SenderThread:
         except ClusterAuthorizationFailedError as e:
             log.error("InitProducerId refused: %s", e)
             self._producer_id_refused = e
-        except Exception as e:   # the controller died under the request
+            self._producer_id_retry_at = float("inf")   # never asked again
+        except Exception as e:   # the controller (or the door's broker) died under the request
+            if self.door is not None:
+                self.door.forget()
             log.info("InitProducerId failed: %r; asking again", e)
             self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s
         with self.cond:

@@ -20,9 +20,9 @@ from rafka.producer.transaction_manager import (State, TransactionManager, coord
 
 
 def coordinator_client(cluster, metadata, key: str, config: Mapping[str, Any],
-                       key_type: int = GROUP_KEY_TYPE) -> CoordinatorClient:
+                       key_type: int = GROUP_KEY_TYPE, door=None) -> CoordinatorClient:
     return CoordinatorClient(cluster, metadata, key, config["request.timeout.ms"],
-                             config["retry.backoff.ms"], key_type=key_type)
+                             config["retry.backoff.ms"], key_type=key_type, door=door)
 
 
 class Transactions:
@@ -144,5 +144,6 @@ class Transactions:
         client = self._group_clients.get(group_id)
         if client is None:
             client = self._group_clients[group_id] = coordinator_client(
-                self.producer.cluster, self.producer.metadata, group_id, self.producer.config)
+                self.producer.cluster, self.producer.metadata, group_id, self.producer.config,
+                door=self.producer.door)
         return client

@@ -36,12 +36,12 @@ def _offsets(spec: str | int | Mapping, topic: str, partitions: list[TopicPartit
                      f"{{partition: offset}}, not {spec!r}")
 
 
-def _read_task(cluster_name: str, r: OffsetRange):
+def _read_task(cluster_name: str, r: OffsetRange, config: dict | None):
     def read():
         import rafka
         cluster = rafka.Cluster.connect(cluster_name)
         schema = _schema()
-        for table in read_tables(cluster, r):
+        for table in read_tables(cluster, r, config=config):
             # poll_arrow's timestamps carry no zone: they are milliseconds since the epoch,
             # UTC, as the schema says (a cast of the type, not of the values).
             yield table.cast(schema)
@@ -56,10 +56,14 @@ def _schema():
                       ("timestampType", pa.int32())])
 
 
-def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest"):
+def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest",
+               consumer_config: Mapping[str, Any] | None = None):
     """A ``ray.data.Dataset`` of the topic's records in ``[start, end)`` per partition
     (``earliest`` / ``latest``, one offset for every partition, or ``{partition: offset}``
-    with -2 / -1 for earliest / latest). The end is fixed when this is called."""
+    with -2 / -1 for earliest / latest). The end is fixed when this is called.
+    ``consumer_config``: the read tasks' consumers' settings (Kafka's SASL ones sign in
+    at the Ray door)."""
+    config = dict(consumer_config or {})
     import ray.data
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
@@ -69,22 +73,27 @@ def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest"
     if not partitions:
         from protocols.errors import UnknownTopicOrPartitionError
         raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist")
-    earliest, latest = earliest_and_latest(cluster, partitions)
+    earliest, latest = earliest_and_latest(cluster, partitions, config=config)
     begin = _offsets(start, topic, partitions, earliest, latest, "start")
     until = _offsets(end, topic, partitions, earliest, latest, "end")
     ranges = plan_ranges(begin, until)
     # A range's size is its record count only where every offset holds a record: the
     # cleaner leaves gaps in a compacted topic's offsets, so there Ray Data must read to
-    # count (None: the row count is unknown until the block is read).
-    compacted = "compact" in cluster.admin().describe_configs([topic])[topic][
-        "cleanup.policy"]
+    # count (None: the row count is unknown until the block is read). A reader that may not
+    # DESCRIBE_CONFIGS the topic (READ does not imply it) reads to count too.
+    from protocols.errors import TopicAuthorizationFailedError
+    try:
+        with cluster.admin(config) as admin:
+            compacted = "compact" in admin.describe_configs([topic])[topic]["cleanup.policy"]
+    except TopicAuthorizationFailedError:
+        compacted = True
 
     class TopicDatasource(Datasource):
         def estimate_inmemory_data_size(self):
             return None
 
         def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
-            return [ReadTask(_read_task(cluster.name, r),
+            return [ReadTask(_read_task(cluster.name, r, config),
                              BlockMetadata(num_rows=None if compacted else r.size,
                                            size_bytes=None,
                                            input_files=None, exec_stats=None),

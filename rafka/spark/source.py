@@ -66,8 +66,8 @@ def _int(options, name: str) -> int | None:
 def _starting(options, cluster, partitions, earliest, latest, default: str) -> dict:
     timestamp = options.get("startingTimestamp")
     if timestamp is not None:
-        consumer_offsets = cluster.admin().list_offsets({tp: int(timestamp)
-                                                         for tp in partitions})
+        consumer_offsets = cluster.admin(consumer_options(options)).list_offsets(
+            {tp: int(timestamp) for tp in partitions})
         # No record at or after the time: start at the end (Spark's default strategy).
         return {tp: (r.offset if r.offset >= 0 else latest[tp])
                 for tp, r in consumer_offsets.items()}
@@ -127,7 +127,8 @@ class RafkaBatchReader(DataSourceReader):
         cluster = connect(options)
         partitions = narrow(self.pushed,
                             parse_subscription(options).select(partition_counts(cluster)))
-        earliest, latest = earliest_and_latest(cluster, partitions, _isolation(options))
+        earliest, latest = earliest_and_latest(cluster, partitions, _isolation(options),
+                                               consumer_options(options))
         start = _starting(options, cluster, partitions, earliest, latest, "earliest")
         end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
                                  allow_earliest=False)
@@ -135,7 +136,8 @@ class RafkaBatchReader(DataSourceReader):
         start = check_data_loss(start, earliest, _flag(options, "failOnDataLoss", True))
         if self.pushed:
             start, end = narrow_ranges(self.pushed, start, end, lambda times: {
-                tp: r.offset for tp, r in cluster.admin().list_offsets(times).items()})
+                tp: r.offset for tp, r in cluster.admin(consumer_options(options))
+                .list_offsets(times).items()})
         ranges = plan_ranges(start, end, _int(options, "minPartitions"))
         return [RangePartition(r) for r in ranges]
 
@@ -174,7 +176,8 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cluster = connect(self.options)
         partitions = self.subscription.select(partition_counts(cluster))
         return cluster, partitions, *earliest_and_latest(cluster, partitions,
-                                                         _isolation(self.options))
+                                                         _isolation(self.options),
+                                                         consumer_options(self.options))
 
     def initialOffset(self) -> dict:
         cluster, partitions, earliest, latest = self._now()

@@ -418,3 +418,125 @@ def test_rafka_producer_and_consumer_are_checked_as_their_principal(cluster):
                     break
             return [r.value for r in got]
     wait_until(lambda: read_all() == [b"from-admin", b"from-dave"], 60, "bob's READ")
+
+
+def test_rafka_consumer_groups_and_transactions_are_checked_as_their_principal(cluster):
+    """Through the door, a consumer group's requests need READ on the group (and its
+    commits READ on the topics), a transactional producer's WRITE on its transactional id
+    (and AddOffsetsToTxn READ on the group), rafka.Admin's group listing shows only the
+    groups the principal may describe, and DeleteRecords needs DELETE: Kafka's checks and
+    errors."""
+    import rafka
+    from protocols.errors import (GroupAuthorizationFailedError,
+                                  TopicAuthorizationFailedError,
+                                  TransactionalIdAuthorizationFailedError)
+    from protocols.kafka.acl import AclOperation as Op
+
+    root = rafka_admin(cluster)
+    root.create_topics([rafka.NewTopic("door-ledger-in", 1, 2),
+                        rafka.NewTopic("door-ledger-out", 1, 2)])
+    with rafka.Producer(cluster, door("admin")) as producer:
+        for i in range(3):
+            producer.send("door-ledger-in", f"in-{i}".encode()).get(30)
+    grant(cluster, Acl(TOPIC, "door-ledger-", PREFIXED, "User:erin", "*", Op.READ, ALLOW))
+    settings = {**door("erin"), "group.id": "door-billing", "auto.offset.reset": "earliest",
+                "enable.auto.commit": False}
+
+    def consume() -> list:
+        with rafka.Consumer(cluster, settings) as consumer:
+            consumer.subscribe(["door-ledger-in"])
+            got: list = []
+            for _ in range(30):
+                got += consumer.poll(500)
+                if len(got) >= 3:
+                    break
+            consumer.commit()
+            return [r.value for r in got]
+    # READ on the topic but not on the group: the group refuses her.
+    with pytest.raises(GroupAuthorizationFailedError):
+        consume()
+    grant(cluster, Acl(GROUP, "door-billing", LITERAL, "User:erin", "*", Op.READ, ALLOW))
+    wait_until(lambda: consume() == [b"in-0", b"in-1", b"in-2"], 60, "erin's group READ")
+    assert root.list_consumer_group_offsets("door-billing")[
+        ("door-ledger-in", 0)].offset == 3
+    # Her admin sees her group (READ implies DESCRIBE), not the others.
+    listed = {g.group_id for g in cluster.admin(door("erin")).list_consumer_groups()}
+    assert "door-billing" in listed
+    assert listed <= {g.group_id for g in root.list_consumer_groups()}
+
+    # A transactional producer needs WRITE on its transactional id.
+    txn = {**door("erin"), "transactional.id": "door-txn", "request.timeout.ms": 5_000}
+    with rafka.Producer(cluster, txn) as producer:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            producer.init_transactions(10)
+    grant(cluster,
+          Acl(ResourceType.TRANSACTIONAL_ID, "door-txn", LITERAL, "User:erin", "*", Op.WRITE,
+              ALLOW),
+          Acl(TOPIC, "door-ledger-out", LITERAL, "User:erin", "*", Op.WRITE, DENY))
+
+    def may_init() -> bool:
+        with rafka.Producer(cluster, txn) as producer:
+            producer.init_transactions(30)
+        return True
+    wait_until(may_init, 60, "erin's WRITE on her transactional id")
+    # Her WRITE on door-ledger-out is denied: AddPartitionsToTxn refuses the partition.
+    with rafka.Producer(cluster, txn) as producer:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send("door-ledger-out", b"out").get(30)
+    # DeleteRecords needs DELETE on the topic.
+    with pytest.raises(TopicAuthorizationFailedError):
+        cluster.admin(door("erin")).delete_records({("door-ledger-in", 0): 1})
+    assert root.delete_records({("door-ledger-in", 0): 1}) == {("door-ledger-in", 0): 1}
+
+
+def test_spark_and_ray_data_jobs_sign_in_with_kafkas_options(cluster, spark_session):
+    """A Spark job copying a topic passes Kafka's SASL options as Spark's Kafka connector
+    takes them (``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``), to its reads, its
+    offset lookups and its writes; Ray Data's read_topic / write_topic take them as client
+    settings. Without them, the same job is refused."""
+    import ray.data
+
+    import rafka
+    from rafka.ray import read_topic, write_topic
+    from protocols.kafka.acl import AclOperation as Op
+
+    root = rafka_admin(cluster)
+    root.create_topics([rafka.NewTopic(n, 2, 2) for n in
+                        ("door-spark-in", "door-spark-out", "door-ray-out")])
+    with rafka.Producer(cluster, door("admin")) as producer:
+        for i in range(10):
+            producer.send("door-spark-in", f"r{i}".encode(), key=f"k{i}".encode())
+        producer.flush(30)
+    grant(cluster,
+          Acl(TOPIC, "door-spark-in", LITERAL, "User:bob", "*", Op.READ, ALLOW),
+          Acl(TOPIC, "door-spark-out", LITERAL, "User:bob", "*", Op.WRITE, ALLOW),
+          Acl(TOPIC, "door-ray-out", LITERAL, "User:bob", "*", Op.WRITE, ALLOW))
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+            f'username="bob" password="{USERS["bob"]}";')
+    sasl = {"kafka.sasl.mechanism": "PLAIN", "kafka.sasl.jaas.config": jaas}
+
+    def copy(options: dict) -> None:
+        reader = spark_session.read.format("rafka").option("cluster", cluster.name) \
+            .option("subscribe", "door-spark-in")
+        writer = reader.options(**options).load().select("key", "value").write \
+            .format("rafka").mode("append").option("cluster", cluster.name) \
+            .option("topic", "door-spark-out")
+        writer.options(**options).save()
+    with pytest.raises(Exception, match="Topic authorization failed"):
+        copy({})
+    wait_until(lambda: copy(sasl) or True, 60, "bob's grants at the brokers")
+    with rafka.Consumer(cluster, {**door("admin"), "auto.offset.reset": "earliest"}) as c:
+        c.assign([("door-spark-out", 0), ("door-spark-out", 1)])
+        assert sum(c.end_offsets([("door-spark-out", 0), ("door-spark-out", 1)]).values()) \
+            >= 10
+
+    settings = {"sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas}
+    with pytest.raises(Exception, match="Topic authorization failed"):
+        read_topic(cluster, "door-spark-in")
+    rows = read_topic(cluster, "door-spark-in", consumer_config=settings)
+    assert sorted(r["value"] for r in rows.take_all()) == [f"r{i}".encode() for i in range(10)]
+    written = write_topic(ray.data.from_items([{"value": b"v"}] * 5), cluster, "door-ray-out",
+                          {**settings, "acks": "all"})
+    assert written == 5

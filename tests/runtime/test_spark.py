@@ -76,8 +76,9 @@ def test_batch_read_returns_every_acknowledged_record_with_kafkas_schema(spark, 
     assert reader(spark, cluster, subscribe="clicks", **{
         "kafka.bootstrap.servers": "localhost:9092", "kafka.group.id": "g",
         "kafka.max.partition.fetch.bytes": "1024"}).count() == 60
-    with pytest.raises(Exception, match="Unknown configuration 'security.protocol'"):
-        reader(spark, cluster, subscribe="clicks", **{"kafka.security.protocol": "SSL"}).count()
+    with pytest.raises(Exception, match="Unknown configuration 'ssl.truststore.location'"):
+        reader(spark, cluster, subscribe="clicks",
+               **{"kafka.ssl.truststore.location": "/etc/ca.jks"}).count()
 
 
 def test_write_then_read_back_with_keys_partitions_and_headers(spark, cluster):

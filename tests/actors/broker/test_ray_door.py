@@ -207,3 +207,134 @@ def test_the_door_signs_in_scram_users_and_the_sasl_listeners_plain_users():
     assert door_sasl_config(BROKER, {}, None).mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512")
     reauth = door_sasl_config({**BROKER, "connections.max.reauth.ms": 3_600_000}, {}, None)
     assert set(reauth.reauth_ms.values()) == {3_600_000}
+
+
+# ---- the coordinators and the hosts' other requests -----------------------------------------
+from actors.broker.ray_door import (GROUP, TXN, coordinator_refusal,  # noqa: E402
+                                    find_coordinator_refusal, host_refusal)
+from protocols.errors import (GroupAuthorizationFailedError,  # noqa: E402
+                              TransactionalIdAuthorizationFailedError)
+
+GROUP_RT, TXN_RT = ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+ROWS = [("t", 0, 5, -1, ""), ("t", 1, 7, -1, "")]
+
+
+@pytest.mark.parametrize("method, args", [
+    ("join_group", ["g", "", "consumer", []]), ("sync_group", ["g", "m", 1, None]),
+    ("heartbeat", ["g", "m", 1]), ("leave_group", ["g", "m"]),
+])
+def test_the_group_protocol_needs_read_on_the_group(method, args):
+    refusal, _ = coordinator_refusal(access(), GROUP, method, args)
+    assert isinstance(refusal, GroupAuthorizationFailedError)
+    assert coordinator_refusal(access((AclOperation.READ, GROUP_RT, "g")), GROUP, method,
+                               args) == (None, None)
+
+
+def test_offset_commit_needs_read_on_the_group_then_on_each_topic():
+    args = ["g", "m", 1, ROWS]
+    assert isinstance(coordinator_refusal(access((AclOperation.READ, TOPIC, "t")), GROUP,
+                                          "commit_offsets", args)[0],
+                      GroupAuthorizationFailedError)
+    assert isinstance(coordinator_refusal(access((AclOperation.READ, GROUP_RT, "g")), GROUP,
+                                          "commit_offsets", args)[0],
+                      TopicAuthorizationFailedError)
+    assert coordinator_refusal(access((AclOperation.READ, GROUP_RT, "g"),
+                                      (AclOperation.READ, TOPIC, "t")),
+                               GROUP, "commit_offsets", args) == (None, None)
+
+
+def test_txn_offset_commit_needs_write_on_the_transactional_id_too():
+    args = ["tx", "g", 1, 0, "m", 1, ROWS]
+    reader = [(AclOperation.READ, GROUP_RT, "g"), (AclOperation.READ, TOPIC, "t")]
+    assert isinstance(coordinator_refusal(access(*reader), GROUP, "txn_commit_offsets",
+                                          args)[0], TransactionalIdAuthorizationFailedError)
+    assert coordinator_refusal(access(*reader, (AclOperation.WRITE, TXN_RT, "tx")), GROUP,
+                               "txn_commit_offsets", args) == (None, None)
+
+
+def test_offset_fetch_needs_describe_and_leaves_out_topics_it_may_not_describe():
+    describer = access((AclOperation.DESCRIBE, GROUP_RT, "g"), (AclOperation.DESCRIBE, TOPIC, "t"))
+    assert isinstance(coordinator_refusal(access(), GROUP, "fetch_offsets", ["g", None])[0],
+                      GroupAuthorizationFailedError)
+    assert isinstance(coordinator_refusal(describer, GROUP, "fetch_offsets",
+                                          ["g", [["u", 0]]])[0],
+                      TopicAuthorizationFailedError)
+    refusal, keep = coordinator_refusal(describer, GROUP, "fetch_offsets", ["g", None])
+    assert refusal is None
+    assert keep([("t", 0, 5, -1, ""), ("u", 0, 9, -1, "")]) == [("t", 0, 5, -1, "")]
+
+
+def test_list_groups_shows_every_group_with_describe_on_the_cluster_else_those_described():
+    answer = [("a", "consumer", "Stable"), ("b", "consumer", "Empty")]
+    _, keep = coordinator_refusal(access((AclOperation.DESCRIBE, GROUP_RT, "b")), GROUP,
+                                  "list_groups", [])
+    assert keep(answer) == [answer[1]]
+    assert coordinator_refusal(access((AclOperation.DESCRIBE, CLUSTER, CLUSTER_NAME)), GROUP,
+                               "list_groups", []) == (None, None)
+
+
+@pytest.mark.parametrize("method, args, grants, error", [
+    ("delete_group", ["g"], [(AclOperation.DELETE, GROUP_RT, "g")],
+     GroupAuthorizationFailedError),
+    ("delete_offsets", ["g", [["t", 0]]], [(AclOperation.DELETE, GROUP_RT, "g"),
+                                          (AclOperation.READ, TOPIC, "t")],
+     GroupAuthorizationFailedError),
+    ("describe_group", ["g"], [(AclOperation.DESCRIBE, GROUP_RT, "g")],
+     GroupAuthorizationFailedError),
+])
+def test_group_administration(method, args, grants, error):
+    assert isinstance(coordinator_refusal(access(), GROUP, method, args)[0], error)
+    assert coordinator_refusal(access(*grants), GROUP, method, args)[0] is None
+
+
+@pytest.mark.parametrize("method, args, grants", [
+    ("init_producer_id", ["tx", 60_000], [(AclOperation.WRITE, TXN_RT, "tx")]),
+    ("add_partitions_to_txn", ["tx", 1, 0, [["t", 0]]],
+     [(AclOperation.WRITE, TXN_RT, "tx"), (AclOperation.WRITE, TOPIC, "t")]),
+    ("add_offsets_to_txn", ["tx", 1, 0, "g"],
+     [(AclOperation.WRITE, TXN_RT, "tx"), (AclOperation.READ, GROUP_RT, "g")]),
+    ("end_txn", ["tx", 1, 0, True], [(AclOperation.WRITE, TXN_RT, "tx")]),
+    ("describe_transaction", ["tx"], [(AclOperation.DESCRIBE, TXN_RT, "tx")]),
+])
+def test_the_transaction_protocol_needs_write_on_the_transactional_id(method, args, grants):
+    assert isinstance(coordinator_refusal(access(), TXN, method, args)[0],
+                      TransactionalIdAuthorizationFailedError)
+    for missing in grants[1:]:   # each grant is needed
+        refusal, _ = coordinator_refusal(access(*[g for g in grants if g != missing]), TXN,
+                                         method, args)
+        assert refusal is not None
+    assert coordinator_refusal(access(*grants), TXN, method, args) == (None, None)
+
+
+def test_list_transactions_shows_the_transactional_ids_it_may_describe():
+    _, keep = coordinator_refusal(access((AclOperation.DESCRIBE, TXN_RT, "b")), TXN,
+                                  "list_transactions", [[], [], -1])
+    listed = [{"transactional_id": "a"}, {"transactional_id": "b"}]
+    assert keep(([], listed)) == ([], [listed[1]])
+
+
+def test_find_coordinator_needs_describe_on_the_key():
+    assert isinstance(find_coordinator_refusal(access(), "g", 0), GroupAuthorizationFailedError)
+    assert isinstance(find_coordinator_refusal(access(), "tx", 1),
+                      TransactionalIdAuthorizationFailedError)
+    assert find_coordinator_refusal(access((AclOperation.DESCRIBE, GROUP_RT, "g")), "g", 0) \
+        is None
+
+
+def test_coordinator_requests_the_door_does_not_pass_on():
+    assert isinstance(coordinator_refusal(access(), GROUP, "complete_txn", [0, 1, True])[0],
+                      InvalidRequestError)
+    assert isinstance(host_refusal(access(), "stop_many", [[]]), InvalidRequestError)
+
+
+@pytest.mark.parametrize("method, args, grant, error", [
+    ("delete_records", ["t", 0, 5, 30_000], (AclOperation.DELETE, TOPIC, "t"),
+     TopicAuthorizationFailedError),
+    ("describe_producers_many", [[["t", 0]]], (AclOperation.READ, TOPIC, "t"),
+     TopicAuthorizationFailedError),
+    ("write_txn_markers_many", [[("t", 0, 1, 0, 0, False)], 30_000],
+     (AclOperation.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME), ClusterAuthorizationFailedError),
+])
+def test_the_admin_requests_to_replica_hosts(method, args, grant, error):
+    assert isinstance(host_refusal(access(), method, args), error)
+    assert host_refusal(access(grant), method, args) is None
