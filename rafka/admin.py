@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from protocols.errors import (ClusterAuthorizationFailedError, KafkaError, NotControllerError, ResourceNotFoundError,
+from protocols.errors import (ClusterAuthorizationFailedError, KafkaError,
+                              SaslAuthenticationError, NotControllerError, ResourceNotFoundError,
                               UnacceptableCredentialError, UnknownTopicOrPartitionError,
                               UnsupportedSaslMechanismError)
 from protocols.kafka.acl import Acl, AclFilter, AclOperation
@@ -374,7 +375,7 @@ class Admin:
                   for tp, spec in specs.items()}
         # A retriable answer (a new leader still learning its high watermark, say) is asked
         # again; an unknown partition fails at once, as Kafka's admin client fails it.
-        found = list_offsets(ClientMetadata(self.cluster), wanted, self.timeout_s,
+        found = list_offsets(ClientMetadata(self.cluster, door=self.door), wanted, self.timeout_s,
                              backoff_s=0.05, unknown_fails=True,
                              isolation_level=ISOLATION_LEVELS[isolation_level], door=self.door)
         return {tp: ListOffsetsResult(*found[tp]) for tp in wanted}
@@ -383,7 +384,7 @@ class Admin:
     def _group_client(self, group_id: str):
         from rafka.client.metadata import ClientMetadata
         from rafka.client.coordinator_client import CoordinatorClient
-        return CoordinatorClient(self.cluster, ClientMetadata(self.cluster), group_id,
+        return CoordinatorClient(self.cluster, ClientMetadata(self.cluster, door=self.door), group_id,
                                  door=self.door)
 
     def _group_call(self, group_id: str, method: str, *args: Any) -> tuple[Any, int]:
@@ -402,7 +403,7 @@ class Admin:
             try:
                 handle = (self.door.coordinator("group", b) if self.door.guarded else
                           ray.get_actor(coordinator_name(b), namespace=self.cluster.namespace))
-                groups = decode(ray.get(handle.list_groups.remote(), timeout=self.timeout_s))
+                groups = self._ask(handle, "list_groups")
             except Exception:      # this broker runs no coordinator (yet)
                 continue
             if isinstance(groups, KafkaError):   # the same, told through the door
@@ -473,13 +474,12 @@ class Admin:
     def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[TopicPartition, int]:
         """Move each partition's log start offset up to the offset (-1: the high watermark);
         returns the new low watermarks once every in-sync replica has followed."""
-        import ray
         out = {}
         for tp, offset in offsets.items():
             tp = TopicPartition(*tp)
             _, handle = self.cluster.leader(tp.topic, tp.partition)
-            result = _raise_if_error(decode(ray.get(self._host(handle).delete_records.remote(
-                tp.topic, tp.partition, offset, 30_000), timeout=self.timeout_s)))
+            result = _raise_if_error(self._ask(self._host(handle), "delete_records",
+                                               tp.topic, tp.partition, offset, 30_000))
             _raise_if_error(result.error)
             out[tp] = result.low_watermark
         return out
@@ -498,6 +498,19 @@ class Admin:
                 continue
         return out
 
+    def _ask(self, handle, method: str, *args: Any) -> Any:
+        """``handle.method(*args)``'s decoded answer (``handle``: an actor's, or the door's
+        stand-in); through the door, asked once more, signed in again, when its session
+        was found gone."""
+        import ray
+        answer = decode(ray.get(getattr(handle, method).remote(*args),
+                                timeout=self.timeout_s))
+        if self.door.guarded and isinstance(answer, SaslAuthenticationError):
+            self.door.forget()
+            answer = decode(ray.get(getattr(handle, method).remote(*args),
+                                    timeout=self.timeout_s))
+        return answer
+
     def _host(self, replica):
         """The host of ``replica`` (a ReplicaHandle), through the door when it is guarded."""
         return self.door.host(replica.host) if self.door.guarded else replica.host
@@ -507,19 +520,20 @@ class Admin:
         """Every transactional id every coordinator holds (Kafka's listTransactions), with
         its filters: states (``Ongoing``, ``PrepareCommit``, ...), producer ids, and open
         for longer than ``duration_filter_ms``. A coordinator still loading is asked again."""
-        import ray
-        from protocols.errors import CoordinatorLoadInProgressError
+        from protocols.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailableError
         states, producer_ids = list(states), [int(p) for p in producer_ids]
         out = []
         for broker_id, coordinator in self._txn_coordinators():
             deadline = time.monotonic() + self.timeout_s
             while True:
-                answer = decode(ray.get(coordinator.list_transactions.remote(
-                    producer_ids, states, duration_filter_ms), timeout=self.timeout_s))
+                answer = self._ask(coordinator, "list_transactions", producer_ids, states,
+                                   duration_filter_ms)
                 if not isinstance(answer, CoordinatorLoadInProgressError) \
                         or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
+            if isinstance(answer, CoordinatorNotAvailableError):
+                continue   # this broker runs no transaction coordinator (yet): none to list
             unknown, listed = _raise_if_error(answer)
             if unknown:
                 from protocols.errors import InvalidRequestError
@@ -537,7 +551,7 @@ class Admin:
         from protocols.topics import TRANSACTION_KEY_TYPE
         out = {}
         for transactional_id in transactional_ids:
-            client = CoordinatorClient(self.cluster, ClientMetadata(self.cluster),
+            client = CoordinatorClient(self.cluster, ClientMetadata(self.cluster, door=self.door),
                                        transactional_id, key_type=TRANSACTION_KEY_TYPE,
                                        door=self.door)
             d = _raise_if_error(client.call("describe_transaction", transactional_id,
@@ -554,14 +568,12 @@ class Admin:
                            ) -> dict[TopicPartition, list[ProducerState]]:
         """The producers each partition's leader keeps state for, with the first offset of
         any transaction they have open there (Kafka's describeProducers)."""
-        import ray
         out = {}
         for tp in partitions:
             tp = TopicPartition(*tp)
             _, handle = self.cluster.leader(tp.topic, tp.partition)
-            [found] = _raise_if_error(decode(ray.get(
-                self._host(handle).describe_producers_many.remote([(tp.topic, tp.partition)]),
-                timeout=self.timeout_s)))
+            [found] = _raise_if_error(self._ask(self._host(handle), "describe_producers_many",
+                                                [(tp.topic, tp.partition)]))
             out[tp] = [ProducerState(pid, epoch, seq, ts, coordinator_epoch,
                                      None if first < 0 else first)
                        for pid, epoch, seq, ts, coordinator_epoch, first
@@ -574,9 +586,8 @@ class Admin:
         abortTransaction: a hanging transaction, one its coordinator will never end). A
         coordinator epoch older than the partition's last marker is refused
         (TRANSACTION_COORDINATOR_FENCED)."""
-        import ray
         _, handle = self.cluster.leader(topic, partition)
-        [error] = _raise_if_error(decode(ray.get(self._host(handle).write_txn_markers_many.remote(
-            [(topic, partition, int(producer_id), int(producer_epoch),
-              max(0, int(coordinator_epoch)), False)], 30_000), timeout=self.timeout_s)))
+        [error] = _raise_if_error(self._ask(self._host(handle), "write_txn_markers_many", [
+            (topic, partition, int(producer_id), int(producer_epoch),
+             max(0, int(coordinator_epoch)), False)], 30_000))
         _raise_if_error(error)

@@ -339,6 +339,17 @@ def _describe_txn(access: Access, transactional_id: str, *_args: Any):
                 _txn_denied)
 
 
+def _describe_txn_filter(access: Access, *_args: Any) -> Filter:
+    # DescribeTransactions: the partitions of topics the principal may DESCRIBE.
+    def keep(answer):
+        if isinstance(answer, KafkaError) or not isinstance(answer, Mapping):
+            return answer
+        return {**answer, "partitions": [tp for tp in answer.get("partitions", ())
+                                         if access.authorize(AclOperation.DESCRIBE,
+                                                             ResourceType.TOPIC, tp[0])]}
+    return keep
+
+
 def _list_transactions_filter(access: Access, *_args: Any) -> Filter:
     # ListTransactions: the transactional ids the principal may DESCRIBE.
     def keep(answer):
@@ -372,7 +383,7 @@ COORDINATOR_CHECKS: Mapping[tuple[str, str], tuple[Callable[..., KafkaError | No
     (TXN, "add_partitions_to_txn"): (_add_partitions, _allowed),
     (TXN, "add_offsets_to_txn"): (_add_offsets, _allowed),
     (TXN, "end_txn"): (_txn_write, _allowed),
-    (TXN, "describe_transaction"): (_describe_txn, _allowed),
+    (TXN, "describe_transaction"): (_describe_txn, _describe_txn_filter),
     (TXN, "list_transactions"): (_allowed, _list_transactions_filter),
 }
 

@@ -14,7 +14,6 @@ from actors.names import coordinator_name, txn_coordinator_name
 from protocols.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
                               GroupAuthorizationFailedError, KafkaError, KafkaTimeoutError,
                               NotCoordinatorError, RequestTimedOutError,
-                              SaslAuthenticationError,
                               TransactionalIdAuthorizationFailedError)
 from protocols.topics import GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE
 from protocols.wire import decode
@@ -115,9 +114,7 @@ class CoordinatorClient:
                                         timeout=self.request_s))
             except Exception as e:   # the coordinator's broker went away
                 answer = CoordinatorNotAvailableError(repr(e))
-            if self.door is not None and isinstance(answer, SaslAuthenticationError):
-                self.door.forget()   # its session is gone: sign in again, and ask again
-                raise CoordinatorLoadInProgressError(str(answer))
+            answer = self.seen(answer)
             if isinstance(answer, COORDINATOR_MOVED + RETRY_SAME):
                 raise answer
             return answer
@@ -131,3 +128,10 @@ class CoordinatorClient:
         except COORDINATOR_MOVED + RETRY_SAME as e:
             on_retry(e)
             return e
+        except AUTHORIZATION_FAILED as e:   # FindCoordinator's refusal: an answer too
+            return e
+
+    def seen(self, answer: Any) -> Any:
+        """A coordinator's answer as its callers take it: through the Ray door, a session
+        found gone is COORDINATOR_NOT_AVAILABLE (retried, signed in again)."""
+        return answer if self.door is None else self.door.seen(answer)

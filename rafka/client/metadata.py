@@ -20,8 +20,11 @@ class LeaderInfo:
 
 
 class ClientMetadata:
-    def __init__(self, cluster, max_age_ms: int = 300_000):
+    def __init__(self, cluster, max_age_ms: int = 300_000, door: Any = None):
         self.cluster = cluster
+        # A guarded Ray door (rafka.client.ray_door): the image comes through it, with only
+        # the topics the client's principal may describe, as Kafka's Metadata answers.
+        self.door = door if door is not None and door.guarded else None
         self.max_age_s = max_age_ms / 1000
         self._lock = threading.Lock()
         # The current image: replaced on refresh, never changed in place, so ``is`` tells
@@ -33,7 +36,12 @@ class ClientMetadata:
         self.partitions_by_topic: dict[str, tuple[dict, list[int]]] = {}
 
     def refresh(self) -> dict:
-        image = self.cluster.metadata()
+        if self.door is None:
+            image = self.cluster.metadata()
+        else:
+            image = self.door.call("read", "image", [])
+            if isinstance(image, BaseException):
+                raise image
         with self._lock:
             self.image = image
             self._fetched_at = time.monotonic()
@@ -51,6 +59,8 @@ class ClientMetadata:
         if cached is not None and cached[0] is image:
             return cached[1]
         deadline = time.monotonic() + max_block_ms / 1000
+        if topic not in image["topics"] and self.door is not None:
+            self._raise_if_refused(topic)
         while topic not in image["topics"]:
             if time.monotonic() > deadline:
                 if max_block_ms == 0:
@@ -62,6 +72,16 @@ class ClientMetadata:
         partitions = sorted(image["topics"][topic])
         self.partitions_by_topic[topic] = (image, partitions)
         return partitions
+
+    def _raise_if_refused(self, topic: str) -> None:
+        """TOPIC_AUTHORIZATION_FAILED for a topic the principal may not describe (whether it
+        exists or not), as Kafka's Metadata answers a topic asked for by name."""
+        from protocols.kafka.acl import AclOperation
+        refused = self.door.call("read", "topic_refusals", [int(AclOperation.DESCRIBE), [topic]])
+        if isinstance(refused, BaseException):
+            raise refused
+        if topic in refused:
+            raise refused[topic]
 
     def brokers(self) -> list[int]:
         """The live brokers' ids."""
@@ -98,6 +118,9 @@ class ClientMetadata:
         out."""
         from actors.replica.locate import locate_replicas
         image = self._current()
+        if self.door is not None:
+            for topic in {tp.topic for tp in tps} - set(image["topics"]):
+                self._raise_if_refused(topic)
         found = {}
         for tp in tps:
             p = image["topics"].get(tp.topic, {}).get(tp.partition)

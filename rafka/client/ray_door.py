@@ -20,7 +20,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from protocols.errors import InvalidConfigError, SaslAuthenticationError
+from protocols.errors import (BrokerNotAvailableError, InvalidConfigError,
+                              SaslAuthenticationError)
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # The login modules whose username and password a Kafka client signs in with (either, for
@@ -167,6 +168,16 @@ class RayDoor:
         with self._lock:
             self._broker, self._session = None, None
 
+    def seen(self, answer: Any) -> Any:
+        """An answer of a DoorCoordinator call, read: a session found gone is forgotten
+        (signed in again next time) and answered as COORDINATOR_NOT_AVAILABLE, which its
+        callers retry."""
+        if isinstance(answer, SaslAuthenticationError):
+            self.forget()
+            from protocols.errors import CoordinatorNotAvailableError
+            return CoordinatorNotAvailableError(f"Signing in again: {answer}")
+        return answer
+
     def coordinator(self, kind: str, coordinator_id: int) -> "DoorCoordinator":
         """A group (``kind`` "group") or transaction ("txn") coordinator reached through
         this door: ``coordinator.method.remote(*args)`` as on its actor handle."""
@@ -260,7 +271,14 @@ class _DoorMethod:
         self.door, self.kind, self.target, self.method = door, kind, target, method
 
     def remote(self, *args: Any):
-        broker, session = self.door._signed_in()
+        import ray
+        try:
+            broker, session = self.door._signed_in()
+        except Exception as e:   # no broker to sign in at, or refused: the answer says so
+            from protocols.errors import KafkaError
+            from protocols.wire import encode
+            return ray.put(encode(e if isinstance(e, KafkaError) else
+                                  BrokerNotAvailableError(repr(e))))
         if self.kind == "host":
             return broker.ray_door_host.remote(session, self.door._host, self.target,
                                                self.method, list(args))

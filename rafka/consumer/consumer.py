@@ -90,7 +90,7 @@ class Consumer:
         # authorizer.
         self.door = RayDoor(cluster, self.config, self.config["request.timeout.ms"] / 1000)
         self.door.sign_in()
-        self.metadata = ClientMetadata(cluster, self.config["metadata.max.age.ms"])
+        self.metadata = ClientMetadata(cluster, self.config["metadata.max.age.ms"], self.door)
         self._parts: dict[TopicPartition, PartitionState] = {}
         self._fetcher = Fetcher(self.config, self.metadata, self._reset, self.door)
         self._closed = False

@@ -202,9 +202,12 @@ class ConsumerCoordinator:
         if not ready:
             return None
         try:
-            return decode(ray.get(ref))
+            answer = decode(ray.get(ref))
         except Exception as e:
             return kind(CoordinatorNotAvailableError(repr(e)))
+        if isinstance(answer, KafkaError):   # the Ray door's refusal, or its broker's error
+            return kind(self.client.seen(answer))
+        return answer
 
     def _failed(self, error: KafkaError, during: str) -> None:
         """A JoinGroup or SyncGroup error: the membership resets what it must (or raises
@@ -438,7 +441,7 @@ class ConsumerCoordinator:
                 continue
             if ref is not None:
                 try:
-                    error = decode(ray.get(ref))
+                    error = self.client.seen(decode(ray.get(ref)))
                 except Exception as e:
                     error = CoordinatorNotAvailableError(repr(e))
                 if isinstance(error, COORDINATOR_MOVED):

@@ -109,7 +109,7 @@ class Producer:
         # authorizer.
         self.door = RayDoor(cluster, c, c["request.timeout.ms"] / 1000)
         self.door.sign_in()
-        self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"])
+        self.metadata = ClientMetadata(cluster, c["metadata.max.age.ms"], self.door)
         self._partitions_by_topic = self.metadata.partitions_by_topic
         self._key_ser = serializer(c["key.serializer"], "key.serializer")
         self._value_ser = serializer(c["value.serializer"], "value.serializer")

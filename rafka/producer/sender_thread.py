@@ -125,7 +125,8 @@ class SenderThread:
             self._producer_id_refused = e
             self._producer_id_retry_at = float("inf")   # never asked again
         except Exception as e:   # the controller (or the door's broker) died under the request
-            if self.door is not None:
+            import ray
+            if self.door is not None and isinstance(e, ray.exceptions.RayActorError):
                 self.door.forget()
             log.info("InitProducerId failed: %r; asking again", e)
             self._producer_id_retry_at = time.monotonic() + self._retry_backoff_s

@@ -375,12 +375,20 @@ def test_rafka_producer_and_consumer_are_checked_as_their_principal(cluster):
     quick = {"delivery.timeout.ms": 8_000, "request.timeout.ms": 4_000}
     # erin may write no topic at all (a DENY on every topic wins over the ALLOW on public-*
     # that another test gives everyone): her idempotent producer gets no producer id.
-    grant(cluster, Acl(TOPIC, "*", LITERAL, "User:erin", "*", AclOperation.WRITE, DENY))
+    grant(cluster, Acl(TOPIC, "*", LITERAL, "User:erin", "*", AclOperation.WRITE, DENY),
+          *[Acl(TOPIC, "door-orders", LITERAL, f"User:{u}", "*", AclOperation.DESCRIBE, ALLOW)
+            for u in ("erin", "dave")])
     with rafka.Producer(cluster, {**door("erin"), **quick}) as producer:
+        wait_until(lambda: producer.partitions_for("door-orders"), 30, "erin's DESCRIBE")
         with pytest.raises(ClusterAuthorizationFailedError):
             producer.send("door-orders", b"x").get(30)
-    # dave may write some topic, not this one: his batches reach the leader's host, which
-    # refuses them.
+        # Her metadata leaves out what she may not describe, and a topic she names is
+        # refused at once, whether it exists or not (Kafka's Metadata).
+        for topic in ("door-ledger", "door-no-such-topic"):
+            with pytest.raises(TopicAuthorizationFailedError):
+                producer.partitions_for(topic)
+    # dave may write some topic, and describe this one, not write it: his batches reach the
+    # leader's host, which refuses them.
     with rafka.Producer(cluster, {**door("dave"), **quick}) as producer:
         with pytest.raises(TopicAuthorizationFailedError):
             producer.send("door-orders", b"x").get(30)
@@ -394,11 +402,22 @@ def test_rafka_producer_and_consumer_are_checked_as_their_principal(cluster):
     wait_until(sent, 60, "dave's WRITE at the hosts")
 
     everything = [("door-orders", 0), ("door-orders", 1)]
-    consumer = rafka.Consumer(cluster, {**door("bob"), "auto.offset.reset": "earliest"})
-    try:
-        consumer.assign(everything)
+    # mallory may not even describe the topic: refused when she assigns it, or asks for
+    # its offsets (ListOffsets needs DESCRIBE).
+    with rafka.Consumer(cluster, door("mallory")) as consumer:
+        with pytest.raises(TopicAuthorizationFailedError):
+            consumer.assign(everything)
         with pytest.raises(TopicAuthorizationFailedError):
             consumer.end_offsets(everything)
+    # bob may describe it, not read it: the leader's host refuses his fetches, and poll
+    # raises it.
+    grant(cluster, Acl(TOPIC, "door-orders", LITERAL, "User:bob", "*", AclOperation.DESCRIBE,
+                       ALLOW))
+    consumer = rafka.Consumer(cluster, {**door("bob"), "auto.offset.reset": "none"})
+    try:
+        wait_until(lambda: consumer.assign(everything) or True, 30, "bob's DESCRIBE")
+        consumer.seek(everything[0], 0)
+        consumer.seek(everything[1], 0)
         with pytest.raises(TopicAuthorizationFailedError):
             for _ in range(10):
                 consumer.poll(1_000)

@@ -303,7 +303,7 @@ def test_the_transaction_protocol_needs_write_on_the_transactional_id(method, ar
         refusal, _ = coordinator_refusal(access(*[g for g in grants if g != missing]), TXN,
                                          method, args)
         assert refusal is not None
-    assert coordinator_refusal(access(*grants), TXN, method, args) == (None, None)
+    assert coordinator_refusal(access(*grants), TXN, method, args)[0] is None
 
 
 def test_list_transactions_shows_the_transactional_ids_it_may_describe():
@@ -338,3 +338,15 @@ def test_coordinator_requests_the_door_does_not_pass_on():
 def test_the_admin_requests_to_replica_hosts(method, args, grant, error):
     assert isinstance(host_refusal(access(), method, args), error)
     assert host_refusal(access(grant), method, args) is None
+
+
+def test_describe_transactions_shows_the_partitions_of_topics_it_may_describe():
+    """Kafka's handleDescribeTransactionsRequest leaves out the topics the principal may
+    not DESCRIBE."""
+    _, keep = coordinator_refusal(access((AclOperation.DESCRIBE, TXN_RT, "tx"),
+                                         (AclOperation.DESCRIBE, TOPIC, "a")),
+                                  TXN, "describe_transaction", ["tx"])
+    answer = {"transactional_id": "tx", "partitions": [("a", 0), ("b", 0), ("a", 1)]}
+    assert keep(answer)["partitions"] == [("a", 0), ("a", 1)]
+    error = TransactionalIdAuthorizationFailedError("x")
+    assert keep(error) is error
