@@ -49,13 +49,16 @@ def list_offsets(metadata, wanted: Mapping[TopicPartition, int], timeout_s: floa
         requests = [(tps, host, [(tp.topic, tp.partition, int(wanted[tp]), -1,
                                   isolation_level) for tp in tps])
                     for host, tps in by_host.values()]
-        # Sent to every host before any answer is awaited; through the door, one at a time.
-        refs = [(tps, None if guarded else host.list_offsets_many.remote(asked), host, asked)
-                for tps, host, asked in requests]
-        for tps, ref, host, asked in refs:
+        # Sent to every host (through the door, to its broker) before any answer is awaited.
+        refs = (door.call_many("list_offsets", [(host, asked) for _, host, asked in requests])
+                if guarded else [host.list_offsets_many.remote(asked)
+                                 for _, host, asked in requests])
+        for (tps, _, _), ref in zip(requests, refs):
             try:
-                raw = (door.call("list_offsets", host, asked) if guarded else
-                       ray.get(ref, timeout=max(MIN_ATTEMPT_S, deadline - time.monotonic())))
+                raw = ref if guarded else \
+                    ray.get(ref, timeout=max(MIN_ATTEMPT_S, deadline - time.monotonic()))
+                if isinstance(raw, BaseException) and not isinstance(raw, KafkaError):
+                    raise raw
             except Exception as e:   # its host died or did not answer: ask again
                 errors.update((tp, e) for tp in tps)
                 continue

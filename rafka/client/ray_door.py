@@ -216,6 +216,32 @@ class RayDoor:
             return answer
         raise AssertionError("unreachable")
 
+    def call_many(self, method: str, calls: list[tuple]) -> list[Any]:
+        """``call`` for each tuple of arguments in ``calls``, every one sent before any
+        answer is awaited; a call that failed is answered by its exception."""
+        import ray
+
+        from protocols.errors import NotControllerError
+        from protocols.wire import decode
+        broker, session = self._signed_in()
+        refs = [getattr(broker, f"ray_door_{method}").remote(session, self._host, *args)
+                for args in calls]
+        answers: list[Any] = []
+        for ref, args in zip(refs, calls):
+            try:
+                answer = decode(ray.get(ref, timeout=self.timeout_s))
+                if isinstance(answer, SaslAuthenticationError) and session is not None:
+                    self._forget(session)   # its session ended: signed in again by call
+                    answer = self.call(method, *args)
+            except ray.exceptions.RayActorError as e:
+                self._forget(session)
+                answer = NotControllerError(f"The broker went away while handling {method}; "
+                                            f"retry ({type(e).__name__})")
+            except Exception as e:
+                answer = e
+            answers.append(answer)
+        return answers
+
     def submit(self, method: str, *args: Any):
         """``call`` without waiting: (the call's concurrent future, its session), for
         ``answer``."""

@@ -18,18 +18,27 @@ from storage.mapped import MappedFile
 from storage.segment import LogSegment
 
 
-def open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def open_descriptors(under: Path) -> int:
+    """This process's descriptors open on files under ``under``: only the test's own, not
+    the sockets and pipes other threads of the test session open and close meanwhile."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:   # closed since the listing
+            continue
+        count += target.startswith(f"{Path(under).resolve()}/")
+    return count
 
 
 def test_a_map_outlives_the_descriptor_it_was_made_from(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(bytes(8192))
-    before = open_descriptors()
+    before = open_descriptors(tmp_path)
     fd = os.open(path, os.O_RDWR)
     mapped = MappedFile(fd, 8192, writable=True)
     os.close(fd)
-    assert open_descriptors() == before
+    assert open_descriptors(tmp_path) == before
     struct.pack_into(">qI", mapped.buffer, 4096, 1_700_000_000_000, 42)
     mapped.flush()
     assert struct.unpack_from(">qI", path.read_bytes(), 4096) == (1_700_000_000_000, 42)
@@ -99,9 +108,9 @@ def test_an_empty_file_cannot_be_mapped(tmp_path):
 
 
 def test_an_index_holds_no_descriptor(tmp_path):
-    before = open_descriptors()
+    before = open_descriptors(tmp_path)
     indexes = [OffsetIndex(tmp_path / f"{i:020d}.index", i) for i in range(50)]
-    assert open_descriptors() == before
+    assert open_descriptors(tmp_path) == before
     for i, index in enumerate(indexes):
         index.append(i + 10, 4096)
         assert index.lookup(i + 10).position == 4096
@@ -109,25 +118,25 @@ def test_an_index_holds_no_descriptor(tmp_path):
 
 
 def test_a_segment_holds_one_descriptor_its_log(tmp_path):
-    before = open_descriptors()
+    before = open_descriptors(tmp_path)
     segments = []
     for i in range(20):
         (tmp_path / f"p{i}").mkdir()
         segments.append(LogSegment.open(tmp_path / f"p{i}", 0, index_interval_bytes=4096,
                                         max_index_size=10 * 1024 * 1024, now_ms=0))
-    assert open_descriptors() - before == len(segments)
+    assert open_descriptors(tmp_path) - before == len(segments)
     for segment in segments:
         segment.close()
-    assert open_descriptors() == before
+    assert open_descriptors(tmp_path) == before
 
 
 def test_a_log_of_many_segments_holds_a_descriptor_for_each(tmp_path):
     """Kafka's count: one per segment's .log (its FileChannel), none for the indexes."""
-    before = open_descriptors()
+    before = open_descriptors(tmp_path)
     log = Log.open(tmp_path / "t-0", {"segment.bytes": 1024})
     for i in range(40):
         log.append_as_leader(encode_batch([Record(b"k", bytes(200), 0)]), leader_epoch=0)
     assert len(log.segments) > 5
-    assert open_descriptors() - before == len(log.segments)
+    assert open_descriptors(tmp_path) - before == len(log.segments)
     log.close()
-    assert open_descriptors() == before
+    assert open_descriptors(tmp_path) == before
