@@ -31,6 +31,8 @@ from actors.controller.messages import queue_batch
 from actors.controller.state import ControllerState
 from actors.gcs import gcs_backlog, gcs_call, kv_del, kv_get, kv_put, lookup
 from actors.names import broker_name
+from actors.metrics.exporter import MetricsExporter, report_interval_ms
+from actors.metrics.gauges import controller_gauges
 from actors.timer.actor import keep_scheduled
 from actors.timer.system_timer import AsyncioTimer
 from actors.timer.wheel import TimerTask
@@ -79,6 +81,7 @@ class ControllerActor:
         self.namespace = namespace
         self.data_dir = Path(data_dir)
         self.host_broker_id = host_broker_id
+        self.metrics = MetricsExporter(cluster_name, host_broker_id)
         snapshot, cold = load_snapshot(cluster_name, data_dir)
         if snapshot is None:
             self.state = ControllerState(wall_ms, config)
@@ -220,13 +223,22 @@ class ControllerActor:
                 log.warning("controller: event loop held up for %.1f s", late)
 
     async def _schedule_background(self) -> None:
-        """The auto-rebalance task, on this node's timer actor (scheduled again if it
+        """The auto-rebalance and metrics tasks, on this node's timer actor (scheduled again if it
         restarts; a successor's task replaces ours)."""
         me = ray.get_runtime_context().current_actor
         interval = self.state.config["leader.imbalance.check.interval.seconds"] * 1000
         await keep_scheduled(self.namespace,
-                             [("controller:auto_rebalance", interval, me, "auto_rebalance")],
+                             [("controller:auto_rebalance", interval, me, "auto_rebalance"),
+                              ("controller:report_metrics", report_interval_ms(), me,
+                               "report_metrics")],
                              lambda: True)
+
+    async def report_metrics(self) -> None:
+        """KafkaController's gauges, to Ray's metrics: this actor is the active controller
+        for as long as it lives (a fenced one exits)."""
+        self.metrics.controller(controller_gauges(
+            True, len(self.state.topics),
+            ((st.leader, st.replicas) for st in self.state.partitions.values())))
 
     def _arm_session_check(self) -> None:
         """Have ``check_sessions`` run just after the earliest session deadline, unless a

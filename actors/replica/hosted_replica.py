@@ -70,6 +70,8 @@ class HostedReplica:
                  flush_soon: Callable[[Callable[[], None]], None] | None = None):
         self.namespace = namespace
         self.broker_id = broker_id
+        # Told of each ISR change the controller took: (ISR size before, after).
+        self.on_isr_change: Callable[[int, int], None] | None = None
         self.broker_log_config = dict(broker_log_config)
         self.backoff_s = config.replica_fetch_backoff_ms / 1000
         self.fetchers = fetchers
@@ -313,6 +315,9 @@ class HostedReplica:
                 sender.on_answer(proposal, None, -1, answer)
             else:
                 isr, partition_epoch = answer
+                before = len(self.replica.isr)
                 sender.on_answer(proposal, list(isr), partition_epoch)
+                if self.on_isr_change is not None:
+                    self.on_isr_change(before, len(self.replica.isr))
         self._alter_task = None
         self.maybe_alter_partition()   # a newer proposal, or this one again

@@ -37,6 +37,7 @@ from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_OFFSETS_FOR
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
+from actors.metrics.broker_topic_stats import BrokerTopicStats
 from actors.replica.hosted_replica import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
@@ -86,6 +87,8 @@ class ReplicaHostActor:
         self._opening: dict[TopicPartition, asyncio.Future] = {}
         # Requests served for many partitions, by Kafka's request name (RequestsPerSec).
         self.requests: collections.Counter[str] = collections.Counter()
+        # Bytes and messages in and out by topic, ISR changes: the broker's report takes them.
+        self.topic_stats = BrokerTopicStats()
         self._freeze_pending = False
         # Files to write soon, off the event loop (``_flush_soon``), and the task writing them.
         self._to_flush: list[Callable[[], None]] = []
@@ -238,6 +241,7 @@ class ReplicaHostActor:
                     continue
                 self.replicas[tp] = outcome
                 self.cores[tp] = outcome.replica
+                outcome.on_isr_change = self.topic_stats.isr_changed
                 opening.set_result(None)
                 if outcome.metadata_file.dirty:
                     self._flush_soon(outcome.flush_metadata)
@@ -399,6 +403,13 @@ class ReplicaHostActor:
         return {"sessions": len(cache), "partitions_cached": cache.partitions_cached,
                 "evictions": cache.evictions, "slots": cache.max_entries}
 
+    async def take_metrics(self) -> tuple[tuple, list[tuple]]:
+        """For the broker's report: the counts since the last take (``TopicDeltas``), and
+        (topic, partition, log size, log end offset) of each replica here."""
+        logs = [(tp.topic, tp.partition, replica.log.size, replica.log.log_end_offset)
+                for tp, replica in self.replicas.items()]
+        return self.topic_stats.take().as_tuple(), logs
+
     async def describe_requests(self) -> dict[str, int]:
         """How many multi-partition requests this host has served, by kind."""
         return dict(self.requests)
@@ -443,7 +454,12 @@ class ReplicaHostActor:
             replica = replicas.get(key)  # a TopicPartition's equal
             if replica is not None:
                 replica.maybe_alter_partition()
-        return await future
+        answer = await future
+        read, follower = self.topic_stats.read, req.replica_id >= 0
+        for topic, _, result in answer.results:
+            if result.records:
+                read(topic, len(result.records), follower)
+        return answer
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
         return encode(offsets_for_leader_epochs(self.cores, decode(request), self.broker_id))
@@ -471,8 +487,14 @@ class ReplicaHostActor:
         waiting = [r for r in results if isinstance(r, asyncio.Future)]
         if waiting:
             await asyncio.gather(*waiting)
-        return [(topic, partition, r.result() if isinstance(r, asyncio.Future) else r)
-                for (topic, partition, _), r in zip(req.partitions, results)]
+        answers = []
+        appended = self.topic_stats.appended
+        for (topic, partition, records), r in zip(req.partitions, results):
+            result = r.result() if isinstance(r, asyncio.Future) else r
+            if result.error is None:
+                appended(topic, records)
+            answers.append((topic, partition, result))
+        return answers
 
     async def write_txn_markers_many(self, markers: list[tuple], timeout_ms: int) -> bytes:
         """Kafka's WriteTxnMarkers for partitions led here: ``(topic, partition, producer

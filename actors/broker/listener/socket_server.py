@@ -43,6 +43,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from actors.broker.listener.file_regions import OpenRegion, close_regions
 from actors.broker.listener.sasl_authenticator import Authenticator
 from actors.broker.listener.tls import principal_of
+from actors.metrics.request_metrics import RequestMetrics, request_name
 from actors.replica.channel import JOIN_BELOW
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
@@ -200,6 +201,7 @@ class SocketServer:
         self._connections: set[asyncio.Task] = set()
         self.closed_for: dict[str, int] = {}   # why connections were closed, counted
         self.bytes_sent_from_files = 0          # fetch answers' records, by sendfile
+        self.request_metrics = RequestMetrics()   # each request's TotalTimeMs
         self._processing = asyncio.Event()
 
     def enable_request_processing(self) -> None:
@@ -269,7 +271,8 @@ class SocketServer:
         # (Kafka's fix for CVE-2022-34917: an anonymous client's claimed size is not held).
         decoder = FrameDecoder(self.max_request_bytes if auth is None else
                                self.sasl[listener].max_receive_size)
-        answers: asyncio.Queue = asyncio.Queue()   # (request, its handling), in order
+        # (request, its handling, when it came), in order.
+        answers: asyncio.Queue = asyncio.Queue()
         responder = asyncio.ensure_future(self._respond(answers, writer))
         in_hand: list[tuple[frozenset | None, asyncio.Future]] = []
         read: asyncio.Future | None = None
@@ -325,7 +328,7 @@ class SocketServer:
                         if request is not None or not outcome.close:
                             answered: asyncio.Future = asyncio.Future()
                             answered.set_result(response)
-                            answers.put_nowait((request, answered))
+                            answers.put_nowait((request, answered, time.monotonic()))
                         if outcome.close:
                             await self._answered(answers, responder)
                             self._closing(peer, "authentication", "failed authentication: "
@@ -349,7 +352,7 @@ class SocketServer:
                             responder.result()
                     handling = asyncio.ensure_future(self.handle(request))
                     in_hand.append((keys, handling))
-                    answers.put_nowait((request, handling))
+                    answers.put_nowait((request, handling, time.monotonic()))
         except CloseConnection as e:
             # What was asked before the bad bytes is still answered.
             await self._answered(answers, responder)
@@ -382,16 +385,19 @@ class SocketServer:
     async def _respond(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
         """Each request's response, in the order the requests came."""
         while True:
-            request, handling = await answers.get()
+            request, handling, came = await answers.get()
             try:
                 response = await handling
                 if request is None:        # a bare SASL token's answer (SaslHandshake v0)
                     writer.write(struct.pack(">i", len(response)) + response)
                     await writer.drain()
-                elif response is not None:   # acks=0: no answer
+                    continue
+                if response is not None:   # acks=0: no answer
                     self.bytes_sent_from_files += await write_response(
                         writer, encode_response(request, response))
                     await writer.drain()
+                self.request_metrics.observe(request_name(request.api_key),
+                                             (time.monotonic() - came) * 1000)
             finally:
                 answers.task_done()
 
