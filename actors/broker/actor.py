@@ -132,7 +132,7 @@ class BrokerActor:
                           b["super.users"], b["allow.everyone.if.no.acl.found"])
         admin = AdminApis(broker_id, lambda: self.state.image, self.lifecycle.ensure_controller,
                           self._group_coordinator, broker_log=self.cfg.log,
-                          log_dir=str(self.dir), auth=auth)
+                          log_dir=str(self.dir), auth=auth, broker_config=self.cfg.broker)
         self.kafka_apis = KafkaApis(
             broker_id, lambda: self.state.image, self._auto_create_topic,
             b["auto.create.topics.enable"],

@@ -18,14 +18,38 @@ from protocols.errors import InvalidConfigError
 from protocols.kafka.listeners import DEFAULT_PROTOCOL_MAP
 from storage.config import BROKER_DEFAULTS, LogConfig
 
-def _inter_broker(name: str, value: str) -> None:
-    # The replicas' channel admits a caller by the token it got through Ray: SASL would
-    # authenticate nothing more. SSL encrypts it (actors.replica.channel).
-    if value not in ("PLAINTEXT", "SSL"):
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def inter_broker_listener(broker: Mapping[str, Any]) -> tuple[str, str]:
+    """(listener name, security protocol) of the replicas' channel, as Kafka picks its
+    inter-broker listener: ``inter.broker.listener.name`` (its protocol from
+    listener.security.protocol.map), else the listener named as
+    ``security.inter.broker.protocol``. The channel is TLS when that protocol is SSL or
+    SASL_SSL, with that listener's ssl.* settings (``for_listener``); a caller is admitted by
+    the token it got through Ray, so SASL adds nothing there and is not spoken."""
+    from protocols.kafka.listeners import parse_listeners, parse_protocol_map
+    name = broker.get("inter.broker.listener.name")
+    if not name:
+        protocol = broker.get("security.inter.broker.protocol", "PLAINTEXT")
+        return protocol, protocol
+    protocols = parse_protocol_map(broker.get("listener.security.protocol.map"))
+    listeners = [e.name for e in parse_listeners(broker.get("advertised.listeners")
+                                                 or broker.get("listeners"),
+                                                 protocol_map=protocols)]
+    if name.upper() not in listeners:
         raise InvalidConfigError(
-            f"Invalid value {value} for configuration {name}: the replicas' channel between "
-            "brokers speaks PLAINTEXT or SSL (its callers are admitted by a token handed "
-            "out through Ray, not by SASL)")
+            "inter.broker.listener.name must be a listener name defined in "
+            "advertised.listeners. The valid options based on currently configured listeners "
+            f"are {','.join(listeners)}")
+    return name.upper(), protocols[name.upper()]
+
+
+def _inter_broker(name: str, value: str) -> None:
+    if value not in SECURITY_PROTOCOLS:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: No enum "
+                                 f"constant {value} in SecurityProtocol "
+                                 f"({', '.join(SECURITY_PROTOCOLS)})")
 
 
 def _authorizer(name: str, value: str) -> None:
@@ -128,6 +152,10 @@ BROKER_CONFIG = (
     # The replica hosts' own channel (followers' fetches, producers' and consumers' requests):
     # SSL serves it over TLS with the broker's ssl.keystore.*.
     .define("security.inter.broker.protocol", "string", "PLAINTEXT", _inter_broker)
+    .define("inter.broker.listener.name", "string", None, nullable=True)
+    # Kafka brokers' SASL between themselves; the channel admits by token (accepted so that a
+    # Kafka broker's settings start a rafka broker).
+    .define("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI")
     # SASL listeners (protocols.kafka.sasl). Kafka's default is GSSAPI (Kerberos), which is
     # not built: a SASL listener must name its mechanisms. Each mechanism's users come from
     # listener.name.<listener>.<mechanism>.sasl.jaas.config, as on a Kafka broker.
@@ -243,6 +271,11 @@ class ClusterConfig:
                 if name in LOG_KEYS:
                     log[name] = value
         LogConfig.from_props({}, broker=log)  # bad values fail here, naming the key
+        # Both given (a parsed config comes back with every default: PLAINTEXT, unset).
+        if broker.get("inter.broker.listener.name") and \
+                broker.get("security.inter.broker.protocol", "PLAINTEXT") != "PLAINTEXT":
+            raise InvalidConfigError("Only one of inter.broker.listener.name and "
+                                     "security.inter.broker.protocol should be set.")
         return cls(CONTROLLER_CONFIG.parse(controller, defaults=False),
                    absolute_locations({**BROKER_CONFIG.parse(broker), **listener_keys}), log)
 

@@ -102,19 +102,34 @@ def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int, payload: 
 
 
 def channel_tls(broker_config) -> tuple[ssl.SSLContext | None, str | None]:
-    """The channel's TLS context and certificate chain (PEM) under
-    ``security.inter.broker.protocol=SSL``, from the broker's ``ssl.*`` settings; (None,
-    None) under PLAINTEXT. Callers show no certificate: the token is what admits them."""
-    if broker_config.get("security.inter.broker.protocol", "PLAINTEXT") != "SSL":
+    """The channel's TLS context and certificate chain (PEM) when the inter-broker listener
+    is SSL or SASL_SSL (``inter_broker_listener``), from that listener's ``ssl.*`` settings;
+    (None, None) under PLAINTEXT. Callers show no certificate: the token is what admits
+    them."""
+    from actors.broker.config import for_listener, inter_broker_listener
+    listener, protocol = inter_broker_listener(broker_config)
+    if protocol not in ("SSL", "SASL_SSL"):
         return None, None
     from protocols.kafka.ssl_context import (keystore_pem, pinned_client_context,
                                              server_context, test_handshake)
-    where = "security.inter.broker.protocol=SSL (the replicas' channel)"
-    cfg = dict(broker_config, **{"ssl.client.auth": "none"})
+    where = f"the replicas' channel (inter-broker listener {listener}, {protocol})"
+    cfg = {**broker_config, **for_listener(broker_config, listener), "ssl.client.auth": "none"}
     context, certificate = server_context(cfg, where), keystore_pem(cfg, where)[1].decode()
     # Refused here, at the broker's start, rather than by every connection later.
     test_handshake(context, pinned_client_context(certificate), where)
     return context, certificate
+
+
+def crosses_network(peer: str, address: str) -> bool:
+    """Whether a connection from ``peer`` to a listener on ``address`` came from another
+    machine: neither loopback nor the listener's own address."""
+    import ipaddress
+    try:
+        if ipaddress.ip_address(peer).is_loopback:
+            return False
+    except ValueError:
+        return True
+    return peer != address
 
 
 class ReplicationListener:
@@ -140,11 +155,29 @@ class ReplicationListener:
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
+        self._address = ""
+        self._warned_plaintext = False
 
     async def start(self, host: str) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._serve, host, 0, limit=READ_LIMIT,
                                                   ssl=self.context)
+        self._address = host
         return host, self._server.sockets[0].getsockname()[1]
+
+    def _check_exposure(self, writer: asyncio.StreamWriter) -> None:
+        """Warn, once, when a connection from another machine comes over plaintext: its
+        token and records cross the network in clear (a listener's safe default, as the
+        Kafka listeners warn when exposed)."""
+        if self.context is not None or self._warned_plaintext:
+            return
+        peer = writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and crosses_network(peer[0], self._address):
+            self._warned_plaintext = True
+            log.warning("replication channel on %s: a connection from %s over plaintext; "
+                        "its token and the records it carries cross the network in clear. "
+                        "Set security.inter.broker.protocol=SSL (or inter.broker.listener."
+                        "name to an SSL listener) to encrypt the replicas' channel",
+                        self._address, peer[0])
 
     def admit(self, caller: object) -> bytes:
         """A ticket admitting one connection as ``caller`` (a Ray door client)."""
@@ -182,6 +215,7 @@ class ReplicationListener:
                             "ticket, closed")
                 return
             _send(writer, correlation_id, API_HELLO, b"")
+            self._check_exposure(writer)
             while True:
                 correlation_id, api, payload = await _read_frame(reader)
                 task = asyncio.ensure_future(self._answer(

@@ -158,13 +158,30 @@ def test_kafka_java_tools_over_ssl_and_mutual_tls(cluster, pki):
     assert refused.returncode != 0
 
 
-def test_the_keystore_password_is_hidden_wherever_the_settings_show(cluster):
+def test_the_keystore_password_is_hidden_wherever_the_settings_show(cluster, pki):
     import rafka
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
     from protocols.config import Password
     for c in (cluster, rafka.Cluster.connect(cluster.name)):
         secret = c.config["listener.name.mtls.ssl.keystore.password"]
         assert isinstance(secret, Password) and secret.value == "changeit"
         assert "changeit" not in repr(c.config) and "changeit" not in str(c.config)
+    # A broker's DescribeConfigs (kafka-configs.sh --describe --entity-type brokers) marks
+    # secrets sensitive and never sends their values, as Kafka does.
+    admin = AdminClient(ssl_client(cluster, pki))
+    broker = sorted(cluster.metadata()["brokers"])[0]
+    [future] = admin.describe_configs([ConfigResource(ResourceType.BROKER,
+                                                      str(broker))]).values()
+    entries = future.result(30)
+    for name in ("listener.name.mtls.ssl.keystore.password",
+                 "listener.name.sasl_ssl.plain.sasl.jaas.config", "ssl.keystore.password"):
+        assert entries[name].is_sensitive and entries[name].value is None, name
+    assert not entries["ssl.keystore.location"].is_sensitive
+    assert entries["ssl.keystore.location"].value == pki["broker.pem"]
+    assert entries["security.inter.broker.protocol"].value == "SSL"
+    assert entries["ssl.client.auth"].is_default   # not set: Kafka's DEFAULT_CONFIG
+    assert not any("changeit" in (e.value or "") or "alice-secret" in (e.value or "")
+                   for e in entries.values())
 
 
 def sasl_client(cluster, pki, listener: str, user: str = "alice",
@@ -232,6 +249,34 @@ def test_kafka_python_with_sasl_plain(cluster, pki):
     records = consumer.poll(timeout_ms=20_000).get(tp, [])
     consumer.close()
     assert [r.value for r in records] == [b"hello"]
+
+
+def test_kafka_python_over_ssl_and_a_plaintext_client_refused(cluster, pki):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    config = dict(bootstrap_servers=cluster.listener_addresses("SSL").split(","),
+                  security_protocol="SSL", ssl_cafile=str(pki["ca.pem"]))
+    producer = KafkaProducer(acks="all", **config)
+    for i in range(20):
+        producer.send("ssl-kafka-python", f"r{i}".encode(), partition=0)
+    producer.flush(60)
+    producer.close()
+    consumer = KafkaConsumer(**config, auto_offset_reset="earliest")
+    tp = TopicPartition("ssl-kafka-python", 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    records: list = []
+    wait_until(lambda: records.extend(consumer.poll(timeout_ms=2000).get(tp, [])) or
+               len(records) >= 20, 60, "kafka-python reading over SSL")
+    consumer.close()
+    assert [r.value for r in records] == [f"r{i}".encode() for i in range(20)]
+    # A client speaking plaintext to the SSL listener gets no answer it can read.
+    plaintext = AdminClient({"bootstrap.servers": cluster.listener_addresses("SSL"),
+                             "socket.connection.setup.timeout.ms": 5000})
+    with pytest.raises(KafkaException):
+        plaintext.list_topics(timeout=8)
 
 
 def admin_properties(pki):
@@ -331,7 +376,26 @@ def test_scram_users_made_by_rafka_and_by_kafka_configs_sign_in(cluster, pki):
         except KafkaException:
             return False
     assert signs_in("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", "alice-scram")
+    assert signs_in("SASL_SSL", "SCRAM-SHA-256", "alice", "alice-scram")
     assert signs_in("SASL_SSL", "SCRAM-SHA-512", "bob", "bob-scram")
+    # Kafka's Java client signing in with SCRAM-SHA-512 over SASL_SSL.
+    scram_props = root / "bob-scram.properties"
+    scram_props.write_text(props.read_text().replace("sasl.mechanism=PLAIN", "sasl.mechanism="
+                                                     "SCRAM-SHA-512").replace(
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret"',
+        'org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="bob" password="bob-scram"'))
+    listed = tools.tool("TopicCommand", "--command-config", str(scram_props), "--list")
+    assert listed.returncode == 0
+    # rafka configs --add-config, as kafka-configs.sh takes it.
+    out = rafka_cli(cluster, "configs", "--alter", "--entity-type", "users", "--entity-name",
+                    "carol", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=c-scram]")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert signs_in("SASL_SSL", "SCRAM-SHA-256", "carol", "c-scram")
+    assert not signs_in("SASL_SSL", "SCRAM-SHA-256", "carol", "alice-scram")
+    assert admin.describe_user_scram_credentials(["carol"]) == {
+        "carol": [("SCRAM-SHA-256", 8192)]}
     assert not signs_in("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", "alice-secret")
     assert not signs_in("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", "alice-scram")
     out = rafka_cli(cluster, "configs", "--describe", "--entity-type", "users",
@@ -342,7 +406,8 @@ def test_scram_users_made_by_rafka_and_by_kafka_configs_sign_in(cluster, pki):
                     "--entity-name", "bob", "--delete-config", "SCRAM-SHA-512")
     assert out.returncode == 0, out.stdout + out.stderr
     assert not signs_in("SASL_SSL", "SCRAM-SHA-512", "bob", "bob-scram")
-    assert admin.describe_user_scram_credentials() == {"alice": [("SCRAM-SHA-256", 8192)]}
+    assert admin.describe_user_scram_credentials() == {"alice": [("SCRAM-SHA-256", 8192)],
+                                                       "carol": [("SCRAM-SHA-256", 8192)]}
 
 
 def test_without_an_authorizer_acls_are_refused_security_disabled(cluster):

@@ -65,6 +65,31 @@ def topic_config_entries(overrides: Mapping[str, Any], broker_log: Mapping[str, 
              "documentation": TOPIC_CONFIG.keys[k].doc or None} for k in wanted]
 
 
+def broker_config_entries(broker_log: Mapping[str, Any], broker: Mapping[str, Any],
+                          keys: Iterable[str] | None) -> list[dict]:
+    """DescribeConfigs' entries for a broker: its settings (the cluster's log.* ones, then
+    the broker's own, a listener's own as listener.name.<l>.<key>), each read-only,
+    STATIC_BROKER_CONFIG where set and DEFAULT_CONFIG where not. A secret (a password, a
+    key, a JAAS config) is Kafka's sensitive: its value is never sent."""
+    from actors.broker.config import BROKER_CONFIG
+    from protocols.config import Password
+    settings = {**broker_log, **broker}
+    wanted = sorted(settings) if keys is None else [k for k in keys if k in settings]
+    entries = []
+    for k in wanted:
+        value, defined = settings[k], BROKER_CONFIG.keys.get(k)
+        sensitive = isinstance(value, Password) or (defined is not None
+                                                     and defined.type == "password")
+        entries.append({
+            "name": k, "value": None if sensitive else config_text(value), "read_only": True,
+            "config_source": DEFAULT_CONFIG if defined is not None and
+            value == defined.default and k not in broker_log else STATIC_BROKER_CONFIG,
+            "is_sensitive": sensitive, "synonyms": [],
+            "config_type": CONFIG_TYPES.get(defined.type, 0) if defined is not None else 0,
+            "documentation": (defined.doc or None) if defined is not None else None})
+    return entries
+
+
 def incremental_changes(current: Mapping[str, Any], ops: Iterable[tuple[str, int, Any]]
                         ) -> dict[str, Any]:
     """IncrementalAlterConfigs' operations as ``alter_topic_config``'s changes (None:
@@ -132,13 +157,15 @@ class AdminApis:
                  controller: Callable[[], Awaitable[Any]],
                  coordinator: Callable[[], Awaitable[Any]],
                  broker_log: Mapping[str, Any] | None = None, log_dir: str | None = None,
-                 auth: AuthHelper | None = None):
+                 auth: AuthHelper | None = None,
+                 broker_config: Mapping[str, Any] | None = None):
         self.broker_id = broker_id
         self.auth = auth or AuthHelper(image)   # who may do what (authorizer.class.name)
         self.image = image
         self.controller = controller     # the controller's handle (waits for one)
         self.coordinator = coordinator   # this broker's GroupCoordinatorActor
         self.broker_log = dict(broker_log or {})   # the cluster's log.* settings
+        self.broker_config = dict(broker_config or {})   # the broker's own settings
         self.log_dir = log_dir                     # this broker's one log directory
 
     async def controller_call(self, method: str, *args) -> Any:
@@ -477,12 +504,8 @@ class AdminApis:
                 else:
                     out["configs"] = topic_config_entries(overrides, self.broker_log, keys)
             elif r.resource_type == BROKER_RESOURCE:
-                out["configs"] = [
-                    {"name": k, "value": config_text(v), "read_only": True,
-                     "config_source": STATIC_BROKER_CONFIG, "is_sensitive": False,
-                     "synonyms": [], "config_type": 0, "documentation": None}
-                    for k, v in sorted(self.broker_log.items())
-                    if keys is None or k in keys]
+                out["configs"] = broker_config_entries(self.broker_log, self.broker_config,
+                                                       keys)
             else:
                 out.update(error_fields(InvalidRequestError(
                     f"Resource type {r.resource_type} is not served (topics: 2, brokers: 4)")))

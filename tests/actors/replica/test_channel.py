@@ -244,6 +244,89 @@ def test_over_tls_the_brokers_protocols_and_cipher_suites_decide(tmp_path, setti
 
 def test_over_tls_settings_no_connection_can_use_stop_the_broker_at_start(tmp_path):
     from protocols.errors import InvalidConfigError
-    with pytest.raises(InvalidConfigError, match=r"the replicas' channel\): no TLS connection "
+    with pytest.raises(InvalidConfigError, match=r"the replicas' channel \(inter-broker "
+                                                 r"listener SSL, SSL\): no TLS connection "
                                                  r"can be made with these settings"):
         _tls_listener(tmp_path, **{"ssl.enabled.protocols": "TLSv1.1"})
+
+
+def _channel_tls(tmp_path, settings: dict):
+    from actors.broker.config import ClusterConfig
+    from actors.replica.channel import channel_tls
+    return channel_tls(ClusterConfig.parse(settings).broker)
+
+
+def test_the_inter_broker_listeners_own_ssl_settings_serve_the_channel(tmp_path):
+    """As Kafka picks its inter-broker listener: inter.broker.listener.name, its protocol
+    from listener.security.protocol.map, its listener.name.<l>.ssl.* settings. SASL_SSL
+    is TLS on the channel (a caller is admitted by its token, not by SASL)."""
+    from tests import tls_certs
+    ca = tls_certs.authority()
+    broker = tls_certs.issue(ca, "CN=rafka-internal,O=rafka", server=True)
+    keystore = tls_certs.write(tmp_path / "internal.pem", broker.key_pem() + broker.cert_pem())
+    context, certificate = _channel_tls(tmp_path, {
+        "listeners": "INTERNAL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "listener.security.protocol.map": "INTERNAL:SASL_SSL,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.name.internal.ssl.keystore.type": "PEM",
+        "listener.name.internal.ssl.keystore.location": keystore})
+    assert context is not None and certificate == broker.cert_pem().decode()
+    # security.inter.broker.protocol names the listener of that name: SASL_PLAINTEXT is
+    # plaintext, SASL_SSL TLS with the SASL_SSL listener's keystore.
+    assert _channel_tls(tmp_path, {"security.inter.broker.protocol": "SASL_PLAINTEXT"}) == \
+        (None, None)
+    context, certificate = _channel_tls(tmp_path, {
+        "security.inter.broker.protocol": "SASL_SSL",
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": keystore})
+    assert certificate == broker.cert_pem().decode()
+
+
+def test_kafkas_inter_broker_settings_refused_as_kafka_refuses_them(tmp_path):
+    from protocols.errors import InvalidConfigError
+    with pytest.raises(InvalidConfigError, match="Only one of inter.broker.listener.name and "
+                                                 "security.inter.broker.protocol should be set"):
+        _channel_tls(tmp_path, {"inter.broker.listener.name": "PLAINTEXT",
+                                "security.inter.broker.protocol": "SSL"})
+    with pytest.raises(InvalidConfigError, match="No enum constant SASL_TLS"):
+        _channel_tls(tmp_path, {"security.inter.broker.protocol": "SASL_TLS"})
+    with pytest.raises(InvalidConfigError, match="inter.broker.listener.name must be a "
+                                                 "listener name defined in advertised.listeners"
+                                                 r"\. The valid options based on currently "
+                                                 "configured listeners are PLAINTEXT$"):
+        _channel_tls(tmp_path, {"inter.broker.listener.name": "SSL"})
+
+
+def test_crosses_network_is_a_peer_neither_loopback_nor_the_listeners_address():
+    from actors.replica.channel import crosses_network
+    assert not crosses_network("127.0.0.1", "10.0.0.5")
+    assert not crosses_network("::1", "10.0.0.5")
+    assert not crosses_network("10.0.0.5", "10.0.0.5")     # a host on the same node
+    assert crosses_network("10.0.0.6", "10.0.0.5")
+
+
+def test_a_plaintext_connection_from_another_machine_is_warned_of_once(caplog):
+    """The channel's token and records in clear on the network: said once, as a Kafka
+    listener exposed without TLS or SASL is. (One machine here: the listener on every
+    interface, the caller from an address of this machine that is not loopback.)"""
+    import logging
+
+    from actors.replica.channel import API_HELLO, _read_frame, _send
+    from ray._private.services import get_node_ip_address
+    other = get_node_ip_address()
+    listener = ReplicationListener({})
+
+    async def main():
+        _, port = await listener.start("0.0.0.0")
+        for local in ("127.0.0.1", other, other):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                           local_addr=(local, 0))
+            _send(writer, 1, API_HELLO, listener.token)
+            await _read_frame(reader)   # admitted
+            writer.close()
+        listener.close()
+    with caplog.at_level(logging.WARNING, logger="actors.replica.channel"):
+        run(main())
+    warnings = [r.getMessage() for r in caplog.records if "over plaintext" in r.getMessage()]
+    assert len(warnings) == 1 and f"a connection from {other} over plaintext" in warnings[0]
+    assert "security.inter.broker.protocol=SSL" in warnings[0]
