@@ -52,6 +52,7 @@ def _allowing(operation: AclOperation) -> frozenset[AclOperation]:
 
 
 _ALLOWING = {op: _allowing(op) for op in AclOperation}
+ALLOW, ALL = AclPermissionType.ALLOW, AclOperation.ALL
 
 
 class Authorizer:
@@ -79,6 +80,21 @@ class Authorizer:
             group.setdefault(acl.principal, []).append(acl)
         for kind, prefixes in self._prefixed.items():
             self._prefix_lengths[kind] = sorted({len(p) for p in prefixes})
+        # The same ACLs by principal first: principal -> resource type -> ({literal name:
+        # ACLs}, {prefix: ACLs}, the prefixes' lengths). A decision reads only the
+        # principal's and the wildcard principal's, and tries only the prefix lengths they
+        # have (a cold decision's cost, issue 43: < 2 us).
+        self._by_principal: dict[str, dict[ResourceType, tuple]] = {}
+        for acl in self.acls:
+            if acl.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+                continue
+            literal, prefixed, _ = self._by_principal.setdefault(acl.principal, {}).setdefault(
+                acl.resource_type, ({}, {}, []))
+            (literal if acl.pattern_type == PatternType.LITERAL else prefixed).setdefault(
+                acl.resource_name, []).append(acl)
+        for kinds in self._by_principal.values():
+            for _, prefixed, lengths in kinds.values():
+                lengths.extend(sorted({len(p) for p in prefixed}))
         self._answers: dict[tuple, bool] = {}
 
     def covering(self, resource_type: ResourceType, name: str) -> list[dict[str, list[Acl]]]:
@@ -110,22 +126,37 @@ class Authorizer:
         written out: this runs once per topic a request names."""
         if principal in self.super_users:
             return True
-        groups = self.covering(resource_type, name)
-        if not groups:
-            return self.allow_everyone_if_no_acl_found
+        # No ACL of any principal covering the resource: allow.everyone.if.no.acl.found
+        # decides. Without it that answer is the same as "none of this principal's", so
+        # only then must every principal's ACLs be looked at.
+        if self.allow_everyone_if_no_acl_found and not self.covering(resource_type, name):
+            return True
         # The operations an ALLOW may name to allow this one (ALL, itself, its implying).
         allowing = _ALLOWING[operation]
         allowed = False
-        for group in groups:
-            for acls in (group.get(principal), group.get(WILDCARD_PRINCIPAL)):
+        size = len(name)
+        by_principal = self._by_principal
+        for index in (by_principal.get(principal), by_principal.get(WILDCARD_PRINCIPAL)):
+            kinds = index.get(resource_type) if index else None
+            if kinds is None:
+                continue
+            literal, prefixed, lengths = kinds
+            found = [literal.get(name)]
+            if name != WILDCARD:
+                found.append(literal.get(WILDCARD))
+            for length in lengths:
+                if length > size:
+                    break
+                found.append(prefixed.get(name[:length]))
+            for acls in found:
                 if not acls:
                     continue
                 for acl in acls:
                     if acl.host != WILDCARD and acl.host != host:
                         continue
-                    if acl.permission == AclPermissionType.ALLOW:
+                    if acl.permission == ALLOW:
                         allowed = allowed or acl.operation in allowing
-                    elif acl.operation == operation or acl.operation == AclOperation.ALL:
+                    elif acl.operation == operation or acl.operation == ALL:
                         return False
         return allowed
 

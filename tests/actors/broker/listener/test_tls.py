@@ -267,6 +267,22 @@ def test_cipher_suites_by_kafkas_names_and_tls13_off_without_its_suites(pki, tmp
         handshake(context, only13)
 
 
+def test_a_listeners_enabled_protocols_refuse_a_client_of_another(pki, tmp_path):
+    """ssl.enabled.protocols=TLSv1.3 on a listener: a TLSv1.2-only client gets no
+    connection, a TLSv1.3 one does; Kafka's default (TLSv1.2,TLSv1.3) takes either."""
+    keystore = tls_certs.write(tmp_path / "broker.pem",
+                               pki["broker"].key_pem() + pki["broker"].cert_pem())
+    store = {"ssl.keystore.type": "PEM", "ssl.keystore.location": keystore}
+    only12 = client_context(pki)
+    only12.maximum_version = ssl.TLSVersion.TLSv1_2
+    tls13 = server_context(ssl_config(**store, **{"ssl.enabled.protocols": "TLSv1.3"}),
+                           "Listener SSL")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(tls13, only12)
+    assert handshake(tls13, client_context(pki)) is None
+    assert handshake(server_context(ssl_config(**store), "Listener SSL"), only12) is None
+
+
 def test_subjects_are_written_as_javas_x500principal_writes_them(tmp_path):
     """Kafka maps the name Java's X500Principal.getName() gives: checked against Java itself
     (the JDK the Kafka tools' tests use), for standard keywords, escapes and attributes Java
