@@ -447,6 +447,21 @@ class Admin:
                 raise unstable[0]
             time.sleep(0.05)
 
+    def consumer_group_lag(self, group_id: str) -> dict[TopicPartition, Any]:
+        """Each committed partition's ``PartitionLag`` (committed offset, log end offset,
+        ``lag``), as kafka-consumer-groups.sh's LAG column and the
+        ``kafka_consumergroup_lag`` metric tell it: the log end offset (ListOffsets
+        latest) minus the committed offset, never below 0."""
+        from actors.metrics.consumer_lag import partition_lags
+        committed = self.list_consumer_group_offsets(group_id)
+        if not committed:
+            return {}
+        ends = self.list_offsets({tp: "latest" for tp in committed})
+        lags = partition_lags([(group_id, tp.topic, tp.partition, c.offset)
+                               for tp, c in committed.items()],
+                              {(tp.topic, tp.partition): e.offset for tp, e in ends.items()})
+        return {TopicPartition(p.topic, p.partition): p for p in lags}
+
     def alter_consumer_group_offsets(self, group_id: str,
                                      offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit offsets for a group with no active members (as kafka-consumer-groups.sh

@@ -32,9 +32,8 @@ from actors.broker.state import BrokerState, ControlledShutdown, ControllerWork
 from actors.group_coordinator.actor import GroupCoordinatorActor
 from protocols.java_hash import coordinator_partition_for
 from actors.gcs import create_named, gcs_backlog
-from actors.metrics.broker_topic_stats import TopicDeltas
+from actors.broker.metrics_report import BrokerMetricsReport
 from actors.metrics.exporter import MetricsExporter, report_interval_ms
-from actors.metrics.gauges import replica_manager_gauges
 from actors.names import broker_name, coordinator_name, namespace_for, txn_coordinator_name
 from actors.process import raise_open_files_limit
 from actors.timer.actor import keep_scheduled, node_timer
@@ -81,7 +80,6 @@ class BrokerActor:
         self.lifecycle = BrokerLifecycle(
             broker_id, self.incarnation, rack, lambda: self.endpoints, cluster_name,
             self.namespace, self.data_dir, self.cfg, self.state, lambda: self._stopping)
-        self.metrics = MetricsExporter(cluster_name, broker_id)
         self.replica_manager = ReplicaManager(
             broker_id, self.namespace, self.cfg, self.dir, self.state, brokers_on_node,
             lambda: self._stopping, self.lifecycle.report_replicas_failed,
@@ -156,6 +154,10 @@ class BrokerActor:
                                           b["connections.max.idle.ms"],
                                           listener_tls(b, self.listeners), sasl,
                                           b["connection.failed.authentication.delay.ms"])
+        self.metrics_report = BrokerMetricsReport(
+            broker_id, self.namespace, MetricsExporter(cluster_name, broker_id),
+            self.replica_manager, lambda: self.state.image, self.socket_server,
+            lambda: self._coordinator, int(self.cfg.log.get("min.insync.replicas", 1)))
         # rafka's own clients: signed in and checked here (actors/broker/ray_door.py).
         from actors.broker.ray_door import door_sasl_config
         from actors.broker.ray_door_apis import RayDoorApis
@@ -478,21 +480,8 @@ class BrokerActor:
         await self.replica_manager.on_every_host(lambda host: host.isr_expiry.remote())
 
     async def report_metrics(self) -> None:
-        """Kafka's broker metrics, to Ray's: the hosts' counts since the last report and
-        their logs' sizes, the gauges read off the image, the listener's request times."""
-        deltas, logs = TopicDeltas(), []
-        answers = await asyncio.gather(*[h.take_metrics.remote()
-                                         for h in self.replica_manager.all_hosts()],
-                                       return_exceptions=True)
-        for answer in answers:
-            if not isinstance(answer, BaseException):   # a host restarting: next time
-                deltas.add(TopicDeltas.from_tuple(answer[0]))
-                logs.extend(answer[1])
-        self.metrics.topic_deltas(deltas)
-        self.metrics.logs(logs)
-        self.metrics.replica_manager(replica_manager_gauges(
-            self.state.image, self.broker_id, int(self.cfg.log.get("min.insync.replicas", 1))))
-        self.metrics.request_times(self.socket_server.request_metrics.take())
+        """Kafka's broker metrics and its groups' consumer lag, to Ray's metrics."""
+        await self.metrics_report.report()
 
     async def _auto_create_topic(self, name: str) -> KafkaError | None:
         """Kafka's auto.create.topics.enable: a Metadata request naming a topic that does not

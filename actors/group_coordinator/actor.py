@@ -26,6 +26,7 @@ import ray
 from actors.coordinator_load import LedPartitions
 from actors.group_coordinator.coordinator import Effects, GroupCoordinator, Write
 from actors.group_coordinator.group import GroupConfig
+from actors.metrics.consumer_lag import committed_rows
 from protocols.records import encode_batch
 from protocols.topics import OFFSETS_TOPIC
 from protocols.wire import decode, encode
@@ -185,6 +186,11 @@ class GroupCoordinatorActor:
 
     async def delete_group(self, group_id: str) -> bytes:
         return await self._serve(self.core.delete_group(group_id))
+
+    async def committed_offsets(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, offset) of every offset committed in the groups this
+        coordinator owns: for the broker's consumer lag."""
+        return committed_rows(self.core.offsets)
 
     async def owned_partitions(self) -> dict:
         return {"owned": dict(self.core.owned), "loading": sorted(self.core.loading)}

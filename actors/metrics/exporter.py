@@ -14,12 +14,16 @@ import functools
 from typing import Iterable
 
 from actors.metrics.broker_topic_stats import TopicDeltas
+from actors.metrics.consumer_lag import PartitionLag
 from actors.metrics.gauges import ControllerGauges, ReplicaManagerGauges
 from actors.metrics.request_metrics import BOUNDARIES_MS, bucket_value
 
 BROKER = ("cluster", "broker")
 TOPIC = BROKER + ("topic",)
 PARTITION = TOPIC + ("partition",)
+# Consumer lag, labelled as kafka-exporter labels it.
+GROUP_TOPIC = BROKER + ("consumergroup", "topic")
+GROUP_PARTITION = GROUP_TOPIC + ("partition",)
 
 
 def report_interval_ms() -> int:
@@ -76,6 +80,12 @@ def _metrics() -> dict:
                                   "a request's arrival to its answer written, in ms",
                                   boundaries=list(BOUNDARIES_MS),
                                   tag_keys=BROKER + ("request",)),
+        "consumer_lag": gauge("kafka_consumergroup_lag", "The partition's log end offset "
+                              "minus the group's committed offset", GROUP_PARTITION),
+        "consumer_offset": gauge("kafka_consumergroup_current_offset", "The group's "
+                                 "committed offset", GROUP_PARTITION),
+        "consumer_lag_sum": gauge("kafka_consumergroup_lag_sum", "The group's lag summed "
+                                  "over the topic's partitions", GROUP_TOPIC),
         "active_controller": gauge(kc + "activecontrollercount", "1 on the active "
                                    "controller"),
         "offline_partitions": gauge(kc + "offlinepartitionscount", "Partitions without a "
@@ -128,6 +138,18 @@ class MetricsExporter:
             tags, value = {**self.tags, "request": request}, bucket_value(bucket)
             for _ in range(count):
                 histogram.observe(value, tags)
+
+    def consumer_lag(self, lags: Iterable[PartitionLag],
+                     sums: dict[tuple[str, str], int]) -> None:
+        m = _metrics()
+        lag, offset, total = m["consumer_lag"], m["consumer_offset"], m["consumer_lag_sum"]
+        for p in lags:
+            tags = {**self.tags, "consumergroup": p.group, "topic": p.topic,
+                    "partition": str(p.partition)}
+            lag.set(p.lag, tags)
+            offset.set(p.committed, tags)
+        for (group, topic), value in sums.items():
+            total.set(value, {**self.tags, "consumergroup": group, "topic": topic})
 
     def controller(self, g: ControllerGauges) -> None:
         m = _metrics()

@@ -125,3 +125,43 @@ def test_killing_a_followers_broker_raises_under_replicated_until_it_is_back(clu
     wait_until(lambda: total(cluster, "kafka_server_replicamanager_underreplicatedpartitions")
                == 0, 120, "the under-replicated count to return to 0")
     assert total(cluster, "kafka_server_replicamanager_isrexpands_total") > 0
+
+
+def test_a_paused_groups_lag_equals_the_records_behind_it(cluster):
+    """kafka_consumergroup_lag (kafka-exporter's name), per partition and summed per topic,
+    and rafka.Admin's consumer_group_lag: a group that read some records, committed and
+    stopped is as far behind as the records produced after what it committed."""
+    from protocols.topics import TopicPartition
+    cluster.admin().create_topics([rafka.NewTopic("lagging", 2, 2)])
+    with rafka.Producer(cluster) as producer:
+        for i in range(300):
+            producer.send("lagging", b"early", partition=i % 2)
+    consumer = rafka.Consumer(cluster, {"group.id": "paused", "auto.offset.reset": "earliest",
+                                        "enable.auto.commit": False, "max.poll.records": 40})
+    consumer.subscribe(["lagging"])
+    read = 0
+    while read < 100:
+        read += len(consumer.poll(1000))
+    consumer.commit()
+    consumer.close()
+    with rafka.Producer(cluster) as producer:
+        for i in range(200):
+            producer.send("lagging", b"late", partition=i % 2)
+    admin = cluster.admin()
+    committed = admin.list_consumer_group_offsets("paused")
+    assert sum(c.offset for c in committed.values()) == read
+    behind = 500 - read
+    lags = admin.consumer_group_lag("paused")
+    assert sum(p.lag for p in lags.values()) == behind
+    assert {tp: p.log_end_offset for tp, p in lags.items()} == {
+        TopicPartition("lagging", 0): 250, TopicPartition("lagging", 1): 250}
+    wait_until(lambda: total(cluster, "kafka_consumergroup_lag", consumergroup="paused",
+                             topic="lagging") == behind, 60,
+               f"kafka_consumergroup_lag to sum to the {behind} records behind")
+    assert total(cluster, "kafka_consumergroup_lag_sum", consumergroup="paused",
+                 topic="lagging") == behind
+    for tp, p in lags.items():
+        assert total(cluster, "kafka_consumergroup_lag", consumergroup="paused",
+                     topic=tp.topic, partition=str(tp.partition)) == p.lag
+        assert total(cluster, "kafka_consumergroup_current_offset", consumergroup="paused",
+                     topic=tp.topic, partition=str(tp.partition)) == p.committed
