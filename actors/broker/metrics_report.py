@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Callable, Mapping
 
 from actors.metrics.broker_topic_stats import TopicDeltas
-from actors.metrics.consumer_lag import lag_sums, partition_lags
+from actors.metrics.consumer_lag import OffsetTimeline, lag_sums, partition_lags
 from actors.metrics.exporter import MetricsExporter
 from actors.metrics.gauges import replica_manager_gauges
 from protocols.messages import LATEST_TIMESTAMP
@@ -31,6 +32,7 @@ class BrokerMetricsReport:
         self.coordinator = coordinator   # this broker's group coordinator, None if none yet
         self.default_min_isr = default_min_isr
         self._brokers: dict[int, Any] = {}   # other brokers' handles, looked up once
+        self.timeline = OffsetTimeline()     # when the log ends passed which offsets
 
     async def report(self) -> None:
         deltas, logs = TopicDeltas(), []
@@ -58,10 +60,15 @@ class BrokerMetricsReport:
         rows = await coordinator.committed_offsets.remote()
         if not rows:
             return
-        ends = await self._log_end_offsets({(topic, partition)
-                                            for _, topic, partition, _ in rows})
+        wanted = {(topic, partition) for _, topic, partition, _ in rows}
+        ends = await self._log_end_offsets(wanted)
+        now_ms = time.time_ns() // 1_000_000
+        self.timeline.record(ends, now_ms, wanted)
         lags = partition_lags(rows, ends)
-        self.exporter.consumer_lag(lags, lag_sums(lags))
+        self.exporter.consumer_lag(lags, lag_sums(lags), {
+            (p.group, p.topic, p.partition): self.timeline.lag_ms((p.topic, p.partition),
+                                                                  p.committed, now_ms)
+            for p in lags})
 
     async def _log_end_offsets(self, tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """{(topic, partition): log end offset} from each partition's leader (ListOffsets

@@ -43,3 +43,52 @@ def lag_sums(lags: Iterable[PartitionLag]) -> dict[tuple[str, str], int]:
     for lag in lags:
         sums[lag.group, lag.topic] = sums.get((lag.group, lag.topic), 0) + lag.lag
     return sums
+
+
+class OffsetTimeline:
+    """When each partition's log end offset passed which offsets: a sample per report, so
+    that a committed offset's lag can be told in time (how long ago the first record the
+    group has not consumed was appended), by interpolating between the samples around it,
+    as kafka-lag-exporter estimates it. Told only where the samples reach back far enough:
+    an offset appended before a partition's first sample has no time (None)."""
+
+    def __init__(self, keep: int = 240):
+        self.keep = keep   # samples per partition: 20 min at a report every 5 s
+        self._samples: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+    def record(self, ends: Mapping[tuple[str, int], int], now_ms: int,
+               wanted: Iterable[tuple[str, int]] | None = None) -> None:
+        """This report's log end offsets. Partitions not ``wanted`` (default: not in
+        ``ends``) are forgotten: no group reads them any more. One wanted but not in
+        ``ends`` (its leader did not answer this time) keeps its samples."""
+        keep = set(ends if wanted is None else wanted)
+        for tp in list(self._samples):
+            if tp not in keep:
+                del self._samples[tp]
+        for tp, end in ends.items():
+            samples = self._samples.setdefault(tp, [])
+            if samples and end < samples[-1][1]:
+                samples.clear()   # truncated (a new leader, or records deleted): anew
+            if samples and end == samples[-1][1]:
+                continue          # nothing appended: the older sample says more
+            samples.append((now_ms, end))
+            del samples[:-self.keep]
+
+    def lag_ms(self, tp: tuple[str, int], committed: int, now_ms: int) -> int | None:
+        """How long ago the record at ``committed`` (the first not consumed) was appended:
+        0 when there is none, None when the samples do not reach back to it."""
+        samples = self._samples.get(tp)
+        if not samples:
+            return None
+        if committed >= samples[-1][1]:
+            return 0
+        for i, (at, end) in enumerate(samples):
+            if end > committed:
+                if i == 0:
+                    return None
+                before_at, before_end = samples[i - 1]
+                # Appended at some time between the two samples: in proportion.
+                passed = before_at + (at - before_at) * (committed - before_end) \
+                    // (end - before_end)
+                return max(0, now_ms - passed)
+        return 0

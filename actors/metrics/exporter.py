@@ -84,6 +84,10 @@ def _metrics() -> dict:
                               "minus the group's committed offset", GROUP_PARTITION),
         "consumer_offset": gauge("kafka_consumergroup_current_offset", "The group's "
                                  "committed offset", GROUP_PARTITION),
+        "consumer_lag_seconds": gauge("kafka_consumergroup_lag_seconds", "How long ago the "
+                                      "first record the group has not consumed was "
+                                      "appended (from the log end's samples)",
+                                      GROUP_PARTITION),
         "consumer_lag_sum": gauge("kafka_consumergroup_lag_sum", "The group's lag summed "
                                   "over the topic's partitions", GROUP_TOPIC),
         "active_controller": gauge(kc + "activecontrollercount", "1 on the active "
@@ -139,15 +143,19 @@ class MetricsExporter:
             for _ in range(count):
                 histogram.observe(value, tags)
 
-    def consumer_lag(self, lags: Iterable[PartitionLag],
-                     sums: dict[tuple[str, str], int]) -> None:
+    def consumer_lag(self, lags: Iterable[PartitionLag], sums: dict[tuple[str, str], int],
+                     lag_ms: dict[tuple[str, str, int], int | None]) -> None:
         m = _metrics()
         lag, offset, total = m["consumer_lag"], m["consumer_offset"], m["consumer_lag_sum"]
+        seconds = m["consumer_lag_seconds"]
         for p in lags:
             tags = {**self.tags, "consumergroup": p.group, "topic": p.topic,
                     "partition": str(p.partition)}
             lag.set(p.lag, tags)
             offset.set(p.committed, tags)
+            behind_ms = lag_ms.get((p.group, p.topic, p.partition))
+            if behind_ms is not None:   # where it can be told
+                seconds.set(behind_ms / 1000, tags)
         for (group, topic), value in sums.items():
             total.set(value, {**self.tags, "consumergroup": group, "topic": topic})
 

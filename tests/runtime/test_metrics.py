@@ -165,3 +165,34 @@ def test_a_paused_groups_lag_equals_the_records_behind_it(cluster):
                      topic=tp.topic, partition=str(tp.partition)) == p.lag
         assert total(cluster, "kafka_consumergroup_current_offset", consumergroup="paused",
                      topic=tp.topic, partition=str(tp.partition)) == p.committed
+
+
+def test_a_groups_lag_in_time_grows_from_the_first_record_it_has_not_read(cluster):
+    """kafka_consumergroup_lag_seconds: how long ago the first record a group has not
+    consumed was appended, told from the log end's samples (every report): 0 while it is
+    caught up; once records come that it does not read, about the time since they came."""
+    import time
+    cluster.admin().create_topics([rafka.NewTopic("timed", 1, 2)])
+    with rafka.Producer(cluster) as producer:
+        for _ in range(10):
+            producer.send("timed", b"read", partition=0)
+    consumer = rafka.Consumer(cluster, {"group.id": "steady", "auto.offset.reset": "earliest",
+                                        "enable.auto.commit": False})
+    consumer.subscribe(["timed"])
+    read = 0
+    while read < 10:
+        read += len(consumer.poll(1000))
+    consumer.commit()
+    consumer.close()
+    seconds = "kafka_consumergroup_lag_seconds"
+    wait_until(lambda: any(n == PREFIX + seconds and l.get("consumergroup") == "steady"
+                           for n, l, _ in scrape()) and
+               total(cluster, seconds, consumergroup="steady") == 0, 60,
+               "a caught-up group's lag in time, 0")
+    appended = time.monotonic()
+    with rafka.Producer(cluster) as producer:
+        producer.send("timed", b"unread", partition=0)
+    wait_until(lambda: total(cluster, seconds, consumergroup="steady") > 2, 60,
+               "the lag in time to grow past 2 s")
+    behind = total(cluster, seconds, consumergroup="steady")
+    assert behind <= time.monotonic() - appended + 5   # a report interval's slack

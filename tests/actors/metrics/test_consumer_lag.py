@@ -31,3 +31,35 @@ def test_lag_is_the_log_end_minus_the_committed_offset_never_below_zero():
 def test_a_partition_without_a_known_end_is_left_out():
     lags = partition_lags([("g", "t", 0, 1), ("g", "t", 1, 1)], {("t", 0): 3})
     assert lags == [PartitionLag("g", "t", 0, 1, 3)]
+
+
+def test_lag_in_time_is_interpolated_between_the_log_ends_samples():
+    from actors.metrics.consumer_lag import OffsetTimeline
+    timeline = OffsetTimeline()
+    tp = ("t", 0)
+    timeline.record({tp: 100}, now_ms=1_000)
+    timeline.record({tp: 200}, now_ms=2_000)
+    timeline.record({tp: 200}, now_ms=3_000)    # nothing appended: the older sample kept
+    timeline.record({tp: 400}, now_ms=5_000)
+    # Offset 150 was appended halfway between 1 s (end 100) and 2 s (end 200).
+    assert timeline.lag_ms(tp, 150, now_ms=6_000) == 4_500
+    # Offset 300: between 2 s (end 200) and 5 s (end 400), at 3.5 s.
+    assert timeline.lag_ms(tp, 300, now_ms=6_000) == 2_500
+    assert timeline.lag_ms(tp, 400, now_ms=6_000) == 0      # caught up
+    assert timeline.lag_ms(tp, 50, now_ms=6_000) is None    # before the first sample
+    assert timeline.lag_ms(("t", 1), 0, now_ms=6_000) is None
+
+
+def test_a_truncated_log_or_a_partition_no_longer_read_starts_afresh():
+    from actors.metrics.consumer_lag import OffsetTimeline
+    timeline = OffsetTimeline(keep=2)
+    tp = ("t", 0)
+    timeline.record({tp: 100}, now_ms=1_000)
+    timeline.record({tp: 50}, now_ms=2_000)     # below the last end: truncated
+    assert timeline.lag_ms(tp, 10, now_ms=3_000) is None
+    timeline.record({tp: 60}, now_ms=3_000)
+    timeline.record({tp: 70}, now_ms=4_000)     # keep=2: the 2 s sample goes
+    assert timeline.lag_ms(tp, 55, now_ms=5_000) is None
+    assert timeline.lag_ms(tp, 65, now_ms=5_000) == 1_500
+    timeline.record({}, now_ms=5_000)
+    assert timeline.lag_ms(tp, 65, now_ms=5_000) is None
