@@ -320,6 +320,36 @@ class Admin:
                                             f"not exist: {name}")
         return {name: sorted(stored[name].items()) for name in names}
 
+    # ---- client quotas (KIP-546) -----------------------------------------------------------
+    def alter_client_quotas(self, alterations: Iterable[tuple[Mapping[str, str | None],
+                                                              Mapping[str, float | None]]],
+                            validate_only: bool = False) -> dict[tuple, KafkaError | None]:
+        """Set or remove quotas (Kafka's alterClientQuotas): each alteration is the entity
+        (``{"user": "alice", "client-id": None}``: None is the type's default) and its
+        quotas (``{"producer_byte_rate": 1048576, "request_percentage": None}``: None
+        removes). {entity as sorted (type, name) pairs: None, or its error}."""
+        answer = self._call("alter_client_quotas", [
+            [[[t, n] for t, n in entity.items()],
+             [[k, 0.0 if v is None else float(v), v is None] for k, v in quotas.items()]]
+            for entity, quotas in alterations], validate_only)
+        return {tuple(tuple(p) for p in e): error for e, error in answer}
+
+    def describe_client_quotas(self, components: Iterable[tuple[str, int, str | None]] = (),
+                               strict: bool = False) -> dict[tuple, dict[str, float]]:
+        """The quotas of the entities a filter selects (Kafka's describeClientQuotas):
+        ``components`` are (entity type, match type: 0 exact, 1 default, 2 any name, the
+        name or None) as ClientQuotaFilterComponent's; ``strict``: entities with no other
+        types. {entity as sorted (type, name) pairs: {key: value}}."""
+        from actors.broker.client_quota_manager import quotas_of
+        from protocols.kafka.client_quotas import filter_error, matching
+        components = [tuple(c) for c in components]
+        error = filter_error(components)
+        if error is not None:
+            raise error
+        stored = self._cluster_part("client_quotas")
+        return {e: dict(v) for e, v in matching(quotas_of({"client_quotas": stored}),
+                                                 components, strict)}
+
     # ---- ACLs ------------------------------------------------------------------------------
     def create_acls(self, acls: Iterable[Acl]) -> list[KafkaError | None]:
         """Store ACLs in the cluster's metadata (Kafka's createAcls): None per ACL stored,
@@ -336,8 +366,9 @@ class Admin:
         return describe(self._cluster_part("acls"), filter_values(acl_filter))
 
     def _cluster_part(self, part: str):
-        """The image's ``acls`` or ``scram_users`` (each user's mechanisms and iterations):
-        left out of the door's image for a principal that may not DESCRIBE the cluster."""
+        """The image's ``acls``, ``scram_users`` (each user's mechanisms and iterations) or
+        ``client_quotas``: left out of the door's image for a principal that may not
+        DESCRIBE (client quotas: DESCRIBE_CONFIGS) the cluster."""
         image = self._metadata()
         if not self.door.guarded:
             from actors.controller.scram_credentials import iterations_of
@@ -453,7 +484,11 @@ class Admin:
         ``kafka_consumergroup_lag`` metric tell it: the log end offset (ListOffsets
         latest) minus the committed offset, never below 0."""
         from actors.metrics.consumer_lag import partition_lags
-        committed = self.list_consumer_group_offsets(group_id)
+        topics = self._metadata().get("topics", {})
+        # A deleted topic's offsets stay committed: left out, as kafka-consumer-groups.sh
+        # shows no LAG for them.
+        committed = {tp: c for tp, c in self.list_consumer_group_offsets(group_id).items()
+                     if tp.partition in topics.get(tp.topic, {})}
         if not committed:
             return {}
         ends = self.list_offsets({tp: "latest" for tp in committed})

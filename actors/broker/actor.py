@@ -157,7 +157,8 @@ class BrokerActor:
         self.metrics_report = BrokerMetricsReport(
             broker_id, self.namespace, MetricsExporter(cluster_name, broker_id),
             self.replica_manager, lambda: self.state.image, self.socket_server,
-            lambda: self._coordinator, int(self.cfg.log.get("min.insync.replicas", 1)))
+            self.kafka_apis.topic_stats, lambda: self._coordinator,
+            int(self.cfg.log.get("min.insync.replicas", 1)))
         # rafka's own clients: signed in and checked here (actors/broker/ray_door.py).
         from actors.broker.ray_door import door_sasl_config
         from actors.broker.ray_door_apis import RayDoorApis

@@ -276,8 +276,10 @@ class ClusterConfig:
                 broker.get("security.inter.broker.protocol", "PLAINTEXT") != "PLAINTEXT":
             raise InvalidConfigError("Only one of inter.broker.listener.name and "
                                      "security.inter.broker.protocol should be set.")
-        return cls(CONTROLLER_CONFIG.parse(controller, defaults=False),
-                   absolute_locations({**BROKER_CONFIG.parse(broker), **listener_keys}), log)
+        parsed = cls(CONTROLLER_CONFIG.parse(controller, defaults=False),
+                     absolute_locations({**BROKER_CONFIG.parse(broker), **listener_keys}), log)
+        inter_broker_listener(parsed.broker)   # a listener name that is none: refused now
+        return parsed
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.log, **self.broker, **self.controller}

@@ -18,17 +18,22 @@ from protocols.messages import LATEST_TIMESTAMP
 
 log = logging.getLogger(__name__)
 
+# How long a report waits for a host's counts, and for its groups' lag (a report comes every
+# half of Ray's export interval, 5 s by default).
+CALL_S = 2.0
+
 
 class BrokerMetricsReport:
     def __init__(self, broker_id: int, namespace: str, exporter: MetricsExporter,
                  replica_manager, image: Callable[[], Mapping[str, Any]], socket_server,
-                 coordinator: Callable[[], Any], default_min_isr: int):
+                 listener_stats, coordinator: Callable[[], Any], default_min_isr: int):
         self.broker_id = broker_id
         self.namespace = namespace
         self.exporter = exporter
         self.replica_manager = replica_manager
         self.image = image
         self.socket_server = socket_server
+        self.listener_stats = listener_stats   # the Kafka listener's BrokerTopicStats
         self.coordinator = coordinator   # this broker's group coordinator, None if none yet
         self.default_min_isr = default_min_isr
         self._brokers: dict[int, Any] = {}   # other brokers' handles, looked up once
@@ -36,20 +41,22 @@ class BrokerMetricsReport:
 
     async def report(self) -> None:
         deltas, logs = TopicDeltas(), []
-        answers = await asyncio.gather(*[h.take_metrics.remote()
+        answers = await asyncio.gather(*[asyncio.wait_for(h.take_metrics.remote(), CALL_S)
                                          for h in self.replica_manager.all_hosts()],
                                        return_exceptions=True)
         for answer in answers:
             if not isinstance(answer, BaseException):   # a host restarting: next time
                 deltas.add(TopicDeltas.from_tuple(answer[0]))
                 logs.extend(answer[1])
+        deltas.add(self.listener_stats.take())   # the Kafka listener's fetch answers
         self.exporter.topic_deltas(deltas)
         self.exporter.logs(logs)
         self.exporter.replica_manager(replica_manager_gauges(
             self.image(), self.broker_id, self.default_min_isr))
         self.exporter.request_times(self.socket_server.request_metrics.take())
         try:
-            await self._consumer_lag()
+            # Bounded: a broker restarting must not hold up the gauges above next time.
+            await asyncio.wait_for(self._consumer_lag(), CALL_S)
         except Exception as e:   # a coordinator or leader moving: the next report
             log.debug("broker %d: consumer lag not reported this time: %r", self.broker_id, e)
 
@@ -65,7 +72,7 @@ class BrokerMetricsReport:
         now_ms = time.time_ns() // 1_000_000
         self.timeline.record(ends, now_ms, wanted)
         lags = partition_lags(rows, ends)
-        self.exporter.consumer_lag(lags, lag_sums(lags), {
+        self.exporter.consumer_lag(lags, lag_sums(lags, rows), {
             (p.group, p.topic, p.partition): self.timeline.lag_ms((p.topic, p.partition),
                                                                   p.committed, now_ms)
             for p in lags})

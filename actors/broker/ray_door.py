@@ -169,6 +169,7 @@ CONTROLLER_CHECKS: Mapping[str, Callable[..., KafkaError | None]] = {
     "reassign_partitions": _on_cluster(AclOperation.ALTER),
     "elect_preferred_leaders": _on_cluster(AclOperation.ALTER),
     "alter_user_scram_credentials": _on_cluster(AclOperation.ALTER),
+    "alter_client_quotas": _on_cluster(AclOperation.ALTER_CONFIGS),
     "create_acls": _on_cluster(AclOperation.ALTER),
     "delete_acls": _on_cluster(AclOperation.ALTER),
 }
@@ -189,13 +190,15 @@ def visible_image(image: Mapping[str, Any], authorize: Authorize) -> dict:
     """The metadata image as the principal may see it: the topics it may DESCRIBE (as
     Metadata answers), the configs of those it may DESCRIBE_CONFIGS, and with DESCRIBE on
     the cluster the ACLs and the SCRAM users' mechanisms and iterations (``scram_users``;
-    the salts and keys never leave the broker)."""
+    the salts and keys never leave the broker), with DESCRIBE_CONFIGS on it the client
+    quotas."""
     def allowed(operation: AclOperation) -> set[str]:
         return {name for name in image.get("topics", {})
                 if authorize(operation, ResourceType.TOPIC, name)}
     described, configured = allowed(AclOperation.DESCRIBE), allowed(
         AclOperation.DESCRIBE_CONFIGS)
-    out = {k: v for k, v in image.items() if k not in ("acls", "scram_credentials")}
+    out = {k: v for k, v in image.items()
+           if k not in ("acls", "scram_credentials", "client_quotas")}
     for part, names in (("topics", described), ("topic_ids", described),
                         ("configs", configured), ("topic_configs", configured)):
         if isinstance(image.get(part), Mapping):
@@ -204,6 +207,8 @@ def visible_image(image: Mapping[str, Any], authorize: Authorize) -> dict:
         from actors.controller.scram_credentials import iterations_of
         out["acls"] = image.get("acls") or []
         out["scram_users"] = iterations_of(image.get("scram_credentials"))
+    if authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        out["client_quotas"] = image.get("client_quotas") or []   # DescribeClientQuotas'
     return out
 
 

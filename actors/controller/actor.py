@@ -487,6 +487,11 @@ class ControllerActor:
         return await self._admin(lambda: self.state.alter_user_scram_credentials(
             [tuple(d) for d in deletions], [tuple(u) for u in upsertions]))
 
+    async def alter_client_quotas(self, alterations: list, validate_only: bool) -> bytes:
+        """[(entity, error or None)] for each entity (Kafka's AlterClientQuotas)."""
+        return await self._admin(lambda: self.state.alter_client_quotas(
+            alterations, validate_only))
+
     async def create_acls(self, creations: list) -> bytes:
         """An error or None per creation (Kafka's CreateAcls)."""
         return await self._admin(lambda: self.state.create_acls(creations))

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from actors.controller.assignment import assign_replicas_to_brokers
+from actors.controller.client_quotas import from_stored, to_stored
 from actors.controller.election import (controlled_shutdown_leader, offline_partition_leader,
                                         preferred_replica_leader, reassign_partition_leader)
 from actors.controller.state_machines import (PARTITION_PREVIOUS, REPLICA_PREVIOUS,
@@ -107,6 +108,8 @@ class ControllerState:
         self.topic_ids: dict[str, str] = {}
         # SCRAM credentials per user and mechanism (actors.controller.scram_credentials).
         self.scram_credentials: dict[str, dict[str, list]] = {}
+        # Client quotas per entity (actors.controller.client_quotas).
+        self.client_quotas: dict[tuple, dict[str, float]] = {}
         # The ACLs, each as actors.controller.acls.ACL_FIELDS' values.
         self.acls: list[list] = []
         self.partition_states: StateMachine[TopicPartition, PartitionStatus] = StateMachine(
@@ -608,6 +611,14 @@ class ControllerState:
         changed = any(error is None for _, error in results)
         return (self._update_metadata() if changed else []), results
 
+    def alter_client_quotas(self, alterations: list, validate_only: bool) -> tuple:
+        """AlterClientQuotas: (the brokers' updates, [(entity, error or None)])."""
+        from actors.controller.client_quotas import alter
+        after, results = alter(self.client_quotas, alterations, validate_only)
+        changed = after != self.client_quotas
+        self.client_quotas = after
+        return (self._update_metadata() if changed else []), results
+
     def create_acls(self, creations: list) -> tuple:
         """CreateAcls: (the brokers' updates, an error or None per creation)."""
         from actors.controller.acls import create
@@ -646,6 +657,7 @@ class ControllerState:
             "configs": {name: dict(cfg) for name, cfg in sorted(self.topics.items())},
             "scram_credentials": self.scram_credentials,
             "acls": self.acls,
+            "client_quotas": to_stored(self.client_quotas),
         }
 
     def describe_topic(self, name: str) -> list[str]:
@@ -681,6 +693,7 @@ class ControllerState:
             "topic_ids": dict(self.topic_ids),
             "scram_credentials": self.scram_credentials,
             "acls": self.acls,
+            "client_quotas": to_stored(self.client_quotas),
         }
 
     @classmethod
@@ -712,6 +725,7 @@ class ControllerState:
         state.topic_ids = dict(snapshot.get("topic_ids", {}))
         state.scram_credentials = {u: dict(m) for u, m in
                                    snapshot.get("scram_credentials", {}).items()}
+        state.client_quotas = from_stored(snapshot.get("client_quotas", ()))
         state.acls = [list(a) for a in snapshot.get("acls", [])]
         for name in sorted(state.topics):
             state.topic_ids.setdefault(name, new_kafka_uuid(state.rng))

@@ -19,6 +19,8 @@ def record_count(records: bytes | memoryview) -> int:
     count, at, end = 0, 0, len(records)
     while at + RECORDS_COUNT_OFFSET + 4 <= end:
         size = _BATCH_HEADER + _LENGTH.unpack_from(records, at + 8)[0]
+        if size < RECORDS_COUNT_OFFSET + 4:   # not a batch (the log validated it): stop
+            break
         count += _LENGTH.unpack_from(records, at + RECORDS_COUNT_OFFSET)[0]
         at += size
     return count

@@ -37,11 +37,18 @@ def partition_lags(rows: Iterable[tuple[str, str, int, int]],
             for group, topic, partition, offset in rows if (topic, partition) in ends]
 
 
-def lag_sums(lags: Iterable[PartitionLag]) -> dict[tuple[str, str], int]:
-    """{(group, topic): the lag summed over its partitions}."""
+def lag_sums(lags: Iterable[PartitionLag],
+             rows: Iterable[tuple[str, str, int, int]] = ()) -> dict[tuple[str, str], int]:
+    """{(group, topic): the lag summed over its partitions}; a (group, topic) one of whose
+    committed ``rows`` has no lag (its leader did not answer) is left out rather than
+    summed short."""
     sums: dict[tuple[str, str], int] = {}
     for lag in lags:
         sums[lag.group, lag.topic] = sums.get((lag.group, lag.topic), 0) + lag.lag
+    told = {(lag.group, lag.topic, lag.partition) for lag in lags}
+    for group, topic, partition, _ in rows:
+        if (group, topic, partition) not in told:
+            sums.pop((group, topic), None)
     return sums
 
 
@@ -53,8 +60,9 @@ class OffsetTimeline:
     an offset appended before a partition's first sample has no time (None)."""
 
     def __init__(self, keep: int = 240):
-        self.keep = keep   # samples per partition: 20 min at a report every 5 s
-        self._samples: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        self.keep = keep   # distinct log ends per partition: 20 min at a report every 5 s
+        # Per partition: [first seen ms, last seen ms, log end], the ends rising.
+        self._samples: dict[tuple[str, int], list[list[int]]] = {}
 
     def record(self, ends: Mapping[tuple[str, int], int], now_ms: int,
                wanted: Iterable[tuple[str, int]] | None = None) -> None:
@@ -67,11 +75,12 @@ class OffsetTimeline:
                 del self._samples[tp]
         for tp, end in ends.items():
             samples = self._samples.setdefault(tp, [])
-            if samples and end < samples[-1][1]:
+            if samples and end < samples[-1][2]:
                 samples.clear()   # truncated (a new leader, or records deleted): anew
-            if samples and end == samples[-1][1]:
-                continue          # nothing appended: the older sample says more
-            samples.append((now_ms, end))
+            if samples and end == samples[-1][2]:
+                samples[-1][1] = now_ms   # still there: the end had not passed it by now
+                continue
+            samples.append([now_ms, now_ms, end])
             del samples[:-self.keep]
 
     def lag_ms(self, tp: tuple[str, int], committed: int, now_ms: int) -> int | None:
@@ -80,15 +89,16 @@ class OffsetTimeline:
         samples = self._samples.get(tp)
         if not samples:
             return None
-        if committed >= samples[-1][1]:
+        if committed >= samples[-1][2]:
             return 0
-        for i, (at, end) in enumerate(samples):
+        for i, (first_ms, _, end) in enumerate(samples):
             if end > committed:
                 if i == 0:
                     return None
-                before_at, before_end = samples[i - 1]
-                # Appended at some time between the two samples: in proportion.
-                passed = before_at + (at - before_at) * (committed - before_end) \
+                # Appended after the end was last seen below it and by the time it was
+                # first seen past it: in proportion between those two.
+                _, before_ms, before_end = samples[i - 1]
+                passed = before_ms + (first_ms - before_ms) * (committed - before_end) \
                     // (end - before_end)
                 return max(0, now_ms - passed)
         return 0

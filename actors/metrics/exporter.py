@@ -19,6 +19,8 @@ from actors.metrics.gauges import ControllerGauges, ReplicaManagerGauges
 from actors.metrics.request_metrics import BOUNDARIES_MS, bucket_value
 
 BROKER = ("cluster", "broker")
+# Observations of one request name's time a report hands Ray's histogram, at most.
+MAX_OBSERVATIONS = 1000
 TOPIC = BROKER + ("topic",)
 PARTITION = TOPIC + ("partition",)
 # Consumer lag, labelled as kafka-exporter labels it.
@@ -76,6 +78,8 @@ def _metrics() -> dict:
         "log_size": gauge("kafka_log_log_size", "Bytes of the replica's log", PARTITION),
         "log_end_offset": gauge("kafka_log_log_logendoffset", "The replica's log end "
                                 "offset", PARTITION),
+        "requests": counter("kafka_network_requestmetrics_requests", "Requests answered "
+                            "(RequestsPerSec)", BROKER + ("request",)),
         "request_time": Histogram("kafka_network_requestmetrics_totaltimems", "Time from "
                                   "a request's arrival to its answer written, in ms",
                                   boundaries=list(BOUNDARIES_MS),
@@ -137,8 +141,22 @@ class MetricsExporter:
             end.set(log_end_offset, tags)
 
     def request_times(self, counts: dict[tuple[str, int], int]) -> None:
-        histogram = _metrics()["request_time"]
+        """Each request name's count, exactly (RequestsPerSec), and its time histogram.
+        Ray's histogram takes one observation per call, and its agent replays each: past
+        ``MAX_OBSERVATIONS`` requests of a name in a report, its buckets are observed in
+        proportion (the percentiles hold; the histogram's count and sum are then a
+        sample's: the counter has the number)."""
+        m = _metrics()
+        histogram, requests = m["request_time"], m["requests"]
+        totals: dict[str, int] = {}
+        for (request, _), count in counts.items():
+            totals[request] = totals.get(request, 0) + count
+        for request, total in totals.items():
+            requests.inc(total, {**self.tags, "request": request})
         for (request, bucket), count in counts.items():
+            total = totals[request]
+            if total > MAX_OBSERVATIONS:
+                count = max(1, round(count * MAX_OBSERVATIONS / total))
             tags, value = {**self.tags, "request": request}, bucket_value(bucket)
             for _ in range(count):
                 histogram.observe(value, tags)

@@ -33,11 +33,13 @@ def replica_manager_gauges(image: Mapping[str, Any], broker_id: int,
             if st["leader"] != broker_id:
                 continue
             g.leader_count += 1
-            isr = len(st["isr"])
-            g.under_replicated += isr < len(st["replicas"])
-            under = isr < min_isr
+            isr, replicas = len(st["isr"]), len(st["replicas"])
+            g.under_replicated += isr < replicas
+            # Kafka's Partition: min.insync.replicas, at most the replicas there are.
+            effective = min(min_isr, replicas)
+            under = isr < effective
             g.under_min_isr += under
-            g.at_min_isr += isr == min_isr
+            g.at_min_isr += isr == effective
             g.under_min_isr_by_partition[topic, int(partition)] = int(under)
     return g
 

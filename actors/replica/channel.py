@@ -49,6 +49,7 @@ API_FETCH = 1               # FetchManyRequest -> FetchManyResponse (protocols.m
 API_OFFSETS_FOR_LEADER_EPOCH = 2
 API_PRODUCE = 3             # ProduceManyRequest -> ProduceManyResponse
 API_LIST_OFFSETS = 4        # [(topic, partition, timestamp, epoch, isolation)] -> [answer]
+API_LISTENER_FETCH = 5      # API_FETCH for a broker's listener (which counts BytesOut)
 API_ERROR = 255
 MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 # How much a connection buffers before it stops reading (asyncio pauses the socket at twice
@@ -125,11 +126,15 @@ def crosses_network(peer: str, address: str) -> bool:
     machine: neither loopback nor the listener's own address."""
     import ipaddress
     try:
-        if ipaddress.ip_address(peer).is_loopback:
-            return False
+        ip = ipaddress.ip_address(peer)
     except ValueError:
         return True
-    return peer != address
+    if ip.is_loopback:
+        return False
+    try:
+        return ip != ipaddress.ip_address(address)
+    except ValueError:   # a listener on a host name or every interface
+        return True
 
 
 class ReplicationListener:

@@ -31,8 +31,8 @@ from actors.gcs import lookup
 from actors.names import broker_name, coordinator_name
 from actors.process import (freeze_startup_objects, keep_freed_memory,
                              raise_open_files_limit)
-from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH,
-                                    API_PRODUCE,
+from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_LISTENER_FETCH,
+                                    API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
                                     ReplicationListener, channel_tls)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
@@ -99,6 +99,7 @@ class ReplicaHostActor:
         # (actors.replica.channel): started on first ask.
         self.listener = ReplicationListener({
             API_FETCH: self.fetch_many,
+            API_LISTENER_FETCH: self._listener_fetch,
             API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
             API_PRODUCE: self.produce_many,
             API_LIST_OFFSETS: self._list_offsets_frame}, *channel_tls(broker_config),
@@ -439,10 +440,17 @@ class ReplicaHostActor:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
         return encode_fetch_many_response(await self._fetch(decode_fetch_many_request(request)))
 
-    async def _fetch(self, req: FetchManyRequest, sessions: FetchSessionCache | None = None
-                     ) -> FetchManyResponse:
+    async def _listener_fetch(self, request: bytes) -> bytes:
+        """``fetch_many`` for a broker's Kafka listener, which counts the bytes it sends
+        itself: of a fetch spread over several hosts it may drop a late answer."""
+        return encode_fetch_many_response(await self._fetch(
+            decode_fetch_many_request(request), counted=False))
+
+    async def _fetch(self, req: FetchManyRequest, sessions: FetchSessionCache | None = None,
+                     counted: bool = True) -> FetchManyResponse:
         """``fetch_many``'s answer; ``sessions``: the cache its session is in (Ray door
-        clients have their own: no door request reaches a follower's session)."""
+        clients have their own: no door request reaches a follower's session);
+        ``counted``: its bytes go in BytesOut / ReplicationBytesOut here."""
         self.requests["Fetch"] += 1
         future, done = answer_future()
         moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
@@ -455,10 +463,11 @@ class ReplicaHostActor:
             if replica is not None:
                 replica.maybe_alter_partition()
         answer = await future
-        read, follower = self.topic_stats.read, req.replica_id >= 0
-        for topic, _, result in answer.results:
-            if result.records:
-                read(topic, len(result.records), follower)
+        if counted:
+            read, follower = self.topic_stats.read, req.replica_id >= 0
+            for topic, _, result in answer.results:
+                if result.records:
+                    read(topic, len(result.records), follower)
         return answer
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
@@ -477,24 +486,22 @@ class ReplicaHostActor:
         self.requests["Produce"] += 1
         verified = await self.verifier.verify(req, self.cores)
         results = []
+        appended = self.topic_stats.appended
         for (topic, partition, records), guards in zip(req.partitions, verified):
             replica = self._replica(topic, partition)
-            results.append(ProduceResult(error=self._absent(topic, partition))
-                           if replica is None else ProduceResult(error=guards)
-                           if isinstance(guards, KafkaError)
-                           else replica.produce_result(records, req.acks, req.timeout_ms,
-                                                       guards))
+            result = (ProduceResult(error=self._absent(topic, partition)) if replica is None
+                      else ProduceResult(error=guards) if isinstance(guards, KafkaError)
+                      else replica.produce_result(records, req.acks, req.timeout_ms, guards))
+            # Counted once appended, as Kafka marks BytesIn / MessagesIn: whatever the ISR
+            # then answers (a future: appended, waiting for acks=all).
+            if isinstance(result, asyncio.Future) or result.error is None:
+                appended(topic, records)
+            results.append(result)
         waiting = [r for r in results if isinstance(r, asyncio.Future)]
         if waiting:
             await asyncio.gather(*waiting)
-        answers = []
-        appended = self.topic_stats.appended
-        for (topic, partition, records), r in zip(req.partitions, results):
-            result = r.result() if isinstance(r, asyncio.Future) else r
-            if result.error is None:
-                appended(topic, records)
-            answers.append((topic, partition, result))
-        return answers
+        return [(topic, partition, r.result() if isinstance(r, asyncio.Future) else r)
+                for (topic, partition, _), r in zip(req.partitions, results)]
 
     async def write_txn_markers_many(self, markers: list[tuple], timeout_ms: int) -> bytes:
         """Kafka's WriteTxnMarkers for partitions led here: ``(topic, partition, producer

@@ -112,11 +112,11 @@ def test_an_unknown_api_key_or_unsupported_version_closes_the_connection():
         parse_request(struct.pack(">hhih", 999, 0, 1, -1), SUPPORTED)
     with pytest.raises(InvalidRequest, match="Unsupported version 14 of API key 3"):
         parse_request(struct.pack(">hhih", 3, 14, 1, -1), SUPPORTED)
-    # An API kio knows that this broker has not built (here AlterClientQuotas) is refused,
-    # not half-served.
-    assert 49 not in SUPPORTED
-    with pytest.raises(InvalidRequest, match="Unknown API key 49"):
-        parse_request(struct.pack(">hhih", 49, 1, 1, -1), SUPPORTED)
+    # An API kio knows that this broker has not built (here CreateDelegationToken) is
+    # refused, not half-served.
+    assert 38 not in SUPPORTED
+    with pytest.raises(InvalidRequest, match="Unknown API key 38"):
+        parse_request(struct.pack(">hhih", 38, 1, 1, -1), SUPPORTED)
 
 
 def test_a_request_that_does_not_decode_closes_the_connection():

@@ -18,7 +18,6 @@ from protocols.errors import (DuplicateResourceError, ElectionNotNeededError,
                               InvalidRequestError, KafkaError, TopicAuthorizationFailedError,
                               PreferredLeaderNotAvailableError, ResourceNotFoundError,
                               TopicAlreadyExistsError, UnknownTopicIdError,
-                              UnsupportedVersionError,
                               UnknownTopicOrPartitionError)
 from protocols.kafka.acl import AclOperation, ResourceType
 from protocols.kafka.authorizer import OPERATIONS_NOT_REQUESTED
@@ -113,41 +112,6 @@ def incremental_changes(current: Mapping[str, Any], ops: Iterable[tuple[str, int
             raise InvalidRequestError(f"Unknown config operation {op} for {name}")
     return changes
 
-# ClientQuotaEntity's types (KIP-546 filters name them; KIP-55 users, KIP-13 client ids).
-QUOTA_ENTITY_TYPES = ("user", "client-id", "ip")
-MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-
-
-def quota_filter_error(components: Iterable[tuple[str, int, str | None]]
-                       ) -> KafkaError | None:
-    """A DescribeClientQuotas filter's error, as Kafka's ClientQuotasImage.describe checks
-    it: (entity type, match type, match) per component."""
-    seen: set[str] = set()
-    for entity_type, match_type, match in components:
-        if not entity_type:
-            return InvalidRequestError("Invalid empty entity type.")
-        if entity_type in seen:
-            return InvalidRequestError(f"Entity type {entity_type} cannot appear more than "
-                                       "once in the filter.")
-        if entity_type not in QUOTA_ENTITY_TYPES:
-            return UnsupportedVersionError(f"Unsupported entity type {entity_type}")
-        if match_type == MATCH_EXACT and match is None:
-            return InvalidRequestError("Request specified MATCH_TYPE_EXACT, but set match "
-                                       "string to null.")
-        if match_type == MATCH_DEFAULT and match is not None:
-            return InvalidRequestError("Request specified MATCH_TYPE_DEFAULT, but also "
-                                       "specified a match string.")
-        if match_type == MATCH_SPECIFIED and match is not None:
-            return InvalidRequestError("Request specified MATCH_TYPE_SPECIFIED, but also "
-                                       "specified a match string.")
-        if match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
-            return InvalidRequestError(f"Unknown match type {match_type}")
-        seen.add(entity_type)
-    if "ip" in seen and len(seen) > 1:
-        return InvalidRequestError("Invalid entity filter component combination. IP filter "
-                                   "component should not be used with user or clientId "
-                                   "filter component.")
-    return None
 BROKERS_ENDPOINT_TYPE = 1
 MISMATCHED_ENDPOINT_TYPE = 114
 
@@ -369,19 +333,46 @@ class AdminApis:
 
     # ---- client quotas (KIP-546) -----------------------------------------------------------
     async def describe_client_quotas(self, request: Request):
-        """The quotas of the entities a filter selects: none, as no quota can be set yet
-        (AlterClientQuotas is not built), so that kafka-configs.sh --describe of users
-        (which asks this before their SCRAM credentials) answers. The filter is checked as
-        Kafka checks it; DESCRIBE_CONFIGS on the cluster is needed."""
+        """The quotas of the entities a filter selects, from the metadata image (Kafka's
+        ClientQuotasImage.describe); DESCRIBE_CONFIGS on the cluster is needed."""
+        from actors.broker.client_quota_manager import quotas_of
+        from protocols.kafka.client_quotas import filter_error, matching
         if not self.auth.authorize_cluster(request, AclOperation.DESCRIBE_CONFIGS):
             return build(response_class(request), {
                 "throttle_time": 0, "error_code": cluster_denied().code,
                 "error_message": None, "entries": None})
-        error = quota_filter_error([(c.entity_type, int(c.match_type), c.match)
-                                    for c in request.body.components])
+        components = [(c.entity_type, int(c.match_type), c.match)
+                      for c in request.body.components]
+        error = filter_error(components)
+        if error is not None:
+            return build(response_class(request), {"throttle_time": 0, **error_fields(error),
+                                                   "entries": None})
+        found = matching(quotas_of(self.image()), components, bool(request.body.strict))
         return build(response_class(request), {
-            "throttle_time": 0, **error_fields(error),
-            "entries": None if error is not None else []})
+            "throttle_time": 0, "error_code": 0, "error_message": None, "entries": [
+                {"entity": [{"entity_type": t, "entity_name": n} for t, n in e],
+                 "values": [{"key": k, "value": v} for k, v in sorted(values.items())]}
+                for e, values in found]})
+
+    async def alter_client_quotas(self, request: Request):
+        """AlterClientQuotas, decided by the controller (ALTER_CONFIGS on the cluster)."""
+        body = request.body
+        alterations = [[[[c.entity_type, c.entity_name] for c in entry.entity],
+                        [[op.key, float(op.value), bool(op.remove)] for op in entry.ops]]
+                       for entry in body.entries]
+
+        def entry(pairs, error) -> dict:
+            return {**error_fields(error),
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in pairs]}
+        if not self.auth.authorize_cluster(request, AclOperation.ALTER_CONFIGS):
+            return build(response_class(request), {"throttle_time": 0, "entries": [
+                entry(pairs, cluster_denied()) for pairs, _ in alterations]})
+        answer = await self.controller_call("alter_client_quotas", alterations,
+                                            bool(body.validate_only))
+        if isinstance(answer, KafkaError):   # the controller could not be reached
+            answer = [(pairs, answer) for pairs, _ in alterations]
+        return build(response_class(request), {"throttle_time": 0, "entries": [
+            entry(pairs, error) for (pairs, error) in answer]})
 
     # ---- cluster ---------------------------------------------------------------------------
     async def describe_cluster(self, request: Request):

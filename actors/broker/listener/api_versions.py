@@ -60,6 +60,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     # No quota can be set yet: every filter selects nothing (kafka-configs.sh asks).
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),

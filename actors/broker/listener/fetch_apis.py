@@ -27,7 +27,8 @@ from actors.broker.listener.host_channels import HostChannels
 from actors.broker.listener.metadata_apis import node_endpoints
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
                                                     leaders_named)
-from actors.replica.channel import API_FETCH
+from actors.metrics.broker_topic_stats import BrokerTopicStats
+from actors.replica.channel import API_LISTENER_FETCH
 from actors.replica.fetch_session import FetchSessionCache, new_context
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.fetch_session_handler import FINAL_EPOCH, INVALID_SESSION_ID
@@ -68,6 +69,9 @@ class FetchApis:
         # This broker's node: its hosts name their records' place in the segment files
         # rather than send them (zero-copy fetch, ``file_regions``). "": bytes.
         self.node_id = node_id
+        # BytesOut of what the answers send (a host does not count a listener's fetch:
+        # of a fetch spread over several hosts a late answer may be dropped).
+        self.topic_stats = BrokerTopicStats()
 
     async def fetch(self, request: Request):
         """Each leader host of this broker gets the partitions to read in one
@@ -117,7 +121,7 @@ class FetchApis:
                 by_host.setdefault(host, []).append(((topic, partition), name, fetch))
 
         def ask(host, parts, wait_ms: int):
-            return self.channels.call(host, API_FETCH, encode_fetch_many_request(
+            return self.channels.call(host, API_LISTENER_FETCH, encode_fetch_many_request(
                 FetchManyRequest(-1, wait_ms, min_bytes, max_bytes,
                                  tuple((n, key[1], r) for key, n, r in parts),
                                  regions_on_node=self.node_id)))
@@ -135,6 +139,7 @@ class FetchApis:
         response = context.respond([(t, p, results[(t, p)])
                                     for t, p, _ in context.partitions])
         order, answers = [], {}
+        read, follower = self.topic_stats.read, replica_id >= 0
         for topic, partition, result in response.results:
             key = (topic, partition)
             order.append(key)
@@ -143,6 +148,8 @@ class FetchApis:
             else:
                 aborted = result.aborted_transactions
                 records = result.records
+                if records:
+                    read(route.name(topic) or topic, len(records), follower)
                 if isinstance(records, FileRegion):
                     try:
                         opened = open_region(records)

@@ -68,6 +68,8 @@ class KafkaApis:
         self.channels = HostChannels()
         fetches = FetchApis(broker_id, image, host_of, fetch_sessions, self.channels,
                             node_id, auth)
+        # The bytes its fetch answers send (BytesOut): the broker's metrics report takes them.
+        self.topic_stats = fetches.topic_stats
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -117,6 +119,7 @@ class KafkaApis:
                 ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: admin.describe_user_scram_credentials,
                 ApiKey.ALTER_USER_SCRAM_CREDENTIALS: admin.alter_user_scram_credentials,
                 ApiKey.DESCRIBE_CLIENT_QUOTAS: admin.describe_client_quotas,
+                ApiKey.ALTER_CLIENT_QUOTAS: admin.alter_client_quotas,
                 ApiKey.DESCRIBE_ACLS: acls.describe_acls,
                 ApiKey.CREATE_ACLS: acls.create_acls,
                 ApiKey.DELETE_ACLS: acls.delete_acls,

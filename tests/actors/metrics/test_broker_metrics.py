@@ -142,3 +142,18 @@ def test_the_active_controllers_gauges_and_a_standbys():
     assert g.preferred_replica_imbalance_count == 1
     standby = controller_gauges(False, 2, parts)
     assert (standby.active_controller_count, standby.offline_partitions_count) == (0, 0)
+
+
+def test_min_isr_is_at_most_the_replicas_there_are():
+    """Kafka's Partition: an RF=1 partition under min.insync.replicas=2 is at its minimum,
+    not under it."""
+    image = {"topics": {"single": {0: partition(1, [1], [1])}},
+             "configs": {"single": {"min.insync.replicas": "2"}}}
+    g = replica_manager_gauges(image, broker_id=1, default_min_isr=1)
+    assert (g.under_min_isr, g.at_min_isr) == (0, 1)
+
+
+def test_record_count_stops_at_bytes_that_are_no_batch():
+    import struct
+    bogus = bytes(8) + struct.pack(">i", -12) + bytes(60)
+    assert record_count(batch(2) + bogus) == 2

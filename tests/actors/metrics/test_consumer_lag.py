@@ -28,6 +28,12 @@ def test_lag_is_the_log_end_minus_the_committed_offset_never_below_zero():
     assert lag_sums(lags) == {("g", "t"): 60, ("h", "t"): 50}
 
 
+def test_a_topics_lag_sum_is_left_out_when_a_partitions_lag_is_not_known():
+    rows = [("g", "t", 0, 1), ("g", "t", 1, 1), ("g", "u", 0, 1)]
+    lags = partition_lags(rows, {("t", 0): 3, ("u", 0): 5})
+    assert lag_sums(lags, rows) == {("g", "u"): 4}
+
+
 def test_a_partition_without_a_known_end_is_left_out():
     lags = partition_lags([("g", "t", 0, 1), ("g", "t", 1, 1)], {("t", 0): 3})
     assert lags == [PartitionLag("g", "t", 0, 1, 3)]
@@ -39,12 +45,17 @@ def test_lag_in_time_is_interpolated_between_the_log_ends_samples():
     tp = ("t", 0)
     timeline.record({tp: 100}, now_ms=1_000)
     timeline.record({tp: 200}, now_ms=2_000)
-    timeline.record({tp: 200}, now_ms=3_000)    # nothing appended: the older sample kept
+    timeline.record({tp: 200}, now_ms=3_000)    # nothing appended: still 200 at 3 s
     timeline.record({tp: 400}, now_ms=5_000)
     # Offset 150 was appended halfway between 1 s (end 100) and 2 s (end 200).
     assert timeline.lag_ms(tp, 150, now_ms=6_000) == 4_500
-    # Offset 300: between 2 s (end 200) and 5 s (end 400), at 3.5 s.
-    assert timeline.lag_ms(tp, 300, now_ms=6_000) == 2_500
+    # Offset 300: after 3 s (end still 200), by 5 s (end 400): at 4 s.
+    assert timeline.lag_ms(tp, 300, now_ms=6_000) == 2_000
+    # An hour without a record, then one the group has not read: seconds, not an hour.
+    timeline.record({tp: 400}, now_ms=3_605_000)
+    timeline.record({tp: 401}, now_ms=3_610_000)
+    # (appended after 3,605 s, when the end was last seen at 400: 6 s ago at the most)
+    assert timeline.lag_ms(tp, 400, now_ms=3_611_000) == 6_000
     assert timeline.lag_ms(tp, 400, now_ms=6_000) == 0      # caught up
     assert timeline.lag_ms(tp, 50, now_ms=6_000) is None    # before the first sample
     assert timeline.lag_ms(("t", 1), 0, now_ms=6_000) is None

@@ -1,0 +1,133 @@
+"""ClientQuotaManager: a broker's byte-rate and request-time quotas (KIP-13, KIP-55,
+KIP-124), pure (no Ray, no I/O, the clock passed in): each client's usage is recorded in
+the rate its quota is kept under (Kafka's quota sensor: ``quota.window.num`` samples of
+``quota.window.size.seconds``), and a client over its quota is given the time to stay
+away that brings the rate back to the quota (Kafka's QuotaUtils.throttleTime)."""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from protocols.kafka.client_quotas import REQUEST_PERCENTAGE, Quotas, quota_bound
+
+# Kafka's quota.window.num and quota.window.size.seconds defaults.
+QUOTA_WINDOW_NUM = 11
+QUOTA_WINDOW_SIZE_SECONDS = 1
+# A rate no request recorded into for this long is dropped (Kafka's sensors expire after an
+# hour of inactivity).
+INACTIVE_RATE_MS = 3_600_000
+# Kafka's ClientRequestQuotaManager: request time recorded as a percentage of one second.
+NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1e9
+
+
+class Rate:
+    """Kafka's Rate over a SampledStat: the sum of the values recorded in the last
+    ``samples`` windows, divided by the time they span (at least samples - 1 windows, so
+    that a new rate does not read as a burst)."""
+
+    def __init__(self, samples: int = QUOTA_WINDOW_NUM,
+                 window_ms: int = QUOTA_WINDOW_SIZE_SECONDS * 1000):
+        self.samples, self.window_ms = samples, window_ms
+        self._windows: list[list[float]] = []   # [start ms, last event ms, value]
+        self._current = 0
+        self.last_record_ms = 0
+
+    def record(self, value: float, now_ms: int) -> None:
+        if not self._windows:
+            self._windows.append([now_ms, now_ms, 0.0])
+        window = self._windows[self._current]
+        if now_ms - window[0] >= self.window_ms:
+            # One window more than the samples: the one the monitored span starts in.
+            self._current = (self._current + 1) % (self.samples + 1)
+            if self._current >= len(self._windows):
+                window = [now_ms, now_ms, 0.0]
+                self._windows.append(window)
+            else:
+                window = self._windows[self._current]
+                window[:] = [now_ms, now_ms, 0.0]
+        window[2] += value
+        window[1] = now_ms
+        self.last_record_ms = now_ms
+
+    def _purge(self, now_ms: int) -> None:
+        expire = self.samples * self.window_ms
+        for window in self._windows:
+            if now_ms - window[1] >= expire:
+                window[:] = [now_ms, now_ms, 0.0]
+
+    def window_size_ms(self, now_ms: int) -> int:
+        self._purge(now_ms)
+        oldest = min((w[0] for w in self._windows), default=now_ms)
+        elapsed = now_ms - oldest
+        full = int(elapsed // self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return max(int(elapsed), 1)
+
+    def measure(self, now_ms: int) -> float:
+        """Per second."""
+        size = self.window_size_ms(now_ms)
+        return sum(w[2] for w in self._windows) / (size / 1000)
+
+
+class ClientQuotaManager:
+    """One quota key's manager (``producer_byte_rate``, ``consumer_byte_rate`` or
+    ``request_percentage``) over the quotas of the metadata image (``quotas()``)."""
+
+    def __init__(self, key: str, quotas: Callable[[], Quotas],
+                 samples: int = QUOTA_WINDOW_NUM,
+                 window_s: int = QUOTA_WINDOW_SIZE_SECONDS):
+        self.key = key
+        self.quotas = quotas
+        self.samples, self.window_ms = samples, window_s * 1000
+        # The rate of each (user, client id) a quota is kept under (its metric tags).
+        self._rates: dict[tuple[str, str], Rate] = {}
+        # Request quotas cap a throttle at one window (ClientRequestQuotaManager).
+        self.max_throttle_ms = self.window_ms if key == REQUEST_PERCENTAGE else None
+
+    def record_and_get_throttle_ms(self, user: str, client_id: str, value: float,
+                                   now_ms: int) -> int:
+        """Record ``value`` (bytes; for request_percentage, the percentage of a second
+        the request took) for the client; the throttle time it earned, 0 within its
+        quota or without one."""
+        bound, tags = quota_bound(self.quotas(), self.key, user, client_id)
+        if bound is None:
+            return 0
+        rate = self._rates.get(tags)
+        if rate is None:
+            self._expire(now_ms)
+            rate = self._rates[tags] = Rate(self.samples, self.window_ms)
+        rate.record(value, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return 0
+        # O * W / (W + X) = T  ->  X = (O - T) / T * W.
+        throttle = round((observed - bound) / bound * rate.window_size_ms(now_ms))
+        return throttle if self.max_throttle_ms is None else min(throttle, self.max_throttle_ms)
+
+    def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back a value recorded (a throttled fetch answers no records: Kafka's
+        unrecordQuotaSensor)."""
+        _, tags = quota_bound(self.quotas(), self.key, user, client_id)
+        rate = self._rates.get(tags)
+        if rate is not None:
+            rate.record(-value, now_ms)
+
+    def quota(self, user: str, client_id: str) -> float | None:
+        return quota_bound(self.quotas(), self.key, user, client_id)[0]
+
+    def _expire(self, now_ms: int) -> None:
+        for tags, rate in list(self._rates.items()):
+            if now_ms - rate.last_record_ms >= INACTIVE_RATE_MS:
+                del self._rates[tags]
+
+
+def quota_user(principal: str) -> str:
+    """The user a quota names for a principal (``User:alice`` -> ``alice``)."""
+    return principal.split(":", 1)[1] if ":" in principal else principal
+
+
+def quotas_of(image: Mapping) -> dict:
+    """The image's client quotas as {entity: {key: value}} (the image holds them as
+    [[[type, name], ...], {key: value}] pairs: msgpack keys are no tuples)."""
+    return {tuple((t, n) for t, n in e): dict(values)
+            for e, values in image.get("client_quotas", ())}
