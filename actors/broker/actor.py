@@ -25,6 +25,7 @@ from typing import NoReturn
 
 import ray
 
+from actors.broker.client_quota_manager import BrokerQuotas
 from actors.broker.config import ClusterConfig
 from actors.broker.lifecycle import BrokerLifecycle
 from actors.broker.replica_manager import ReplicaManager
@@ -128,6 +129,8 @@ class BrokerActor:
         # Who may do what on the Kafka listeners: authorizer.class.name, super.users.
         auth = AuthHelper(lambda: self.state.image, bool(b["authorizer.class.name"]),
                           b["super.users"], b["allow.everyone.if.no.acl.found"])
+        # Client quotas (KIP-13, KIP-55, KIP-124), from the image's.
+        quotas = BrokerQuotas(lambda: self.state.image, wall_ms)
         admin = AdminApis(broker_id, lambda: self.state.image, self.lifecycle.ensure_controller,
                           self._group_coordinator, broker_log=self.cfg.log,
                           log_dir=str(self.dir), auth=auth, broker_config=self.cfg.broker)
@@ -147,13 +150,14 @@ class BrokerActor:
                                              wall_ms),
             # Its hosts share this node's files: fetch answers go from them by sendfile.
             node_id=ray.get_runtime_context().get_node_id(),
-            auth=auth)
+            auth=auth, quotas=quotas)
         sasl = listener_sasl(b, self.listeners, self._scram)
         self.socket_server = SocketServer(broker_id, self.listeners, self.kafka_apis.handle,
                                           SUPPORTED, b["socket.request.max.bytes"],
                                           b["connections.max.idle.ms"],
                                           listener_tls(b, self.listeners), sasl,
-                                          b["connection.failed.authentication.delay.ms"])
+                                          b["connection.failed.authentication.delay.ms"],
+                                          quotas)
         self.metrics_report = BrokerMetricsReport(
             broker_id, self.namespace, MetricsExporter(cluster_name, broker_id),
             self.replica_manager, lambda: self.state.image, self.socket_server,

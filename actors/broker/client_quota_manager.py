@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from protocols.kafka.client_quotas import REQUEST_PERCENTAGE, Quotas, quota_bound
+from protocols.kafka.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE,
+                                           REQUEST_PERCENTAGE, Quotas, quota_bound)
 
 # Kafka's quota.window.num and quota.window.size.seconds defaults.
 QUOTA_WINDOW_NUM = 11
@@ -131,3 +132,51 @@ def quotas_of(image: Mapping) -> dict:
     [[[type, name], ...], {key: value}] pairs: msgpack keys are no tuples)."""
     return {tuple((t, n) for t, n in e): dict(values)
             for e, values in image.get("client_quotas", ())}
+
+
+class BrokerQuotas:
+    """A broker's three quota managers (Kafka's QuotaManagers: produce, fetch, request) over
+    the client quotas of its metadata image, for requests by principal and client id."""
+
+    def __init__(self, image: Callable[[], Mapping], clock_ms: Callable[[], int],
+                 samples: int = QUOTA_WINDOW_NUM, window_s: int = QUOTA_WINDOW_SIZE_SECONDS):
+        self._image = image
+        self._seen: tuple[int, dict] = (0, {})   # (id of the image read, its quotas)
+        self.clock_ms = clock_ms
+        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, self.quotas, samples, window_s)
+        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, self.quotas, samples, window_s)
+        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, self.quotas, samples, window_s)
+
+    def quotas(self) -> dict:
+        image = self._image()
+        if id(image) != self._seen[0]:   # a new image: its quotas read once
+            self._seen = (id(image), quotas_of(image))
+        return self._seen[1]
+
+    def any(self) -> bool:
+        """Whether any quota is set (none: nothing to record, the common case)."""
+        return bool(self.quotas())
+
+    def record(self, manager: ClientQuotaManager, principal: str, client_id: str | None,
+               value: float) -> int:
+        """The throttle time ``value`` earns the client (0 without quotas)."""
+        if not self.any():
+            return 0
+        return manager.record_and_get_throttle_ms(quota_user(principal), client_id or "",
+                                                  value, self.clock_ms())
+
+    def unrecord(self, manager: ClientQuotaManager, principal: str, client_id: str | None,
+                 value: float) -> None:
+        if self.any():
+            manager.unrecord(quota_user(principal), client_id or "", value, self.clock_ms())
+
+    def max_fetch_bytes(self, principal: str, client_id: str | None) -> int | None:
+        """The most a fetch may answer without being throttled for sure (Kafka's
+        getMaxValueInQuotaWindow): the consumer_byte_rate over samples - 1 windows; None
+        without a quota."""
+        if not self.any():
+            return None
+        bound = self.fetch.quota(quota_user(principal), client_id or "")
+        if bound is None:
+            return None
+        return int(bound * (self.fetch.samples - 1) * self.fetch.window_ms / 1000)

@@ -57,6 +57,13 @@ class InvalidRequest(CloseConnection):
 
 
 @dataclass(frozen=True)
+class NoResponse:
+    """A handler's answer to a request that gets none (Produce with acks=0) but whose
+    connection is muted for ``throttle_ms`` (a client over its quota)."""
+    throttle_ms: int
+
+
+@dataclass(frozen=True)
 class Request:
     api_key: int
     api_version: int

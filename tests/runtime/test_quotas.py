@@ -104,3 +104,82 @@ def test_rafka_admin_alters_and_describes_client_quotas(cluster):
     admin.alter_client_quotas([({"user": "carol"}, {"producer_byte_rate": None})])
     assert entity(user="carol") not in admin.describe_client_quotas(
         [("user", MATCH_SPECIFIED, None)])
+
+
+def test_a_producer_over_its_byte_rate_is_held_to_it_and_told(cluster):
+    """producer_byte_rate for a client id (KIP-13): confluent-kafka producing as fast as it
+    can is held to the quota, and its broker's answers carry throttle_time_ms (librdkafka's
+    throttle callback hears them). Kafka's windowed rate (11 windows of 1 s) lets a greedy
+    client burst up to ten windows' worth whenever its old bytes leave the window and then
+    throttles it, so over 20 s it is near the quota rather than at it: Apache Kafka 4.3.1
+    holds this very client to 1.06x over these 20 s (benchmarks/quotas.py measures both)."""
+    import collections
+    import time
+
+    import rafka
+    from confluent_kafka import Producer
+    quota = 500_000
+    cluster.admin().create_topics([rafka.NewTopic("quota-in", 1, 1)])
+    cluster.admin().alter_client_quotas([({"client-id": "throttled-producer"},
+                                          {"producer_byte_rate": quota})])
+    throttles: list = []
+    delivered: collections.Counter = collections.Counter()   # bytes by second
+    started = time.monotonic()
+
+    def done(err, msg):
+        if err is None:
+            delivered[int(time.monotonic() - started)] += len(msg.value())
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": 1,
+                         "client.id": "throttled-producer", "linger.ms": 5,
+                         "queue.buffering.max.kbytes": 64,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    value = b"q" * 1000
+    while time.monotonic() - started < 25:
+        try:
+            producer.produce("quota-in", value, on_delivery=done)
+            producer.poll(0)
+        except BufferError:   # the client's queue is full: the broker holds it back
+            producer.poll(0.05)
+    producer.flush(60)
+    assert throttles and max(throttles) > 0
+    rate = sum(delivered[s] for s in range(5, 25)) / 20
+    # Unthrottled, this client sends 5-10 MB/s here.
+    assert 0.5 * quota <= rate <= 1.15 * quota, (rate, sorted(delivered.items()))
+
+
+def test_a_consumer_over_its_byte_rate_is_held_to_it(cluster):
+    """consumer_byte_rate for a user's default client (KIP-55; the anonymous user):
+    confluent-kafka reading a backlog as fast as it can gets no more than its quota over
+    20 s, throttled fetches answering no records."""
+    import time
+
+    import rafka
+    from confluent_kafka import Consumer
+    quota = 300_000
+    cluster.admin().create_topics([rafka.NewTopic("quota-out", 1, 1)])
+    with rafka.Producer(cluster) as producer:
+        producer.send_batch("quota-out", [b"c" * 1000] * 12_000).result(120)
+    cluster.admin().alter_client_quotas([({"user": "ANONYMOUS", "client-id": None},
+                                          {"consumer_byte_rate": quota})])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "qc",
+                         "auto.offset.reset": "earliest", "client.id": "throttled-consumer"})
+    consumer.subscribe(["quota-out"])
+    read, start, counted = 0, None, 0
+    while True:
+        message = consumer.poll(0.5)
+        if message is None or message.error() is not None:
+            if start is not None and time.monotonic() - start > 25:
+                break
+            continue
+        start = start or time.monotonic()
+        elapsed = time.monotonic() - start
+        if elapsed > 25:
+            break
+        read += 1
+        if elapsed >= 5:
+            counted += len(message.value())
+    consumer.close()
+    rate = counted / 20
+    assert read < 12_000          # the backlog was not read at full speed
+    assert rate <= 1.1 * quota, rate
+    assert rate >= 0.5 * quota, rate

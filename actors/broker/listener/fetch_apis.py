@@ -21,6 +21,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping
 
+from actors.broker.client_quota_manager import BrokerQuotas
 from actors.broker.listener.auth_helper import AuthHelper, topic_denied
 from actors.broker.listener.file_regions import open_region
 from actors.broker.listener.host_channels import HostChannels
@@ -59,8 +60,10 @@ class FetchApis:
     def __init__(self, broker_id: int, image: Callable[[], Mapping[str, Any]],
                  host_of: Callable[[str, int], Any],
                  sessions: FetchSessionCache | None, channels: HostChannels,
-                 node_id: str = "", auth: AuthHelper | None = None):
+                 node_id: str = "", auth: AuthHelper | None = None,
+                 quotas: BrokerQuotas | None = None):
         self.broker_id = broker_id
+        self.quotas = quotas   # consumer_byte_rate
         self.auth = auth or AuthHelper(image)
         self.image = image
         self.host_of = host_of
@@ -83,6 +86,12 @@ class FetchApis:
         max_wait_ms = int(body.max_wait.total_seconds() * 1000)
         min_bytes = int(body.min_bytes)
         max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
+        if self.quotas is not None:
+            # No more than a consumer's quota lets it have in one go (Kafka's
+            # getMaxValueInQuotaWindow).
+            most = self.quotas.max_fetch_bytes(request.principal, request.client_id)
+            if most is not None:
+                max_bytes = min(max_bytes, max(1, most))
         isolation = int(getattr(body, "isolation_level", READ_UNCOMMITTED))
         context = new_context(self.sessions, FetchManyRequest(
             -1, max_wait_ms, min_bytes, max_bytes,
@@ -138,6 +147,18 @@ class FetchApis:
                 results[key] = result
         response = context.respond([(t, p, results[(t, p)])
                                     for t, p, _ in context.partitions])
+        throttle_ms = 0
+        if self.quotas is not None and replica_id < 0:
+            # consumer_byte_rate: the records answered. A consumer over its quota gets none
+            # (the value recorded taken back, as Kafka's throttled fetch), and the time to
+            # stay away.
+            size = sum(len(r.records) for _, _, r in response.results
+                       if r.error is None and r.records)
+            throttle_ms = self.quotas.record(self.quotas.fetch, request.principal,
+                                             request.client_id, size)
+            if throttle_ms:
+                self.quotas.unrecord(self.quotas.fetch, request.principal,
+                                     request.client_id, size)
         order, answers = [], {}
         read, follower = self.topic_stats.read, replica_id >= 0
         for topic, partition, result in response.results:
@@ -147,7 +168,7 @@ class FetchApis:
                 answers[key] = fetch_error(result.error, route, route.name(topic), partition)
             else:
                 aborted = result.aborted_transactions
-                records = result.records
+                records = b"" if throttle_ms else result.records
                 if records:
                     read(route.name(topic) or topic, len(records), follower)
                 if isinstance(records, FileRegion):
@@ -166,7 +187,7 @@ class FetchApis:
                                     for pid, first in aborted],
                                 "preferred_read_replica": -1, "records": records}
         return build(response_class(request), {
-            "throttle_time": 0, "error_code": 0, "session_id": response.session_id,
+            "throttle_time": throttle_ms, "error_code": 0, "session_id": response.session_id,
             "responses": [{"topic": t, "topic_id": t, "partitions": parts}
                           for t, parts in by_topic(order, answers)],
             "node_endpoints": node_endpoints(route.image, leaders_named(answers),

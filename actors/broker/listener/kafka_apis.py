@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.client_quota_manager import BrokerQuotas
 from actors.broker.listener.acl_apis import AclApis
 from actors.broker.listener.admin_apis import AdminApis
 from actors.broker.listener.api_versions import ADVERTISED
@@ -35,7 +36,7 @@ from actors.replica.fetch_session import FetchSessionCache
 from protocols.errors import KafkaError, NotLeaderOrFollowerError
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.acl import CLUSTER_NAME, AclOperation, ResourceType
-from protocols.kafka.codec import (CloseConnection, InvalidRequest, Request,
+from protocols.kafka.codec import (CloseConnection, InvalidRequest, NoResponse, Request,
                                    api_versions_body, build, response_class)
 from protocols.messages import (OffsetsForLeaderEpochRequest, ProduceManyRequest,
                                 decode_produce_many_response, encode_produce_many_request)
@@ -55,8 +56,10 @@ class KafkaApis:
                  groups: GroupApis | None = None, admin: AdminApis | None = None,
                  txn: TxnApis | None = None,
                  fetch_sessions: FetchSessionCache | None = None, node_id: str = "",
-                 auth: AuthHelper | None = None):
+                 auth: AuthHelper | None = None, quotas: BrokerQuotas | None = None):
         self.broker_id = broker_id
+        # Client quotas (producer_byte_rate here, consumer_byte_rate in FetchApis).
+        self.quotas = quotas
         # Who may do what (authorizer.class.name); without one, everyone anything.
         self.auth = auth = auth or AuthHelper(image)
         self.image = image
@@ -67,7 +70,7 @@ class KafkaApis:
         # Produce and Fetch reach the hosts over their channel.
         self.channels = HostChannels()
         fetches = FetchApis(broker_id, image, host_of, fetch_sessions, self.channels,
-                            node_id, auth)
+                            node_id, auth, quotas)
         # The bytes its fetch answers send (BytesOut): the broker's metrics report takes them.
         self.topic_stats = fetches.topic_stats
         self.handlers: dict[ApiKey, Handler] = {
@@ -244,17 +247,20 @@ class KafkaApis:
                                  "base_offset": result.base_offset,
                                  "log_append_time": result.log_append_time,
                                  "log_start_offset": result.log_start_offset})
+        # producer_byte_rate: the request's bytes, as Kafka records them (once handled).
+        throttle_ms = 0 if self.quotas is None else self.quotas.record(
+            self.quotas.produce, request.principal, request.client_id, request.size)
         if acks == 0:
-            return None
-        return self._produce_answer(request, route, order, answers)
+            return NoResponse(throttle_ms) if throttle_ms else None
+        return self._produce_answer(request, route, order, answers, throttle_ms)
 
     def _produce_answer(self, request: Request, route: PartitionRoute, order: list,
-                        answers: dict):
+                        answers: dict, throttle_ms: int = 0):
         return build(response_class(request), {
             # Each version has one of the two (v13 names topics by id).
             "responses": [{"name": t, "topic_id": t, "partition_responses": parts}
                           for t, parts in by_topic(order, answers)],
-            "throttle_time": 0,
+            "throttle_time": throttle_ms,
             "node_endpoints": node_endpoints(route.image, leaders_named(answers),
                                              request.listener)})
 

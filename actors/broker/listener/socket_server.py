@@ -40,14 +40,15 @@ import struct
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors.broker.client_quota_manager import NANOS_TO_PERCENTAGE_PER_SECOND, BrokerQuotas
 from actors.broker.listener.file_regions import OpenRegion, close_regions
 from actors.broker.listener.sasl_authenticator import Authenticator
 from actors.broker.listener.tls import principal_of
 from actors.metrics.request_metrics import RequestMetrics, request_name
 from actors.replica.channel import JOIN_BELOW
 from protocols.kafka.api_keys import ApiKey
-from protocols.kafka.codec import (CloseConnection, FrameDecoder, Request, encode_response,
-                                   parse_request)
+from protocols.kafka.codec import (CloseConnection, FrameDecoder, NoResponse, Request,
+                                   encode_response, parse_request)
 from protocols.kafka.listeners import Endpoint
 from protocols.kafka.sasl import SaslConfig
 from protocols.kafka.acl import host_address
@@ -146,6 +147,12 @@ async def write_response(writer: asyncio.StreamWriter, chunks: list) -> int:
     return from_files
 
 
+def throttle_of(response: Any) -> int:
+    """The throttle time (ms) a handler put in its answer (Kafka's throttle_time_ms)."""
+    throttle = getattr(response, "throttle_time", None)
+    return int(throttle.total_seconds() * 1000) if throttle else 0
+
+
 def may_start(keys: frozenset | None, in_hand: list[frozenset | None]) -> bool:
     """Whether a request with ``keys`` may be handled now beside the requests in hand."""
     if not in_hand:
@@ -183,7 +190,8 @@ class SocketServer:
                  idle_ms: int,
                  tls: Mapping[str, tuple[ssl.SSLContext, SslPrincipalMapper]] | None = None,
                  sasl: Mapping[str, SaslConfig] | None = None,
-                 failed_authentication_delay_ms: int = 100):
+                 failed_authentication_delay_ms: int = 100,
+                 quotas: BrokerQuotas | None = None):
         self.broker_id = broker_id
         self.listeners = listeners
         # Per SSL listener's name: its TLS context and ssl.principal.mapping.rules.
@@ -202,6 +210,9 @@ class SocketServer:
         self.closed_for: dict[str, int] = {}   # why connections were closed, counted
         self.bytes_sent_from_files = 0          # fetch answers' records, by sendfile
         self.request_metrics = RequestMetrics()   # each request's TotalTimeMs
+        # Client quotas: request_percentage recorded here, and a throttled client's
+        # connection muted (KIP-219).
+        self.quotas = quotas
         self._processing = asyncio.Event()
 
     def enable_request_processing(self) -> None:
@@ -273,7 +284,10 @@ class SocketServer:
                                self.sasl[listener].max_receive_size)
         # (request, its handling, when it came), in order.
         answers: asyncio.Queue = asyncio.Queue()
-        responder = asyncio.ensure_future(self._respond(answers, writer))
+        # Until when the connection is muted (a throttled client's, KIP-219): no request
+        # of it is read meanwhile.
+        muted = [0.0]
+        responder = asyncio.ensure_future(self._respond(answers, writer, muted))
         in_hand: list[tuple[frozenset | None, asyncio.Future]] = []
         read: asyncio.Future | None = None
         try:
@@ -295,6 +309,9 @@ class SocketServer:
                                   f"({int(self.idle_s * 1000)} ms)", logging.DEBUG)
                     return
                 data, read = read.result(), None
+                wait = muted[0] - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 if not data:
                     if decoder.pending:
                         self._closing(peer, "eof-mid-request", "the client disconnected "
@@ -304,14 +321,16 @@ class SocketServer:
                         await self._answered(answers, responder)
                     return
                 for frame in decoder.feed(data):
-                    outcome = None
+                    outcome, parsing = None, 0
                     if auth is not None and not auth.complete:
                         request, response, outcome = auth.receive(
                             frame, lambda f: parse_request(f, self.supported, listener,
                                                            principal, host))
                     else:
+                        parsing = time.perf_counter_ns()
                         request = parse_request(frame, self.supported, listener, principal,
                                                 host)
+                        parsing = time.perf_counter_ns() - parsing
                         if auth is not None and auth.reauthenticating(request):
                             request, response, outcome = auth.take(request)
                         elif auth is not None and auth.expired():
@@ -328,7 +347,7 @@ class SocketServer:
                         if request is not None or not outcome.close:
                             answered: asyncio.Future = asyncio.Future()
                             answered.set_result(response)
-                            answers.put_nowait((request, answered, time.monotonic()))
+                            answers.put_nowait((request, answered, time.monotonic(), 0))
                         if outcome.close:
                             await self._answered(answers, responder)
                             self._closing(peer, "authentication", "failed authentication: "
@@ -352,7 +371,7 @@ class SocketServer:
                             responder.result()
                     handling = asyncio.ensure_future(self.handle(request))
                     in_hand.append((keys, handling))
-                    answers.put_nowait((request, handling, time.monotonic()))
+                    answers.put_nowait((request, handling, time.monotonic(), parsing))
         except CloseConnection as e:
             # What was asked before the bad bytes is still answered.
             await self._answered(answers, responder)
@@ -382,22 +401,38 @@ class SocketServer:
         else:
             self.principals.pop(principal, None)
 
-    async def _respond(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
-        """Each request's response, in the order the requests came."""
+    async def _respond(self, answers: asyncio.Queue, writer: asyncio.StreamWriter,
+                       muted: list[float]) -> None:
+        """Each request's response, in the order the requests came; a throttled client's
+        connection muted for its throttle time once the answer is out."""
         while True:
-            request, handling, came = await answers.get()
+            request, handling, came, parsing_ns = await answers.get()
             try:
                 response = await handling
                 if request is None:        # a bare SASL token's answer (SaslHandshake v0)
                     writer.write(struct.pack(">i", len(response)) + response)
                     await writer.drain()
                     continue
+                throttle_ms = 0
+                if isinstance(response, NoResponse):   # acks=0, throttled
+                    throttle_ms, response = response.throttle_ms, None
+                encoding = time.perf_counter_ns()
                 if response is not None:   # acks=0: no answer
+                    throttle_ms = max(throttle_ms, throttle_of(response))
                     self.bytes_sent_from_files += await write_response(
                         writer, encode_response(request, response))
                     await writer.drain()
                 self.request_metrics.observe(request_name(request.api_key),
                                              (time.monotonic() - came) * 1000)
+                if self.quotas is not None and parsing_ns:
+                    # request_percentage: this broker's work on the request (reading and
+                    # writing it; the waits for replication and long polls are no work).
+                    spent = parsing_ns + time.perf_counter_ns() - encoding
+                    throttle_ms = max(throttle_ms, self.quotas.record(
+                        self.quotas.request, request.principal, request.client_id,
+                        spent * NANOS_TO_PERCENTAGE_PER_SECOND))
+                if throttle_ms:
+                    muted[0] = max(muted[0], time.monotonic() + throttle_ms / 1000)
             finally:
                 answers.task_done()
 
