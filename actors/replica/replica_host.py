@@ -28,6 +28,7 @@ from typing import Callable
 import ray
 
 from actors.gcs import lookup
+from actors.metrics.broker_topic_stats import BrokerTopicStats
 from actors.names import broker_name, coordinator_name
 from actors.process import (freeze_startup_objects, keep_freed_memory,
                              raise_open_files_limit)
@@ -37,7 +38,6 @@ from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_LISTENER_FE
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
-from actors.metrics.broker_topic_stats import BrokerTopicStats
 from actors.replica.hosted_replica import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer

@@ -42,6 +42,21 @@ def total(cluster, name: str, **labels: str) -> float:
                and all(l.get(k) == v for k, v in wanted.items()))
 
 
+def read_commit_and_stop(cluster, group: str, topic: str, at_least: int,
+                         config: dict | None = None) -> int:
+    """A group member that reads ``at_least`` records of ``topic``, commits what it read
+    and leaves: the records it read."""
+    consumer = rafka.Consumer(cluster, {"group.id": group, "auto.offset.reset": "earliest",
+                                        "enable.auto.commit": False, **(config or {})})
+    consumer.subscribe([topic])
+    read = 0
+    while read < at_least:
+        read += len(consumer.poll(1000))
+    consumer.commit()
+    consumer.close()
+    return read
+
+
 @pytest.fixture(scope="module")
 def cluster(ray_session, tmp_path_factory):
     with cluster_with(tmp_path_factory.mktemp("metrics")) as c:
@@ -136,14 +151,7 @@ def test_a_paused_groups_lag_equals_the_records_behind_it(cluster):
     with rafka.Producer(cluster) as producer:
         for i in range(300):
             producer.send("lagging", b"early", partition=i % 2)
-    consumer = rafka.Consumer(cluster, {"group.id": "paused", "auto.offset.reset": "earliest",
-                                        "enable.auto.commit": False, "max.poll.records": 40})
-    consumer.subscribe(["lagging"])
-    read = 0
-    while read < 100:
-        read += len(consumer.poll(1000))
-    consumer.commit()
-    consumer.close()
+    read = read_commit_and_stop(cluster, "paused", "lagging", 100, {"max.poll.records": 40})
     with rafka.Producer(cluster) as producer:
         for i in range(200):
             producer.send("lagging", b"late", partition=i % 2)
@@ -176,14 +184,7 @@ def test_a_groups_lag_in_time_grows_from_the_first_record_it_has_not_read(cluste
     with rafka.Producer(cluster) as producer:
         for _ in range(10):
             producer.send("timed", b"read", partition=0)
-    consumer = rafka.Consumer(cluster, {"group.id": "steady", "auto.offset.reset": "earliest",
-                                        "enable.auto.commit": False})
-    consumer.subscribe(["timed"])
-    read = 0
-    while read < 10:
-        read += len(consumer.poll(1000))
-    consumer.commit()
-    consumer.close()
+    read_commit_and_stop(cluster, "steady", "timed", 10)
     seconds = "kafka_consumergroup_lag_seconds"
     wait_until(lambda: any(n == PREFIX + seconds and l.get("consumergroup") == "steady"
                            for n, l, _ in scrape()) and
