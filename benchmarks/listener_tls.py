@@ -93,54 +93,84 @@ def main(argv=None) -> int:
     parser.add_argument("--inter-broker-ssl", action="store_true",
                         help="rafka's replicas' channel over TLS too")
     parser.add_argument("--skip-peer", action="store_true", help="measure rafka only")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="whole comparisons on fresh clusters, the first server "
+                             "alternating; the ratios' medians over rounds")
     args = parser.parse_args(argv)
     realistic, realistic_mb = realistic_records(args)
+    ratios: dict[str, list[float]] = {}
+    for round_no in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {round_no + 1} of {args.rounds}", flush=True)
+        ours, theirs = one_round(args, realistic, realistic_mb,
+                                 kafka_first=round_no % 2 == 1)
+        if theirs is None:
+            return 0
+        for row, (value, _) in ours.values.items():
+            if row in theirs.values:
+                ratio = value / theirs.values[row][0]
+                ratios.setdefault(row, []).append(ratio)
+                print(f"rafka / Kafka, {row}: {ratio:.2f} (higher is better)", flush=True)
+        for figures in (ours, theirs):
+            for row, (value, _) in figures.values.items():
+                if row.startswith("SSL "):
+                    plain = figures.values.get("PLAINTEXT " + row[4:])
+                    if plain:
+                        print(f"{figures.server} TLS / PLAINTEXT, {row[4:]}: "
+                              f"{value / plain[0]:.2f}", flush=True)
+    if args.rounds > 1:
+        for row, values in ratios.items():
+            shown = ", ".join(f"{v:.2f}" for v in values)
+            print(f"rafka / Kafka over {args.rounds} rounds, {row}: median "
+                  f"{median(values):.2f} ({shown})", flush=True)
+    return 0
+
+
+def one_round(args, realistic: list, realistic_mb: float, kafka_first: bool):
+    """(rafka's figures, Kafka's figures or None when the peer cannot run)."""
     with tempfile.TemporaryDirectory(prefix="rafka-tls-bench-") as root:
         pki = make_pki(Path(root))
         tls_client = {"security.protocol": "SSL", "ssl.ca.location": pki["ca.pem"]}
-        import rafka
-        config = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
-                  "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["broker.pem"],
-                  **({"security.inter.broker.protocol": "SSL"} if args.inter_broker_ssl
-                     else {})}
-        cluster = rafka.Cluster.start(3, Path(root) / "data", config, name="tls-bench")
-        try:
-            print("rafka: 3 brokers (rafka.Cluster.start), PLAINTEXT and SSL listeners on "
-                  f"loopback, replicas' channel "
-                  f"{'SSL' if args.inter_broker_ssl else 'PLAINTEXT'}", flush=True)
-            ours = measure("rafka", {
-                "PLAINTEXT": (cluster.listener_addresses("PLAINTEXT"), {}),
-                "SSL": (cluster.listener_addresses("SSL"), tls_client)},
-                args, realistic, realistic_mb)
-        finally:
-            cluster.shutdown()
-        if args.skip_peer:
-            return 0
-        try:
-            with KafkaCluster(ssl_keystore=(pki["broker.p12"], "changeit")) as kafka:
-                print(f"peer: Apache Kafka {KAFKA_VERSION}, KRaft, 3 nodes on loopback (1 GiB "
-                      "heaps), PLAINTEXT and SSL listeners, inter-broker PLAINTEXT",
-                      flush=True)
-                theirs = measure("Kafka", {
-                    "PLAINTEXT": (kafka.bootstrap_servers, {}),
-                    "SSL": (kafka.ssl_bootstrap_servers, tls_client)},
-                    args, realistic, realistic_mb)
-        except PeerUnavailable as e:
-            print(f"peer: {e}", flush=True)
-            return 0
-    for row, (value, _) in ours.values.items():
-        if row in theirs.values:
-            print(f"rafka / Kafka, {row}: {value / theirs.values[row][0]:.2f} "
-                  "(higher is better)", flush=True)
-    for figures in (ours, theirs):
-        for row, (value, _) in figures.values.items():
-            if row.startswith("SSL "):
-                plain = figures.values.get("PLAINTEXT " + row[4:])
-                if plain:
-                    print(f"{figures.server} TLS / PLAINTEXT, {row[4:]}: "
-                          f"{value / plain[0]:.2f}", flush=True)
-    return 0
 
+        def run_rafka() -> Figures:
+            import rafka
+            config = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                      "ssl.keystore.type": "PEM", "ssl.keystore.location": pki["broker.pem"],
+                      **({"security.inter.broker.protocol": "SSL"} if args.inter_broker_ssl
+                         else {})}
+            cluster = rafka.Cluster.start(3, Path(root) / "data", config, name="tls-bench")
+            try:
+                print("rafka: 3 brokers (rafka.Cluster.start), PLAINTEXT and SSL listeners on "
+                      f"loopback, replicas' channel "
+                      f"{'SSL' if args.inter_broker_ssl else 'PLAINTEXT'}", flush=True)
+                return measure("rafka", {
+                    "PLAINTEXT": (cluster.listener_addresses("PLAINTEXT"), {}),
+                    "SSL": (cluster.listener_addresses("SSL"), tls_client)},
+                    args, realistic, realistic_mb)
+            finally:
+                cluster.shutdown()
+
+        def run_kafka() -> Figures | None:
+            try:
+                with KafkaCluster(ssl_keystore=(pki["broker.p12"], "changeit")) as kafka:
+                    print(f"peer: Apache Kafka {KAFKA_VERSION}, KRaft, 3 nodes on loopback "
+                          "(1 GiB heaps), PLAINTEXT and SSL listeners, inter-broker PLAINTEXT",
+                          flush=True)
+                    return measure("Kafka", {
+                        "PLAINTEXT": (kafka.bootstrap_servers, {}),
+                        "SSL": (kafka.ssl_bootstrap_servers, tls_client)},
+                        args, realistic, realistic_mb)
+            except PeerUnavailable as e:
+                print(f"peer: {e}", flush=True)
+                return None
+
+        if args.skip_peer:
+            return run_rafka(), None
+        if kafka_first:
+            theirs = run_kafka()
+            return run_rafka(), theirs
+        ours = run_rafka()
+        return ours, run_kafka()
 
 if __name__ == "__main__":
     sys.exit(main())

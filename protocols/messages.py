@@ -93,6 +93,9 @@ class FetchManyRequest:
     # FileRegions, which the requester, a broker answering a Kafka client, sends from the
     # file with sendfile. "": records as bytes.
     regions_on_node: str = ""
+    # A consumer's client.id: its fetches are held to the client quotas (KIP-13). None: a
+    # follower, or a broker's listener that holds its own clients to theirs.
+    client_id: str | None = None
 
 
 @message
@@ -106,6 +109,9 @@ class FetchManyResponse:
     # carries only the partitions with something new: records, an error, a moved high
     # watermark or log start offset.
     session_id: int = 0
+    # How long the client was throttled for being over its quota (Kafka's
+    # FetchResponse.ThrottleTimeMs; its connection is muted that long).
+    throttle_time_ms: int = 0
 
 
 # A fetch between hosts names every partition they share in its first (full) request: its
@@ -118,19 +124,21 @@ def encode_fetch_many_request(request: FetchManyRequest) -> bytes:
            r.min_bytes, r.max_wait_ms, r.log_start_offset, r.isolation_level)
           for t, p, r in request.partitions],
          request.session_id, request.session_epoch, request.forgotten,
-         request.replica_epoch, request.regions_on_node),
+         request.replica_epoch, request.regions_on_node, request.client_id),
         use_bin_type=True)
 
 
 @refusing_malformed("FetchManyRequest")
 def decode_fetch_many_request(data: bytes) -> FetchManyRequest:
     (replica_id, max_wait_ms, min_bytes, max_bytes, partitions, session_id, session_epoch,
-     forgotten, replica_epoch, regions_on_node) = msgpack.unpackb(data, raw=False,
-                                                                  use_list=False)
+     forgotten, replica_epoch, regions_on_node, client_id) = msgpack.unpackb(
+        data, raw=False, use_list=False)
+    if client_id is not None and not isinstance(client_id, str):
+        raise TypeError("client_id must be a string")
     return FetchManyRequest(replica_id, max_wait_ms, min_bytes, max_bytes,
                             tuple((t, p, FetchRequest(*rest)) for t, p, *rest in partitions),
                             session_id, session_epoch, forgotten, replica_epoch,
-                            regions_on_node)
+                            regions_on_node, client_id)
 
 
 _REGION = 3   # a FileRegion in place of a result's records (msgpack extension type)
@@ -155,20 +163,22 @@ def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
            r.log_end_offset, None if r.error is None else encode(r.error), r.leader_epoch,
            r.fetch_offset, r.last_stable_offset, r.aborted_transactions)
           for t, p, r in response.results],
-         None if response.error is None else encode(response.error), response.session_id),
+         None if response.error is None else encode(response.error), response.session_id,
+         response.throttle_time_ms),
         use_bin_type=True)
 
 
 @refusing_malformed("FetchManyResponse")
 def decode_fetch_many_response(data: bytes) -> FetchManyResponse:
-    results, error, session_id = msgpack.unpackb(data, raw=False, use_list=False)
+    results, error, session_id, throttle_time_ms = msgpack.unpackb(data, raw=False,
+                                                                   use_list=False)
     return FetchManyResponse(tuple(
         (t, p, FetchResult(_records_in(records), hw, start, leo,
                            None if e is None else decode(e),
                            epoch, offset, lso,
                            None if aborted is None else tuple(map(tuple, aborted))))
         for t, p, records, hw, start, leo, e, epoch, offset, lso, aborted in results),
-        None if error is None else decode(error), session_id)
+        None if error is None else decode(error), session_id, throttle_time_ms)
 
 
 @message
@@ -203,36 +213,45 @@ class ProduceManyRequest:
     # A transactional producer's id (Kafka's ProduceRequest.transactionalId): its
     # coordinator verifies a transaction's first batch at each partition.
     transactional_id: str | None = None
+    # The producer's client.id: its requests are held to the client quotas (KIP-13). None:
+    # a broker's listener, which holds its own clients to theirs.
+    client_id: str | None = None
 
 
 def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
     return msgpack.packb((request.acks, request.timeout_ms, request.partitions,
-                          request.transactional_id), use_bin_type=True)
+                          request.transactional_id, request.client_id), use_bin_type=True)
 
 
 @refusing_malformed("ProduceManyRequest")
 def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
-    acks, timeout_ms, partitions, transactional_id = msgpack.unpackb(data, raw=False,
-                                                                     use_list=False)
+    acks, timeout_ms, partitions, transactional_id, client_id = msgpack.unpackb(
+        data, raw=False, use_list=False)
     if transactional_id is not None and not isinstance(transactional_id, str):
         raise TypeError("transactional_id must be a string")
-    return ProduceManyRequest(acks, timeout_ms, partitions, transactional_id)
+    if client_id is not None and not isinstance(client_id, str):
+        raise TypeError("client_id must be a string")
+    return ProduceManyRequest(acks, timeout_ms, partitions, transactional_id, client_id)
 
 
-def encode_produce_many_response(results: list) -> bytes:
-    """``[(topic, partition, ProduceResult), ...]`` as flat tuples."""
+def encode_produce_many_response(results: list, throttle_time_ms: int = 0) -> bytes:
+    """``[(topic, partition, ProduceResult), ...]`` as flat tuples, and how long the
+    producer was throttled for being over its quota (Kafka's ProduceResponse.ThrottleTimeMs;
+    its connection is muted that long)."""
     return msgpack.packb(
-        [(t, p, r.base_offset, r.log_append_time, r.log_start_offset,
-          None if r.error is None else encode(r.error)) for t, p, r in results],
+        ([(t, p, r.base_offset, r.log_append_time, r.log_start_offset,
+           None if r.error is None else encode(r.error)) for t, p, r in results],
+         throttle_time_ms),
         use_bin_type=True)
 
 
 @refusing_malformed("ProduceManyResponse")
-def decode_produce_many_response(data: bytes) -> list:
+def decode_produce_many_response(data: bytes) -> tuple[list, int]:
+    """(``[(topic, partition, ProduceResult), ...]``, throttle_time_ms)."""
+    results, throttle_time_ms = msgpack.unpackb(data, raw=False, use_list=False)
     return [(t, p, ProduceResult(base, append_time, start,
                                  None if error is None else decode(error)))
-            for t, p, base, append_time, start, error
-            in msgpack.unpackb(data, raw=False, use_list=False)]
+            for t, p, base, append_time, start, error in results], throttle_time_ms
 
 
 @message

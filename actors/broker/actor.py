@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import ray
 
-from actors.broker.client_quota_manager import BrokerQuotas
+from actors.broker.client_quota_manager import QUOTA_WINDOW_SIZE_SECONDS, BrokerQuotas
 from actors.broker.config import ClusterConfig
 from actors.broker.lifecycle import BrokerLifecycle
 from actors.broker.replica_manager import ReplicaManager
@@ -210,7 +210,9 @@ class BrokerActor:
                   "log_maintenance"),
                  (f"{key}:isr_expiry", max(1, b["replica.lag.time.max.ms"] // 2), me,
                   "isr_expiry"),
-                 (f"{key}:report_metrics", report_interval_ms(), me, "report_metrics")],
+                 (f"{key}:report_metrics", report_interval_ms(), me, "report_metrics"),
+                 (f"{key}:share_quota_usage", QUOTA_WINDOW_SIZE_SECONDS * 1000, me,
+                  "share_quota_usage")],
                 lambda: not self._stopping))
             self.boot_step = "registering with the controller"
             await self.lifecycle.join()
@@ -320,12 +322,15 @@ class BrokerActor:
                 raise BrokerNotAvailableError(f"Broker {self.broker_id} is shutting down")
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
-            await replicas.send_acls()
-            if work.leader_and_isr:
-                await self._become(work.leader_and_isr)
-            if work.stops:
-                await self._resign_coordinators(work.stops)
-                await replicas.stop_replicas(work.stops)
+            try:
+                if work.leader_and_isr:
+                    await self._become(work.leader_and_isr)
+                if work.stops:
+                    await self._resign_coordinators(work.stops)
+                    await replicas.stop_replicas(work.stops)
+            finally:
+                # After: a dedicated host started or stopped changes each host's share.
+                await replicas.send_guards()
 
     async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
         """LeaderAndIsr applied by the replica hosts; this broker's group and transaction
@@ -487,6 +492,10 @@ class BrokerActor:
     async def report_metrics(self) -> None:
         """Kafka's broker metrics and its groups' consumer lag, to Ray's metrics."""
         await self.metrics_report.report()
+
+    async def share_quota_usage(self) -> None:
+        """Each replica host told what the others measured of the client quotas' rates."""
+        await self.replica_manager.share_quota_usage()
 
     async def _auto_create_topic(self, name: str) -> KafkaError | None:
         """Kafka's auto.create.topics.enable: a Metadata request naming a topic that does not

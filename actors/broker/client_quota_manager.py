@@ -5,7 +5,8 @@ the rate its quota is kept under (Kafka's quota sensor: ``quota.window.num`` sam
 away that brings the rate back to the quota (Kafka's QuotaUtils.throttleTime)."""
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections import Counter
+from typing import Callable, Mapping, Sequence
 
 from protocols.kafka.client_quotas import (CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE,
                                            REQUEST_PERCENTAGE, Quotas, quota_bound)
@@ -79,6 +80,10 @@ class ClientQuotaManager:
                  window_s: int = QUOTA_WINDOW_SIZE_SECONDS):
         self.key = key
         self.quotas = quotas
+        # What the broker's other replica hosts measured of each rate, per second: each
+        # serves rafka's own clients for the partitions it holds, and a quota is the
+        # broker's (actors.replica.host_quotas).
+        self.elsewhere: dict[tuple[str, str], float] = {}
         self.samples, self.window_ms = samples, window_s * 1000
         # The rate of each (user, client id) a quota is kept under (its metric tags).
         self._rates: dict[tuple[str, str], Rate] = {}
@@ -98,7 +103,7 @@ class ClientQuotaManager:
             self._expire(now_ms)
             rate = self._rates[tags] = Rate(self.samples, self.window_ms)
         rate.record(value, now_ms)
-        observed = rate.measure(now_ms)
+        observed = rate.measure(now_ms) + self.elsewhere.get(tags, 0.0)
         if observed <= bound:
             return 0
         # O * W / (W + X) = T  ->  X = (O - T) / T * W.
@@ -115,6 +120,12 @@ class ClientQuotaManager:
 
     def quota(self, user: str, client_id: str) -> float | None:
         return quota_bound(self.quotas(), self.key, user, client_id)[0]
+
+    def usage(self, now_ms: int) -> dict[tuple[str, str], float]:
+        """Each rate recorded in the last window, per second (its metric tags')."""
+        expire = self.samples * self.window_ms
+        return {tags: rate.measure(now_ms) for tags, rate in self._rates.items()
+                if now_ms - rate.last_record_ms < expire}
 
     def _expire(self, now_ms: int) -> None:
         for tags, rate in list(self._rates.items()):
@@ -147,6 +158,24 @@ class BrokerQuotas:
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, self.quotas, samples, window_s)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, self.quotas, samples, window_s)
 
+    def managers(self) -> tuple[ClientQuotaManager, ...]:
+        return self.produce, self.fetch, self.request
+
+    def usage(self) -> list[tuple[str, str, str, float]]:
+        """(quota key, user, client id, per second) of each rate recorded here lately."""
+        now = self.clock_ms()
+        return [(m.key, user, client_id, value) for m in self.managers()
+                for (user, client_id), value in m.usage(now).items()]
+
+    def set_elsewhere(self, usage: list[tuple[str, str, str, float]]) -> None:
+        """What the broker's other replica hosts measured (``usage_elsewhere``)."""
+        by_key: dict[str, dict] = {m.key: {} for m in self.managers()}
+        for key, user, client_id, value in usage:
+            if key in by_key:
+                by_key[key][(user, client_id)] = value
+        for m in self.managers():
+            m.elsewhere = by_key[m.key]
+
     def quotas(self) -> dict:
         image = self._image()
         if id(image) != self._seen[0]:   # a new image: its quotas read once
@@ -170,6 +199,15 @@ class BrokerQuotas:
         if self.any():
             manager.unrecord(quota_user(principal), client_id or "", value, self.clock_ms())
 
+    def record_fetch(self, principal: str, client_id: str | None, size: int) -> int:
+        """consumer_byte_rate: ``size`` bytes of records answered. A consumer over its
+        quota is answered none: the value recorded is taken back, as Kafka's throttled
+        fetch's; the throttle time."""
+        throttle_ms = self.record(self.fetch, principal, client_id, size)
+        if throttle_ms:
+            self.unrecord(self.fetch, principal, client_id, size)
+        return throttle_ms
+
     def max_fetch_bytes(self, principal: str, client_id: str | None) -> int | None:
         """The most a fetch may answer without being throttled for sure (Kafka's
         getMaxValueInQuotaWindow): the consumer_byte_rate over samples - 1 windows; None
@@ -180,3 +218,20 @@ class BrokerQuotas:
         if bound is None:
             return None
         return int(bound * (self.fetch.samples - 1) * self.fetch.window_ms / 1000)
+
+
+def usage_elsewhere(usages: Sequence[Sequence[tuple[str, str, str, float]]]
+                    ) -> list[list[tuple[str, str, str, float]]]:
+    """For each of a broker's replica hosts' ``BrokerQuotas.usage()``, what the others
+    measured of the same rates, summed: each host then holds a client to the broker's quota
+    over all the hosts it sends to."""
+    totals: Counter = Counter()
+    for usage in usages:
+        for key, user, client_id, value in usage:
+            totals[(key, user, client_id)] += value
+    out = []
+    for usage in usages:
+        own = {(key, user, client_id): value for key, user, client_id, value in usage}
+        out.append([(*tags, total - own.get(tags, 0.0)) for tags, total in totals.items()
+                    if total - own.get(tags, 0.0) > 0])
+    return out

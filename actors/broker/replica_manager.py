@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, NoReturn
 
 import ray
 
+from actors.broker.client_quota_manager import usage_elsewhere
 from actors.broker.config import ClusterConfig
 from actors.broker.state import BrokerState
 from actors.gcs import create_named
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 # A replica host not answering this long after it was created is given up (Ray's own
 # worker_register_timeout_seconds is 60 s too): the broker exits to be started again.
 HOST_START_TIMEOUT_S = 60.0
+# A host's answer about its quotas' rates, or to hearing the others': a live host's is
+# immediate; a late one is skipped for this window.
+QUOTA_USAGE_CALL_S = 1.0
 
 
 class ReplicaManager:
@@ -71,7 +75,8 @@ class ReplicaManager:
         # Which host holds each replica open on this broker.
         self.replicas: dict[TopicPartition, Any] = {}
         self.lock = asyncio.Lock()
-        self._sent_acls: list | None = None   # what send_acls last sent every host
+        self._sent_acls: list | None = None   # what send_guards last sent every host
+        self._sent_quotas: list | None = None   # and the client quotas
 
     def host_of(self, topic: str, partition: int):
         """The host holding this broker's replica of topic-partition, None if none."""
@@ -117,6 +122,7 @@ class ReplicaManager:
             await asyncio.wait_for(host.num_replicas.remote(), HOST_START_TIMEOUT_S)
             # What the host checks Ray door clients against, until the next change.
             await host.set_acls.remote(self._acls())
+            await host.set_client_quotas.remote(self._client_quotas())
         except asyncio.TimeoutError:
             ray.kill(host, no_restart=True)
             raise TimeoutError(
@@ -295,14 +301,38 @@ class ReplicaManager:
     def _acls(self) -> list:
         return list(self.state.image.get("acls") or [])
 
-    async def send_acls(self) -> None:
-        """The image's ACLs to every host, when they differ from what was last sent (the
-        hosts check Ray door clients against them): the image's, not a batch's, so that a
-        batch applied again after a failure, or a host started meanwhile, misses none."""
+    def _client_quotas(self) -> list:
+        return list(self.state.image.get("client_quotas") or [])
+
+    async def share_quota_usage(self) -> None:
+        """Tell each host what the others measured of the client quotas' rates, so that a
+        client sending to several is held to the broker's quota (``actors.replica.
+        host_quotas``); every quota window, with quotas set and more than one host."""
+        hosts = self.all_hosts()
+        if len(hosts) < 2 or not self.state.image.get("client_quotas"):
+            return
+        usages = await asyncio.gather(*[asyncio.wait_for(
+            h.take_quota_usage.remote(), QUOTA_USAGE_CALL_S) for h in hosts],
+            return_exceptions=True)
+        answered = [(h, u) for h, u in zip(hosts, usages) if not isinstance(u, BaseException)]
+        elsewhere = usage_elsewhere([u for _, u in answered])
+        await asyncio.gather(*[asyncio.wait_for(
+            h.set_quota_usage_elsewhere.remote(e), QUOTA_USAGE_CALL_S)
+            for (h, _), e in zip(answered, elsewhere)], return_exceptions=True)
+
+    async def send_guards(self) -> None:
+        """The image's ACLs and client quotas to every host, when they differ from what was
+        last sent (the hosts check Ray door clients against the ACLs, and hold rafka's
+        clients to the quotas): the image's, not a batch's, so that a batch applied again
+        after a failure, or a host started meanwhile, misses none."""
         acls = self._acls()
         if acls != self._sent_acls:
             await self.on_every_host(lambda host: host.set_acls.remote(acls))
             self._sent_acls = acls
+        quotas = self._client_quotas()
+        if quotas != self._sent_quotas:
+            await self.on_every_host(lambda host: host.set_client_quotas.remote(quotas))
+            self._sent_quotas = quotas
 
     async def on_every_host(self, call) -> None:
         """``call(host)`` on every host at once; a host that fails is left to its watcher."""

@@ -27,7 +27,9 @@ vouches for it is Ray's control plane, as for the token, so no CA or host name h
 A frame is ``length(4) correlation_id(4) api(1) payload``, big-endian, ``length`` counting
 what follows it, at most ``socket.request.max.bytes``. The server answers every request with
 the request's correlation id, ``API_ERROR`` and a message when the handler failed; requests
-on one connection are served concurrently. This module imports no ray.
+on one connection are served concurrently. A handler answering ``Throttled`` (a client over
+its quota) has its answer sent and then the connection muted, no request read from it, for
+the throttle time (Kafka's KIP-219). This module imports no ray.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ import secrets
 import ssl
 import struct
 import time
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,15 @@ Handler = Callable[[bytes], Awaitable[bytes]]
 DoorHandler = Callable[[bytes, object], Awaitable[bytes]]
 # How long a ticket the broker asked for waits for its connection.
 TICKET_TTL_S = 60.0
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """A handler's answer to a client over its quota: sent at once, then its connection
+    muted for ``throttle_ms``."""
+
+    answer: bytes
+    throttle_ms: int
 
 
 class ChannelError(Exception):
@@ -159,6 +171,8 @@ class ReplicationListener:
         self.connections = 0   # accepted so far
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        # Connections muted for a throttled client, until when (time.monotonic()).
+        self._muted_until: dict[asyncio.StreamWriter, float] = {}
         self._tasks: set[asyncio.Task] = set()
         self._address = ""
         self._warned_plaintext = False
@@ -222,6 +236,9 @@ class ReplicationListener:
             _send(writer, correlation_id, API_HELLO, b"")
             self._check_exposure(writer)
             while True:
+                muted = self._muted_until.get(writer, 0.0) - time.monotonic()
+                if muted > 0:
+                    await asyncio.sleep(muted)
                 correlation_id, api, payload = await _read_frame(reader)
                 task = asyncio.ensure_future(self._answer(
                     writer, correlation_id, api, payload, self._handler(api, caller)))
@@ -233,6 +250,7 @@ class ReplicationListener:
             pass
         finally:
             self._writers.discard(writer)
+            self._muted_until.pop(writer, None)
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, correlation_id: int, api: int,
@@ -246,6 +264,11 @@ class ReplicationListener:
         except Exception as e:  # the follower backs off and asks again, as after a timeout
             log.debug("replication channel: api %d failed: %r", api, e)
             api, answer = API_ERROR, repr(e).encode()
+        if isinstance(answer, Throttled):
+            if answer.throttle_ms > 0 and writer in self._writers:
+                self._muted_until[writer] = max(self._muted_until.get(writer, 0.0),
+                                                time.monotonic() + answer.throttle_ms / 1000)
+            answer = answer.answer
         if not writer.is_closing():
             _send(writer, correlation_id, api, answer)
 

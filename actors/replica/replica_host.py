@@ -22,6 +22,7 @@ import asyncio
 import collections
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -34,10 +35,11 @@ from actors.process import (freeze_startup_objects, keep_freed_memory,
                              raise_open_files_limit)
 from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_LISTENER_FETCH,
                                     API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
-                                    ReplicationListener, channel_tls)
+                                    ReplicationListener, Throttled, channel_tls)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
+from actors.replica.host_quotas import HostQuotas, Subject
 from actors.replica.hosted_replica import HostedReplica, answer_future, wall_ms
 from actors.replica.partition import PartitionReplica, Purgatories, ReplicaConfig
 from actors.timer.system_timer import AsyncioTimer
@@ -112,6 +114,8 @@ class ReplicaHostActor:
                                bool(broker_config.get("authorizer.class.name")),
                                broker_config.get("super.users"),
                                bool(broker_config.get("allow.everyone.if.no.acl.found")))
+        # rafka's own clients held to the client quotas (the broker sends them with the ACLs).
+        self.client_quotas = HostQuotas(wall_ms)
         self._listening: asyncio.Task | None = None
         # The first I/O error in the broker's log directory takes it offline (writes to it
         # refused from then on) and halts the broker (``storage.log_dir_failure``).
@@ -349,6 +353,18 @@ class ReplicaHostActor:
     async def set_acls(self, acls: list) -> None:
         self._acls = acls
 
+    async def set_client_quotas(self, client_quotas: list) -> None:
+        """The cluster's client quotas (``actors.replica.host_quotas``)."""
+        self.client_quotas.update(client_quotas)
+
+    async def take_quota_usage(self) -> list[tuple]:
+        """The client quotas' rates measured here lately, for the broker to tell the other
+        hosts (``BrokerQuotas.usage``)."""
+        return self.client_quotas.quotas.usage()
+
+    async def set_quota_usage_elsewhere(self, usage: list[tuple]) -> None:
+        self.client_quotas.quotas.set_elsewhere(usage)
+
     async def admit(self, caller) -> tuple[str, int, bytes, str | None]:
         """``replication_address`` for one connection of a Ray door client, ``caller`` (its
         principal and address, as its broker signed it in): a ticket in place of the token."""
@@ -361,19 +377,52 @@ class ReplicaHostActor:
                                                                   resource_type, name)
         return authorize
 
-    async def _door_produce(self, request: bytes, caller) -> bytes:
+    async def _door_produce(self, request: bytes, caller) -> bytes | Throttled:
         from actors.replica.door_guard import guard_produce
-        allowed, merge = guard_produce(decode_produce_many_request(request),
-                                       self._door_authorize(caller))
-        results = [] if allowed is None else await self._produce(allowed)
-        return encode_produce_many_response(merge(results))
+        began = time.perf_counter_ns()
+        req = decode_produce_many_request(request)
+        allowed, merge = guard_produce(req, self._door_authorize(caller))
+        return await self._produce_answer(allowed, merge, len(request), began,
+                                          self.client_quotas.subject(req.client_id, caller))
 
-    async def _door_fetch(self, request: bytes, caller) -> bytes:
+    async def _door_fetch(self, request: bytes, caller) -> bytes | Throttled:
         from actors.replica.door_guard import guard_fetch
-        allowed, check = guard_fetch(decode_fetch_many_request(request),
+        began = time.perf_counter_ns()
+        req = decode_fetch_many_request(request)
+        subject = self.client_quotas.subject(req.client_id, caller, req.replica_id)
+        allowed, check = guard_fetch(self.client_quotas.cap_fetch(req, subject),
                                      self._door_authorize(caller))
-        return encode_fetch_many_response(check(
-            None if allowed is None else await self._fetch(allowed, self.door_fetch_sessions)))
+        parsed = time.perf_counter_ns() - began
+        response = check(None if allowed is None
+                         else await self._fetch(allowed, self.door_fetch_sessions))
+        return self._fetch_answer(response, subject, parsed)
+
+    async def _produce_answer(self, request: ProduceManyRequest | None, merge, size: int,
+                              began: int, subject: Subject | None) -> bytes | Throttled:
+        """A produce's answer, ``merge`` putting refused partitions' errors among the
+        results; a client over its quota throttled (``actors.replica.host_quotas``)."""
+        parsed = time.perf_counter_ns() - began
+        results = merge([] if request is None else await self._produce(request))
+        throttle_ms = self.client_quotas.produced(subject, size)
+        encoding = time.perf_counter_ns()
+        answer = encode_produce_many_response(results, throttle_ms)
+        return self._throttled(answer, throttle_ms, subject,
+                               parsed + time.perf_counter_ns() - encoding)
+
+    def _fetch_answer(self, response: FetchManyResponse, subject: Subject | None,
+                      parsed_ns: int) -> bytes | Throttled:
+        response = self.client_quotas.fetched(subject, response)
+        encoding = time.perf_counter_ns()
+        answer = encode_fetch_many_response(response)
+        return self._throttled(answer, response.throttle_time_ms, subject,
+                               parsed_ns + time.perf_counter_ns() - encoding)
+
+    def _throttled(self, answer: bytes, throttle_ms: int, subject: Subject | None,
+                   spent_ns: int) -> bytes | Throttled:
+        """The answer, muting the client's connection when it is over a quota: its byte
+        rate's throttle (which the answer carries), or its request_percentage's."""
+        throttle_ms = max(throttle_ms, self.client_quotas.worked(subject, spent_ns))
+        return Throttled(answer, throttle_ms) if throttle_ms else answer
 
     async def replication_address(self) -> tuple[str, int, bytes, str | None]:
         """(address, port, token, certificate or None) of this host's listener, for a
@@ -435,10 +484,17 @@ class ReplicaHostActor:
         return replica
 
     # ---- many partitions in one request (between hosts) -----------------------------------
-    async def fetch_many(self, request: bytes) -> bytes:
+    async def fetch_many(self, request: bytes) -> bytes | Throttled:
         """A follower host's or a consumer's fetch for all the partitions it reads here:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
-        return encode_fetch_many_response(await self._fetch(decode_fetch_many_request(request)))
+        began = time.perf_counter_ns()
+        req = decode_fetch_many_request(request)
+        subject = self.client_quotas.subject(req.client_id, None, req.replica_id)
+        if subject is None:
+            return encode_fetch_many_response(await self._fetch(req))
+        req = self.client_quotas.cap_fetch(req, subject)
+        parsed = time.perf_counter_ns() - began
+        return self._fetch_answer(await self._fetch(req), subject, parsed)
 
     async def _listener_fetch(self, request: bytes) -> bytes:
         """``fetch_many`` for a broker's Kafka listener, which counts the bytes it sends
@@ -473,13 +529,17 @@ class ReplicaHostActor:
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
         return encode(offsets_for_leader_epochs(self.cores, decode(request), self.broker_id))
 
-    async def produce_many(self, request: bytes) -> bytes:
+    async def produce_many(self, request: bytes) -> bytes | Throttled:
         """A producer's batches for many partitions of this host (Kafka's ProduceRequest):
         each appended by its replica in the request's order, before any waits; one result
         per partition, in order, once every acks=all append has reached its ISR. A
         transaction's first batches here wait for its coordinator's verification."""
-        return encode_produce_many_response(
-            await self._produce(decode_produce_many_request(request)))
+        began = time.perf_counter_ns()
+        req = decode_produce_many_request(request)
+        subject = self.client_quotas.subject(req.client_id)
+        if subject is None:
+            return encode_produce_many_response(await self._produce(req))
+        return await self._produce_answer(req, list, len(request), began, subject)
 
     async def _produce(self, req: ProduceManyRequest) -> list[tuple]:
         """``produce_many``'s answer: ``(topic, partition, ProduceResult)`` per partition."""

@@ -55,6 +55,8 @@ SUBCOMMANDS: list[Subcommand] = [
           "(kafka-consumer-groups.sh)", "consumer_groups"),
     _lazy("transactions", "list, describe and abort transactions, find hanging ones "
           "(kafka-transactions.sh)", "transactions"),
+    _lazy("top", "a live view of brokers, partitions out of ISR, leaders, throughput and the "
+          "most lagging consumer groups, refreshing in place", "top"),
     _lazy("console-producer", "send lines from stdin (kafka-console-producer.sh)",
           "console_producer"),
     _lazy("console-consumer", "print records (kafka-console-consumer.sh)", "console_consumer"),

@@ -386,6 +386,13 @@ class Consumer:
                 return records
             self._fetcher.collect(self._parts, left, group_refs)
 
+    def metrics(self) -> dict[str, float]:
+        """Kafka's consumer metrics this consumer keeps: ``fetch-throttle-time-avg`` and
+        ``-max``, the ms the brokers throttled it for being over its client quota (NaN
+        before any answer)."""
+        avg, most = self._fetcher.throttle.measure()
+        return {"fetch-throttle-time-avg": avg, "fetch-throttle-time-max": most}
+
     def fetch_request_sizes(self) -> dict[str, int]:
         """The size in bytes of the last fetch request sent to each leader host (in a fetch
         session, an idle consumer's does not grow with its partitions)."""

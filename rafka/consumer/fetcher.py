@@ -33,6 +33,7 @@ from protocols.wire import decode
 from rafka.client.metadata import ClientMetadata
 from rafka.client.network_client import ClientRequest, NetworkClient
 from rafka.client.serde import deserializer
+from rafka.client.throttle_sensor import ThrottleSensor
 from rafka.consumer.arrow_table import arrow_table
 from rafka.consumer.consumer_record import ConsumerRecord
 from rafka.consumer.subscription_state import PartitionState
@@ -128,6 +129,8 @@ class Fetcher:
         # The connections to leader hosts (Kafka's NetworkClient), and the group's Ray calls
         # in flight that end a wait for fetches.
         self.network = NetworkClient(door)
+        # The throttle times the hosts answered (client quotas): fetch-throttle-time-*.
+        self.throttle = ThrottleSensor()
         self._watched: dict[Any, Any] = {}
         self._sessions: dict[str, FetchSessionHandler] = {}
         self._request_bytes: dict[str, int] = {}
@@ -215,7 +218,7 @@ class Fetcher:
             named, forgotten, session_id, epoch = session.build(requests)
             request = FetchManyRequest(-1, c["fetch.max.wait.ms"], c["fetch.min.bytes"],
                                        c["fetch.max.bytes"], named, session_id, epoch,
-                                       forgotten)
+                                       forgotten, client_id=c["client.id"])
             payload = encode_fetch_many_request(request)
             self._request_bytes[host_id] = len(payload)
             try:
@@ -283,6 +286,7 @@ class Fetcher:
             for tp, st in mine.items():
                 self._backoff(tp, st, e)
             return
+        self.throttle.record(response.throttle_time_ms)
         if not session.handle_response(response, fetch.was_full):
             log.debug("fetch session error %r: the next fetch is a full one", response.error)
             return

@@ -356,6 +356,13 @@ class Producer:
                                     "producer.")
         return self._txn_calls
 
+    def metrics(self) -> dict[str, float]:
+        """Kafka's producer metrics this producer keeps: ``produce-throttle-time-avg`` and
+        ``-max``, the ms the brokers throttled it for being over its client quota (NaN
+        before any answer)."""
+        avg, most = self._sender.throttle.measure()
+        return {"produce-throttle-time-avg": avg, "produce-throttle-time-max": most}
+
     def partitions_for(self, topic: str) -> list[int]:
         return self.metadata.partitions_for(topic, self.config["max.block.ms"])
 

@@ -28,6 +28,7 @@ from protocols.messages import (ProduceManyRequest, ProduceResult,
 from protocols.topics import TopicPartition
 from rafka.client.metadata import ClientMetadata
 from rafka.client.network_client import ClientRequest, NetworkClient
+from rafka.client.throttle_sensor import ThrottleSensor
 from rafka.producer.accumulator import ProducerBatch, RecordAccumulator
 from rafka.producer.sender import Outcome, SenderState
 from rafka.producer.transaction_manager import (State, TransactionAbortedError,
@@ -66,6 +67,8 @@ class SenderThread:
         self.in_flight: list[_InFlight] = []
         # The connections to leader hosts: the sender thread's alone (Kafka's NetworkClient).
         self.network = NetworkClient(door)
+        # The throttle times the hosts answered (client quotas): produce-throttle-time-*.
+        self.throttle = ThrottleSensor()
         # A guarded Ray door (rafka.client.ray_door): InitProducerId goes through it.
         self.door = door if door is not None and door.guarded else None
         self._producer_id_session: str | None = None
@@ -261,7 +264,7 @@ class SenderThread:
             batch.attempts += 1
             partitions.append((batch.tp.topic, batch.tp.partition, data))
         produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions),
-                                     self.transactional_id)
+                                     self.transactional_id, c["client.id"])
         try:
             future = self.network.send(request.host_id, request.host, API_PRODUCE,
                                         encode_produce_many_request(produce),
@@ -284,8 +287,9 @@ class SenderThread:
         finished = [e for e in self.in_flight if e.request in done]
         for entry in finished:
             try:
-                results = [r for _, _, r in decode_produce_many_response(
-                    entry.request.result())]
+                answered, throttle_ms = decode_produce_many_response(entry.request.result())
+                results = [r for _, _, r in answered]
+                self.throttle.record(throttle_ms)
             except Exception as e:  # the leader's host died mid-request
                 results = [ProduceResult(error=NetworkError(f"{type(e).__name__}: {e}"))
                            ] * len(entry.batches)

@@ -559,3 +559,31 @@ def test_spark_and_ray_data_jobs_sign_in_with_kafkas_options(cluster, spark_sess
     written = write_topic(ray.data.from_items([{"value": b"v"}] * 5), cluster, "door-ray-out",
                           {**settings, "acks": "all"})
     assert written == 5
+
+
+def test_rafka_producer_at_the_door_is_held_to_its_principals_quota(cluster):
+    """Client quotas through the Ray door: the hosts hold a door client to the quota of the
+    principal its broker signed it in as (here the user and its client.id, Kafka's most
+    specific entity), as a listener holds a SASL client; a greedy producer's first 12 s
+    deliver about the quota's worth, not its own pace, and it hears throttle times."""
+    import time
+
+    import rafka
+    from tests.runtime.test_quotas import bytes_by_second
+    quota = 400_000
+    admin = rafka_admin(cluster)
+    admin.create_topics([rafka.NewTopic("door-quota", 1, 1)])
+    admin.alter_client_quotas([({"user": "admin", "client-id": "door-qp"},
+                                {"producer_byte_rate": quota})])
+    time.sleep(1)   # the hosts hear of it with the next metadata batch
+    started = time.monotonic()
+    done, delivered = bytes_by_second(started)
+    with rafka.Producer(cluster, {**door("admin"), "client.id": "door-qp",
+                                  "buffer.memory": 200_000, "acks": "1"}) as producer:
+        while time.monotonic() - started < 12:
+            producer.send("door-quota", b"d" * 1000).add_done_callback(done)
+        producer.flush(60)
+        assert producer.metrics()["produce-throttle-time-max"] > 0
+    # A new client may burst up to the quota window's worth (11 windows of 1 s) before the
+    # broker holds it: at most ~11 quotas in 12 s; unthrottled it sends 50-90 MB/s here.
+    assert sum(delivered[s] for s in range(12)) <= 13 * quota, sorted(delivered.items())

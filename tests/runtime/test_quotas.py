@@ -68,6 +68,10 @@ def test_kafka_configs_sets_and_describes_user_and_client_quotas(cluster, kafka)
                     "--entity-default", "--add-config", "consumer_byte_rate=1000")
     assert "Completed updating default config for users in the cluster." in out.stdout, \
         out.stderr
+    # The defaults would hold every later test's clients in this cluster.
+    cluster.admin().alter_client_quotas([
+        ({"client-id": None}, {"producer_byte_rate": None}),
+        ({"user": None}, {"consumer_byte_rate": None})])
 
 
 def test_bad_quotas_are_refused_with_kafkas_errors(cluster, kafka):
@@ -183,3 +187,112 @@ def test_a_consumer_over_its_byte_rate_is_held_to_it(cluster):
     assert read < 12_000          # the backlog was not read at full speed
     assert rate <= 1.1 * quota, rate
     assert rate >= 0.5 * quota, rate
+
+
+def bytes_by_second(started: float):
+    """A done-callback for rafka's futures counting each delivered record's bytes by the
+    second it was answered in (since ``started``), and the counter."""
+    import collections
+    import time
+    delivered: collections.Counter = collections.Counter()
+
+    def done(future) -> None:
+        if future.exception() is None:
+            delivered[int(time.monotonic() - started)] += 1000
+    return done, delivered
+
+
+def test_rafka_producer_over_its_byte_rate_is_held_to_it_and_told(cluster):
+    """rafka's own producer reaches the replica hosts, not a listener: the hosts hold it to
+    its producer_byte_rate as a listener holds Kafka's clients (the anonymous user and its
+    client.id on an open cluster), answer throttle_time_ms and mute its connection; the
+    producer's metrics() has Kafka's produce-throttle-time-max."""
+    import time
+
+    import rafka
+    quota = 500_000
+    cluster.admin().create_topics([rafka.NewTopic("quota-rafka-in", 1, 1)])
+    cluster.admin().alter_client_quotas([({"user": "ANONYMOUS", "client-id": "rafka-qp"},
+                                          {"producer_byte_rate": quota})])
+    time.sleep(1)   # the hosts hear of it with the next metadata batch
+    value = b"r" * 1000
+    started = time.monotonic()
+    done, delivered = bytes_by_second(started)
+    with rafka.Producer(cluster, {"client.id": "rafka-qp", "buffer.memory": 200_000,
+                                  "acks": "1"}) as producer:
+        while time.monotonic() - started < 25:
+            producer.send("quota-rafka-in", value).add_done_callback(done)
+        producer.flush(60)
+        throttled = producer.metrics()["produce-throttle-time-max"]
+    assert throttled > 0
+    rate = sum(delivered[s] for s in range(5, 25)) / 20
+    # Unthrottled, this producer sends 50-90 MB/s here.
+    assert 0.5 * quota <= rate <= 1.15 * quota, (rate, sorted(delivered.items()))
+
+
+def test_rafka_consumer_over_its_byte_rate_is_held_to_it(cluster):
+    """consumer_byte_rate for rafka's own consumer (the anonymous user with its client.id):
+    reading a backlog as fast as it can, it gets no more than its quota over 20 s, its
+    throttled fetches answering no records, and metrics() has fetch-throttle-time-max."""
+    import time
+
+    import rafka
+    quota = 300_000
+    cluster.admin().create_topics([rafka.NewTopic("quota-rafka-out", 1, 1)])
+    with rafka.Producer(cluster) as producer:
+        producer.send_batch("quota-rafka-out", [b"c" * 1000] * 12_000).result(120)
+    cluster.admin().alter_client_quotas([({"user": "ANONYMOUS", "client-id": "rafka-qc"},
+                                          {"consumer_byte_rate": quota})])
+    time.sleep(1)
+    read, counted = 0, 0
+    with rafka.Consumer(cluster, {"client.id": "rafka-qc", "group.id": "rafka-qc",
+                                  "auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe(["quota-rafka-out"])
+        start = None
+        while True:
+            records = consumer.poll(500)
+            if start is None:
+                start = time.monotonic() if records else None
+                if start is None:
+                    continue
+            elapsed = time.monotonic() - start
+            if elapsed > 25:
+                break
+            read += len(records)
+            if elapsed >= 5:
+                counted += sum(len(r.value) for r in records)
+        throttled = consumer.metrics()["fetch-throttle-time-max"]
+    rate = counted / 20
+    assert read < 12_000          # the backlog was not read at full speed
+    assert throttled > 0
+    assert 0.5 * quota <= rate <= 1.1 * quota, rate
+
+
+def test_a_client_of_several_replica_hosts_is_held_to_the_brokers_quota(ray_session,
+                                                                         tmp_path):
+    """One broker, two replica hosts (num.replica.hosts=2), a producer writing to a
+    partition on each: each host measures its half, hears the other's every quota window,
+    and together they hold the client to the broker's quota, not twice it."""
+    import time
+
+    import rafka
+    from tests.runtime.conftest import cluster_with
+    quota = 400_000
+    with cluster_with(tmp_path, {"num.replica.hosts": 2}, brokers=1) as one:
+        one.admin().create_topics([rafka.NewTopic("quota-two-hosts", 2, 1)])
+        one.admin().alter_client_quotas([({"client-id": "two-hosts"},
+                                          {"producer_byte_rate": quota})])
+        time.sleep(1)
+        value = b"h" * 1000
+        started = time.monotonic()
+        done, delivered = bytes_by_second(started)
+        with rafka.Producer(one, {"client.id": "two-hosts", "buffer.memory": 200_000,
+                                  "acks": "1"}) as producer:
+            i = 0
+            while time.monotonic() - started < 25:
+                producer.send("quota-two-hosts", value, partition=i % 2).add_done_callback(
+                    done)
+                i += 1
+            producer.flush(60)
+        rate = sum(delivered[s] for s in range(5, 25)) / 20
+        assert 0.5 * quota <= rate <= 1.2 * quota, (rate, sorted(delivered.items()))

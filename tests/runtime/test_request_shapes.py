@@ -65,7 +65,7 @@ def test_each_partition_of_a_produce_request_is_answered_on_its_own(one_host_clu
     batch = encode_batch([Record(None, b"x")])
     request = ProduceManyRequest(-1, 10_000, tuple((t, p, batch) for t, p in led)
                                  + (("nowhere", 0, batch),))
-    results = decode_produce_many_response(
+    results, _ = decode_produce_many_response(
         ray.get(host.produce_many.remote(encode_produce_many_request(request)), timeout=30))
     assert [(t, p) for t, p, _ in results] == led + [("nowhere", 0)]
     for topic, _, result in results:

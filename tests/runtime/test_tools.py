@@ -298,3 +298,53 @@ def test_transactions_lists_describes_and_aborts_an_open_transaction(cluster):
     out = rafka_cli(cluster, "transactions", "describe", "--transactional-id", "nobody")
     assert out.returncode == 1
     assert "Failed to describe transaction state of transactional-id `nobody`" in out.stderr
+
+
+def test_rafka_top_shows_brokers_throughput_partitions_and_lagging_groups(cluster):
+    """``rafka top``: two screens (printed one after the other, not to a terminal): every
+    broker up with the partitions it leads and holds, the topic's messages in per second
+    while a producer writes (the second screen: the first has no earlier sample), and a
+    group's lag as consumer-groups --describe tells it."""
+    import threading
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("top-events", 3, 2)])
+    with rafka.Producer(cluster) as producer:
+        for i in range(300):
+            producer.send("top-events", b"v", partition=i % 3)
+    admin.alter_consumer_group_offsets("top-readers", {("top-events", p): 40
+                                                        for p in range(3)})
+    stop = threading.Event()
+
+    def keep_producing() -> None:
+        with rafka.Producer(cluster) as producer:
+            while not stop.is_set():
+                producer.send("top-events", b"more", partition=0).get(30)
+    writer = threading.Thread(target=keep_producing, daemon=True)
+    writer.start()
+
+    def lag() -> int:
+        return sum(p.lag for p in admin.consumer_group_lag("top-readers").values())
+    try:
+        before = lag()
+        out = rafka_cli(cluster, "top", "--iterations", "2", "--interval", "2")
+        after = lag()
+    finally:
+        stop.set()
+        writer.join(30)
+    assert out.returncode == 0, out.stderr
+    screens = out.stdout.split("\n\nrafka top - ")
+    assert len(screens) == 2, out.stdout
+    rows = {line.split()[0]: line.split() for screen in screens[1:]
+            for line in screen.splitlines() if line.strip()}
+    for b in admin.describe_cluster().brokers:
+        assert rows[str(b)][1] == "up", out.stdout
+    led = sum(int(rows[str(b)][2]) for b in admin.describe_cluster().brokers)
+    assert led >= 3, out.stdout    # the topic's partitions, and __consumer_offsets' if any
+    name, partitions, rate, under, offline = rows["top-events"]
+    assert (partitions, under, offline) == ("3", "0", "0")
+    assert int(rate.replace(",", "")) > 0, out.stdout
+    # The writer goes on appending to partition 0: the lag shown is between the two told
+    # before and after.
+    assert before >= 3 * (100 - 40)
+    assert before <= int(rows["top-readers"][2].replace(",", "")) <= after, out.stdout
+    assert rows["top-readers"][1] == "Empty"

@@ -159,7 +159,7 @@ def produce_txn(cluster, topic: str, value: bytes, producer_id: int, epoch: int,
     batch = encode_batch([Record(b"k", value)], producer_id=producer_id,
                          producer_epoch=epoch, base_sequence=seq, transactional=True)
     request = ProduceManyRequest(-1, 10_000, ((topic, 0, batch),), transactional_id)
-    [(_, _, result)] = decode_produce_many_response(ray.get(
+    [(_, _, result)], _ = decode_produce_many_response(ray.get(
         leader.host.produce_many.remote(encode_produce_many_request(request))))
     return result
 

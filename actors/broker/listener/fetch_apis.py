@@ -149,16 +149,10 @@ class FetchApis:
                                     for t, p, _ in context.partitions])
         throttle_ms = 0
         if self.quotas is not None and replica_id < 0:
-            # consumer_byte_rate: the records answered. A consumer over its quota gets none
-            # (the value recorded taken back, as Kafka's throttled fetch), and the time to
-            # stay away.
+            # consumer_byte_rate: the records answered.
             size = sum(len(r.records) for _, _, r in response.results
                        if r.error is None and r.records)
-            throttle_ms = self.quotas.record(self.quotas.fetch, request.principal,
-                                             request.client_id, size)
-            if throttle_ms:
-                self.quotas.unrecord(self.quotas.fetch, request.principal,
-                                     request.client_id, size)
+            throttle_ms = self.quotas.record_fetch(request.principal, request.client_id, size)
         order, answers = [], {}
         read, follower = self.topic_stats.read, replica_id >= 0
         for topic, partition, result in response.results:

@@ -240,7 +240,7 @@ class KafkaApis:
                                                   route, name, key[1])
                 continue
             for (key, name, _), (_, _, result) in zip(parts,
-                                                      decode_produce_many_response(answer)):
+                                                      decode_produce_many_response(answer)[0]):
                 answers[key] = (_produce_error(result.error, route, name, key[1])
                                 if result.error is not None else
                                 {"index": key[1], "error_code": 0,

@@ -134,3 +134,36 @@ def test_a_rate_spans_at_least_samples_minus_one_windows():
     assert rate.measure(0) == 100.0
     rate.record(1000, 12_500)   # the first window is out of the span by now
     assert rate.measure(12_500) == 100.0
+
+
+def test_hosts_of_one_broker_hold_a_client_to_the_brokers_quota_together():
+    """A broker's replica hosts each measure their part of a client's rate and hear the
+    others' (usage_elsewhere): a client sending 300 B/s to each of two hosts under a
+    500 B/s quota is throttled by both once they have heard, though neither alone sees
+    it over; another client's rate, and a rate at one host only, are left alone."""
+    from actors.broker.client_quota_manager import BrokerQuotas, usage_elsewhere
+    from protocols.kafka.client_quotas import CONSUMER_BYTE_RATE
+    image = {"client_quotas": [[[["client-id", "app"]], {PRODUCER_BYTE_RATE: 500}]]}
+    clock = Clock()
+    hosts = [BrokerQuotas(lambda: image, lambda: clock.ms) for _ in range(2)]
+    for _ in range(10):
+        for h in hosts:
+            assert h.record(h.produce, "User:ANONYMOUS", "app", 300) == 0
+        clock.sleep(1000)
+    first, second = (h.usage() for h in hosts)
+    # By the quota's metric tags: a client id's quota is shared by every user with it.
+    assert first == [(PRODUCER_BYTE_RATE, "", "app", 300.0)]
+    told = usage_elsewhere([first, second, [(CONSUMER_BYTE_RATE, "bob", "", 7.0)]])
+    assert told == [[(PRODUCER_BYTE_RATE, "", "app", 300.0),
+                     (CONSUMER_BYTE_RATE, "bob", "", 7.0)],
+                    [(PRODUCER_BYTE_RATE, "", "app", 300.0),
+                     (CONSUMER_BYTE_RATE, "bob", "", 7.0)],
+                    [(PRODUCER_BYTE_RATE, "", "app", 600.0)]]
+    for h, elsewhere in zip(hosts, told):
+        h.set_elsewhere(elsewhere)
+    # ~300 B/s here and 300 B/s at the other host: 600 B/s over a 500 B/s quota.
+    assert all(h.record(h.produce, "User:ANONYMOUS", "app", 300) > 0 for h in hosts)
+    assert hosts[0].record(hosts[0].produce, "User:ANONYMOUS", "other", 10 ** 6) == 0
+    hosts[0].set_elsewhere([])
+    clock.sleep(11_000)
+    assert hosts[0].record(hosts[0].produce, "User:ANONYMOUS", "app", 300) == 0
