@@ -2,7 +2,10 @@
 10% over 20 s), on rafka and on Apache Kafka 4.3.1 in the same run, the same client and
 quota: confluent-kafka producing 1,000-byte values as fast as it can (acks=1, linger.ms=5,
 a 64 KiB queue) under producer_byte_rate for its client id, set with Kafka's own
-kafka-configs.sh on both.
+kafka-configs.sh on both. Then rafka's own producer (``rafka.Producer.send`` with its
+defaults but acks=1 and a 200 kB buffer.memory, 1,000-byte values) under the same quota for
+its own client id, on rafka alone (no Kafka client takes that path): the replica hosts
+hold it, not a listener.
 
     .venv/bin/python benchmarks/quotas.py [--quota 500000] [--seconds 45]
 
@@ -29,11 +32,11 @@ from benchmarks.machine import describe  # noqa: E402
 VALUE = b"q" * 1000
 
 
-def set_quota(bootstrap_servers: str, quota: int) -> None:
+def set_quota(bootstrap_servers: str, quota: int, client_id: str = "throttled") -> None:
     from benchmarks.kafka_peer import classpath
     subprocess.run(["java", "-cp", f"{classpath()}/*", "kafka.admin.ConfigCommand",
                     "--bootstrap-server", bootstrap_servers, "--alter", "--entity-type",
-                    "clients", "--entity-name", "throttled", "--add-config",
+                    "clients", "--entity-name", client_id, "--add-config",
                     f"producer_byte_rate={quota}"], check=True, capture_output=True,
                    timeout=120)
 
@@ -61,15 +64,37 @@ def produce(bootstrap_servers: str, seconds: float) -> tuple[collections.Counter
     return delivered, throttles
 
 
-def report(name: str, quota: int, seconds: int, delivered, throttles) -> float:
+def produce_rafka(cluster, seconds: float) -> tuple[collections.Counter, float]:
+    import rafka
+    delivered: collections.Counter = collections.Counter()
+    started = time.monotonic()
+
+    def done(future) -> None:
+        if future.exception() is None:
+            delivered[int(time.monotonic() - started)] += len(VALUE)
+    with rafka.Producer(cluster, {"client.id": "throttled-rafka", "acks": "1",
+                                  "buffer.memory": 200_000}) as producer:
+        while time.monotonic() - started < seconds:
+            producer.send("quota-rafka", VALUE).add_done_callback(done)
+        producer.flush(60)
+        longest = producer.metrics()["produce-throttle-time-max"]
+    return delivered, longest
+
+
+def report(name: str, quota: int, seconds: int, delivered, throttles: list | float
+           ) -> float:
+    """``throttles``: each throttle time answered (s), or the longest one (ms) as a
+    producer's produce-throttle-time-max tells it."""
     window = sum(delivered[s] for s in range(5, 25)) / 20
     whole = sum(delivered[s] for s in range(5, seconds)) / (seconds - 5)
     print(f"{name}: per second (KB) {[delivered[s] // 1000 for s in range(seconds)]}",
           flush=True)
     print(f"{name}: producer_byte_rate={quota:,}: {window:,.0f} B/s over [5 s, 25 s) "
           f"({window / quota:.2f}x the quota), {whole:,.0f} B/s over [5 s, {seconds} s) "
-          f"({whole / quota:.2f}x); {len(throttles)} throttled answers, the longest "
-          f"{max(throttles, default=0) * 1000:.0f} ms", flush=True)
+          f"({whole / quota:.2f}x); " + (
+              f"{len(throttles)} throttled answers, the longest "
+              f"{max(throttles, default=0) * 1000:.0f} ms" if isinstance(throttles, list)
+              else f"produce-throttle-time-max {throttles:.0f} ms"), flush=True)
     return window
 
 
@@ -91,6 +116,11 @@ def main() -> None:
             set_quota(cluster.bootstrap_servers, args.quota)
             ours = report("rafka", args.quota, args.seconds,
                           *produce(cluster.bootstrap_servers, args.seconds))
+            cluster.admin().create_topics([rafka.NewTopic("quota-rafka", 1, 1)])
+            set_quota(cluster.bootstrap_servers, args.quota, "throttled-rafka")
+            time.sleep(2)   # the quota reaches the replica hosts
+            report("rafka, rafka.Producer (no peer)", args.quota, args.seconds,
+                   *produce_rafka(cluster, args.seconds))
         finally:
             cluster.shutdown()
     with KafkaCluster(nodes=1) as kafka:

@@ -322,6 +322,8 @@ class BrokerActor:
                 raise BrokerNotAvailableError(f"Broker {self.broker_id} is shutting down")
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
+            # The ACLs first: door requests are checked against them meanwhile.
+            await replicas.send_guards()
             try:
                 if work.leader_and_isr:
                     await self._become(work.leader_and_isr)

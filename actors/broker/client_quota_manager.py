@@ -84,6 +84,7 @@ class ClientQuotaManager:
         # serves rafka's own clients for the partitions it holds, and a quota is the
         # broker's (actors.replica.host_quotas).
         self.elsewhere: dict[tuple[str, str], float] = {}
+        self.elsewhere_at_ms = 0   # when told: forgotten after two windows untold
         self.samples, self.window_ms = samples, window_s * 1000
         # The rate of each (user, client id) a quota is kept under (its metric tags).
         self._rates: dict[tuple[str, str], Rate] = {}
@@ -103,7 +104,9 @@ class ClientQuotaManager:
             self._expire(now_ms)
             rate = self._rates[tags] = Rate(self.samples, self.window_ms)
         rate.record(value, now_ms)
-        observed = rate.measure(now_ms) + self.elsewhere.get(tags, 0.0)
+        observed = rate.measure(now_ms)
+        if now_ms - self.elsewhere_at_ms < 2 * self.window_ms:
+            observed += self.elsewhere.get(tags, 0.0)
         if observed <= bound:
             return 0
         # O * W / (W + X) = T  ->  X = (O - T) / T * W.
@@ -152,7 +155,7 @@ class BrokerQuotas:
     def __init__(self, image: Callable[[], Mapping], clock_ms: Callable[[], int],
                  samples: int = QUOTA_WINDOW_NUM, window_s: int = QUOTA_WINDOW_SIZE_SECONDS):
         self._image = image
-        self._seen: tuple[int, dict] = (0, {})   # (id of the image read, its quotas)
+        self._seen: tuple[Mapping | None, dict] = (None, {})   # (the image read, its quotas)
         self.clock_ms = clock_ms
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, self.quotas, samples, window_s)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, self.quotas, samples, window_s)
@@ -173,13 +176,14 @@ class BrokerQuotas:
         for key, user, client_id, value in usage:
             if key in by_key:
                 by_key[key][(user, client_id)] = value
+        now = self.clock_ms()
         for m in self.managers():
-            m.elsewhere = by_key[m.key]
+            m.elsewhere, m.elsewhere_at_ms = by_key[m.key], now
 
     def quotas(self) -> dict:
         image = self._image()
-        if id(image) != self._seen[0]:   # a new image: its quotas read once
-            self._seen = (id(image), quotas_of(image))
+        if image is not self._seen[0]:   # a new image: its quotas read once
+            self._seen = (image, quotas_of(image))
         return self._seen[1]
 
     def any(self) -> bool:

@@ -646,6 +646,8 @@ class ControllerState:
                 entries[p] = {"leader": st.leader, "leader_epoch": st.leader_epoch,
                               "replicas": list(st.replicas), "isr": list(st.isr),
                               "offline_replicas": [r for r in st.replicas if r not in live]}
+                if st.adding_replicas:   # a reassignment's: not yet counted as missing
+                    entries[p]["adding_replicas"] = list(st.adding_replicas)
         return {
             "controller_epoch": self.controller_epoch,
             "cluster_id": self.cluster_id,

@@ -34,7 +34,9 @@ def replica_manager_gauges(image: Mapping[str, Any], broker_id: int,
                 continue
             g.leader_count += 1
             isr, replicas = len(st["isr"]), len(st["replicas"])
-            g.under_replicated += isr < replicas
+            # Kafka's replicationFactor: a reassignment's replicas being added are not
+            # missing from the ISR until they are in the assignment for good.
+            g.under_replicated += isr < replicas - len(st.get("adding_replicas", ()))
             # Kafka's Partition: min.insync.replicas, at most the replicas there are.
             effective = min(min_isr, replicas)
             under = isr < effective

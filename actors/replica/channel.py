@@ -79,6 +79,11 @@ class Throttled:
     throttle_ms: int
 
 
+def unthrottled(answer: bytes | Throttled) -> bytes:
+    """A handler's answer as bytes (for a caller other than the channel: a Ray call)."""
+    return answer.answer if isinstance(answer, Throttled) else answer
+
+
 class ChannelError(Exception):
     """The leader host answered a request with an error (its handler raised)."""
 
@@ -236,10 +241,12 @@ class ReplicationListener:
             _send(writer, correlation_id, API_HELLO, b"")
             self._check_exposure(writer)
             while True:
+                correlation_id, api, payload = await _read_frame(reader)
+                # A frame read while an earlier answer throttled the client waits too (the
+                # read was already waiting when the mute began).
                 muted = self._muted_until.get(writer, 0.0) - time.monotonic()
                 if muted > 0:
                     await asyncio.sleep(muted)
-                correlation_id, api, payload = await _read_frame(reader)
                 task = asyncio.ensure_future(self._answer(
                     writer, correlation_id, api, payload, self._handler(api, caller)))
                 self._tasks.add(task)

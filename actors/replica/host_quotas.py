@@ -48,37 +48,45 @@ class HostQuotas:
     def cap_fetch(self, request: FetchManyRequest, subject: Subject | None
                   ) -> FetchManyRequest:
         """A fetch asks no more than the consumer's quota allows in one go (Kafka's
-        getMaxValueInQuotaWindow)."""
+        getMaxValueInQuotaWindow), nor waits for more than that."""
         most = None if subject is None else self.quotas.max_fetch_bytes(*subject)
         if most is None or request.max_bytes <= most:
             return request
-        return replace(request, max_bytes=max(1, most))
+        most = max(1, most)
+        return replace(request, max_bytes=most, min_bytes=min(request.min_bytes, most))
 
-    def produced(self, subject: Subject | None, size: int) -> int:
-        """producer_byte_rate: the request's bytes, once handled; the throttle time."""
+    def produced(self, subject: Subject | None, size: int, spent_ns: int, acks: int) -> int:
+        """producer_byte_rate: the request's bytes, once handled; request_percentage: the
+        host's work on it (acks=0 is exempt, as Kafka's); the longer throttle time."""
         if subject is None:
             return 0
-        return self.quotas.record(self.quotas.produce, *subject, size)
+        throttle_ms = self.quotas.record(self.quotas.produce, *subject, size)
+        if acks == 0:
+            return throttle_ms
+        return max(throttle_ms, self._worked(subject, spent_ns))
 
-    def fetched(self, subject: Subject | None, response: FetchManyResponse
+    def fetched(self, subject: Subject | None, response: FetchManyResponse, spent_ns: int
                 ) -> FetchManyResponse:
-        """consumer_byte_rate: the records answered; a consumer over its quota is answered
-        none (with everything else: its fetch session has sent them) and the throttle time."""
+        """consumer_byte_rate: the records answered; request_percentage: the host's work
+        on the request. A consumer over either quota is answered no records (with
+        everything else: its fetch session has sent them), their bytes taken back from its
+        rate, and the longer throttle time (Kafka's handleFetchRequest)."""
         if subject is None:
             return response
         size = sum(len(r.records) for _, _, r in response.results
                    if r.error is None and r.records)
-        throttle_ms = self.quotas.record_fetch(*subject, size)
+        throttle_ms = max(self.quotas.record(self.quotas.fetch, *subject, size),
+                          self._worked(subject, spent_ns))
         if not throttle_ms:
             return response
+        if size:
+            self.quotas.unrecord(self.quotas.fetch, *subject, size)
         return replace(response, throttle_time_ms=throttle_ms, results=tuple(
             (t, p, replace(r, records=b"") if r.records else r)
             for t, p, r in response.results))
 
-    def worked(self, subject: Subject | None, spent_ns: int) -> int:
-        """request_percentage: the host's work reading the request and writing its answer;
-        the throttle time."""
-        if subject is None:
-            return 0
+    def _worked(self, subject: Subject, spent_ns: int) -> int:
+        """request_percentage: the host's work reading the request and appending or
+        reading its logs when it came (not the waits for replication or long polls)."""
         return self.quotas.record(self.quotas.request, *subject,
                                   spent_ns * NANOS_TO_PERCENTAGE_PER_SECOND)

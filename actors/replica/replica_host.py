@@ -35,7 +35,8 @@ from actors.process import (freeze_startup_objects, keep_freed_memory,
                              raise_open_files_limit)
 from actors.replica.channel import (API_FETCH, API_LIST_OFFSETS, API_LISTENER_FETCH,
                                     API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE,
-                                    ReplicationListener, Throttled, channel_tls)
+                                    ReplicationListener, Throttled, channel_tls,
+                                    unthrottled)
 from actors.replica.fetch_many import fetch_many, offsets_for_leader_epochs
 from actors.replica.fetch_session import FetchSessionCache
 from actors.replica.fetcher_manager import ReplicaFetcherManager
@@ -100,10 +101,10 @@ class ReplicaHostActor:
         # Where follower hosts fetch from, and producers and consumers send their requests
         # (actors.replica.channel): started on first ask.
         self.listener = ReplicationListener({
-            API_FETCH: self.fetch_many,
+            API_FETCH: self._serve_fetch,
             API_LISTENER_FETCH: self._listener_fetch,
             API_OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch_many,
-            API_PRODUCE: self.produce_many,
+            API_PRODUCE: self._serve_produce,
             API_LIST_OFFSETS: self._list_offsets_frame}, *channel_tls(broker_config),
             door_handlers={API_FETCH: self._door_fetch, API_PRODUCE: self._door_produce})
         # What Ray door clients may do here (actors.broker.ray_door): the broker's authorizer
@@ -382,8 +383,9 @@ class ReplicaHostActor:
         began = time.perf_counter_ns()
         req = decode_produce_many_request(request)
         allowed, merge = guard_produce(req, self._door_authorize(caller))
-        return await self._produce_answer(allowed, merge, len(request), began,
-                                          self.client_quotas.subject(req.client_id, caller))
+        return await self._produce_answer(
+            allowed, req.acks, merge, len(request), began,
+            self.client_quotas.subject(req.client_id, caller))
 
     async def _door_fetch(self, request: bytes, caller) -> bytes | Throttled:
         from actors.replica.door_guard import guard_fetch
@@ -392,37 +394,32 @@ class ReplicaHostActor:
         subject = self.client_quotas.subject(req.client_id, caller, req.replica_id)
         allowed, check = guard_fetch(self.client_quotas.cap_fetch(req, subject),
                                      self._door_authorize(caller))
-        parsed = time.perf_counter_ns() - began
-        response = check(None if allowed is None
-                         else await self._fetch(allowed, self.door_fetch_sessions))
-        return self._fetch_answer(response, subject, parsed)
+        spent = [time.perf_counter_ns() - began]
+        response = check(None if allowed is None else await self._fetch(
+            allowed, self.door_fetch_sessions, counted=subject is None, spent=spent))
+        return self._fetch_answer(response, subject, spent[0], allowed is not None)
 
-    async def _produce_answer(self, request: ProduceManyRequest | None, merge, size: int,
-                              began: int, subject: Subject | None) -> bytes | Throttled:
+    async def _produce_answer(self, request: ProduceManyRequest | None, acks: int, merge,
+                              size: int, began: int, subject: Subject | None
+                              ) -> bytes | Throttled:
         """A produce's answer, ``merge`` putting refused partitions' errors among the
         results; a client over its quota throttled (``actors.replica.host_quotas``)."""
-        parsed = time.perf_counter_ns() - began
-        results = merge([] if request is None else await self._produce(request))
-        throttle_ms = self.client_quotas.produced(subject, size)
-        encoding = time.perf_counter_ns()
+        spent = [time.perf_counter_ns() - began]
+        results = merge([] if request is None else await self._produce(request, spent))
+        throttle_ms = self.client_quotas.produced(subject, size, spent[0], acks)
         answer = encode_produce_many_response(results, throttle_ms)
-        return self._throttled(answer, throttle_ms, subject,
-                               parsed + time.perf_counter_ns() - encoding)
+        return Throttled(answer, throttle_ms) if throttle_ms else answer
 
     def _fetch_answer(self, response: FetchManyResponse, subject: Subject | None,
-                      parsed_ns: int) -> bytes | Throttled:
-        response = self.client_quotas.fetched(subject, response)
-        encoding = time.perf_counter_ns()
+                      spent_ns: int, count: bool = True) -> bytes | Throttled:
+        """A consumer's fetch answer: held to its quotas (a throttled one has no records),
+        what it sends counted in BytesOut then."""
+        response = self.client_quotas.fetched(subject, response, spent_ns)
+        if subject is not None and count:
+            self._count_read(response, follower=False)
         answer = encode_fetch_many_response(response)
-        return self._throttled(answer, response.throttle_time_ms, subject,
-                               parsed_ns + time.perf_counter_ns() - encoding)
-
-    def _throttled(self, answer: bytes, throttle_ms: int, subject: Subject | None,
-                   spent_ns: int) -> bytes | Throttled:
-        """The answer, muting the client's connection when it is over a quota: its byte
-        rate's throttle (which the answer carries), or its request_percentage's."""
-        throttle_ms = max(throttle_ms, self.client_quotas.worked(subject, spent_ns))
-        return Throttled(answer, throttle_ms) if throttle_ms else answer
+        return Throttled(answer, response.throttle_time_ms) if response.throttle_time_ms \
+            else answer
 
     async def replication_address(self) -> tuple[str, int, bytes, str | None]:
         """(address, port, token, certificate or None) of this host's listener, for a
@@ -484,17 +481,22 @@ class ReplicaHostActor:
         return replica
 
     # ---- many partitions in one request (between hosts) -----------------------------------
-    async def fetch_many(self, request: bytes) -> bytes | Throttled:
+    async def fetch_many(self, request: bytes) -> bytes:
         """A follower host's or a consumer's fetch for all the partitions it reads here:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
+        return unthrottled(await self._serve_fetch(request))
+
+    async def _serve_fetch(self, request: bytes) -> bytes | Throttled:
+        """``fetch_many`` on the channel: a client over its quota throttled there."""
         began = time.perf_counter_ns()
         req = decode_fetch_many_request(request)
         subject = self.client_quotas.subject(req.client_id, None, req.replica_id)
         if subject is None:
             return encode_fetch_many_response(await self._fetch(req))
         req = self.client_quotas.cap_fetch(req, subject)
-        parsed = time.perf_counter_ns() - began
-        return self._fetch_answer(await self._fetch(req), subject, parsed)
+        spent = [time.perf_counter_ns() - began]
+        response = await self._fetch(req, counted=False, spent=spent)
+        return self._fetch_answer(response, subject, spent[0])
 
     async def _listener_fetch(self, request: bytes) -> bytes:
         """``fetch_many`` for a broker's Kafka listener, which counts the bytes it sends
@@ -503,15 +505,21 @@ class ReplicaHostActor:
             decode_fetch_many_request(request), counted=False))
 
     async def _fetch(self, req: FetchManyRequest, sessions: FetchSessionCache | None = None,
-                     counted: bool = True) -> FetchManyResponse:
+                     counted: bool = True, spent: list[int] | None = None
+                     ) -> FetchManyResponse:
         """``fetch_many``'s answer; ``sessions``: the cache its session is in (Ray door
         clients have their own: no door request reaches a follower's session);
-        ``counted``: its bytes go in BytesOut / ReplicationBytesOut here."""
+        ``counted``: its bytes go in BytesOut / ReplicationBytesOut here; ``spent[0]``:
+        the ns reading the logs took when the request came is added there (a quota's
+        request time)."""
         self.requests["Fetch"] += 1
         future, done = answer_future()
+        reading = time.perf_counter_ns()
         moved = fetch_many(self.cores, req, self.purgatories.fetch, self.broker_id, done,
                            self.fetch_sessions if sessions is None else sessions,
                            self.node_id)
+        if spent is not None:
+            spent[0] += time.perf_counter_ns() - reading
         # The followers' positions may have moved an ISR: tell the controller.
         replicas = self.replicas
         for key in moved:
@@ -520,31 +528,41 @@ class ReplicaHostActor:
                 replica.maybe_alter_partition()
         answer = await future
         if counted:
-            read, follower = self.topic_stats.read, req.replica_id >= 0
-            for topic, _, result in answer.results:
-                if result.records:
-                    read(topic, len(result.records), follower)
+            self._count_read(answer, req.replica_id >= 0)
         return answer
+
+    def _count_read(self, answer: FetchManyResponse, follower: bool) -> None:
+        read = self.topic_stats.read
+        for topic, _, result in answer.results:
+            if result.records:
+                read(topic, len(result.records), follower)
 
     async def offsets_for_leader_epoch_many(self, request: bytes) -> bytes:
         return encode(offsets_for_leader_epochs(self.cores, decode(request), self.broker_id))
 
-    async def produce_many(self, request: bytes) -> bytes | Throttled:
+    async def produce_many(self, request: bytes) -> bytes:
         """A producer's batches for many partitions of this host (Kafka's ProduceRequest):
         each appended by its replica in the request's order, before any waits; one result
         per partition, in order, once every acks=all append has reached its ISR. A
         transaction's first batches here wait for its coordinator's verification."""
+        return unthrottled(await self._serve_produce(request))
+
+    async def _serve_produce(self, request: bytes) -> bytes | Throttled:
+        """``produce_many`` on the channel: a client over its quota throttled there."""
         began = time.perf_counter_ns()
         req = decode_produce_many_request(request)
         subject = self.client_quotas.subject(req.client_id)
         if subject is None:
             return encode_produce_many_response(await self._produce(req))
-        return await self._produce_answer(req, list, len(request), began, subject)
+        return await self._produce_answer(req, req.acks, list, len(request), began, subject)
 
-    async def _produce(self, req: ProduceManyRequest) -> list[tuple]:
-        """``produce_many``'s answer: ``(topic, partition, ProduceResult)`` per partition."""
+    async def _produce(self, req: ProduceManyRequest, spent: list[int] | None = None
+                       ) -> list[tuple]:
+        """``produce_many``'s answer: ``(topic, partition, ProduceResult)`` per partition;
+        ``spent[0]``: the ns the appends took is added there (a quota's request time)."""
         self.requests["Produce"] += 1
         verified = await self.verifier.verify(req, self.cores)
+        appending = time.perf_counter_ns()
         results = []
         appended = self.topic_stats.appended
         for (topic, partition, records), guards in zip(req.partitions, verified):
@@ -557,6 +575,8 @@ class ReplicaHostActor:
             if isinstance(result, asyncio.Future) or result.error is None:
                 appended(topic, records)
             results.append(result)
+        if spent is not None:
+            spent[0] += time.perf_counter_ns() - appending
         waiting = [r for r in results if isinstance(r, asyncio.Future)]
         if waiting:
             await asyncio.gather(*waiting)

@@ -26,7 +26,7 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser, command_config=True)
-    parser.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+    parser.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS",
                         help="seconds between refreshes (default 2)")
     parser.add_argument("--iterations", type=positive_int, default=None, metavar="N",
                         help="stop after N screens (default: until interrupted)")
@@ -35,16 +35,45 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "its partitions' leaders each refresh)")
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _describe_topics(admin) -> dict:
+    """Every topic this principal may describe (one deleted meanwhile, or refused, is left
+    out)."""
+    names = admin.list_topics()
+    try:
+        return admin.describe_topics(names)
+    except Exception:   # noqa: BLE001 - one of them: ask one by one
+        found = {}
+        for name in names:
+            try:
+                found.update(admin.describe_topics([name]))
+            except Exception:   # noqa: BLE001
+                continue
+        return found
+
+
 def sample(admin, groups: bool) -> Sample:
     cluster = admin.describe_cluster()
-    topics = admin.describe_topics(admin.list_topics())
+    topics = _describe_topics(admin)
     partitions = {(name, p.partition): PartitionState(p.leader, tuple(p.replicas),
                                                        tuple(p.isr))
                   for name, d in topics.items() for p in d.partitions}
     live = set(cluster.brokers)
     # A partition without a live leader answers no offsets: left out of the rates.
     served = [tp for tp, s in partitions.items() if s.leader in live]
-    ends = admin.list_offsets({tp: "latest" for tp in served}) if served else {}
+    try:
+        ends = admin.list_offsets({tp: "latest" for tp in served}) if served else {}
+    except Exception:   # noqa: BLE001 - a leader moving or gone: no rates this time
+        ends = {}
     out = Sample(time.monotonic(), cluster.brokers, cluster.controller_id, partitions,
                  {(tp.topic, tp.partition): r.offset for tp, r in ends.items()})
     if groups:
@@ -53,7 +82,8 @@ def sample(admin, groups: bool) -> Sample:
                 continue
             try:
                 lags = admin.consumer_group_lag(listing.group_id)
-            except Exception:   # the group went away, or its coordinator moved: next time
+            except Exception:   # noqa: BLE001 - its coordinator moving, its offsets' leaders
+                out.groups[listing.group_id] = (listing.state, None)
                 continue
             out.groups[listing.group_id] = (listing.state, {
                 (tp.topic, tp.partition): lag.lag for tp, lag in lags.items()})

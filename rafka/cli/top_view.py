@@ -27,13 +27,14 @@ class Sample:
     controller_id: int
     partitions: dict[tuple[str, int], PartitionState]
     log_end_offsets: dict[tuple[str, int], int]
-    # group -> (state, {(topic, partition): lag})
-    groups: dict[str, tuple[str, dict[tuple[str, int], int]]] = field(default_factory=dict)
+    # group -> (state, {(topic, partition): lag}, None when it could not be told)
+    groups: dict[str, tuple[str, dict[tuple[str, int], int] | None]] = field(
+        default_factory=dict)
 
 
 def _rates(sample: Sample, previous: Sample | None) -> dict[tuple[str, int], float] | None:
     """Messages appended per second per partition since ``previous``; None without it."""
-    if previous is None or sample.at_s <= previous.at_s:
+    if previous is None or sample.at_s <= previous.at_s or not sample.log_end_offsets:
         return None
     elapsed = sample.at_s - previous.at_s
     return {tp: max(0, end - previous.log_end_offsets[tp]) / elapsed
@@ -101,12 +102,15 @@ def render(sample: Sample, previous: Sample | None, title: str) -> list[str]:
     if sample.groups:
         rows = []
         for group, (state, lags) in sample.groups.items():
+            if lags is None:   # not told this time: last
+                rows.append([group, state, -1, "?", "?"])
+                continue
             worst = max(lags.items(), key=lambda item: item[1], default=None)
             rows.append([group, state, sum(lags.values()), len(lags),
                          "-" if worst is None else f"{worst[0][0]}-{worst[0][1]} ({worst[1]:,})"])
         rows.sort(key=lambda r: (-r[2], r[0]))
         lines += ["", "CONSUMER GROUPS (most lagging first)"] + _table(
-            [[g, s, f"{lag:,}", n, w] for g, s, lag, n, w in rows[:MAX_ROWS]],
+            [[g, s, "?" if lag < 0 else f"{lag:,}", n, w] for g, s, lag, n, w in rows[:MAX_ROWS]],
             ["GROUP", "STATE", "LAG", "PARTITIONS", "MOST-LAGGING-PARTITION"])
         if len(rows) > MAX_ROWS:
             lines.append(f"... and {len(rows) - MAX_ROWS} more groups")

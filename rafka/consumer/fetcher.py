@@ -446,7 +446,8 @@ class Fetcher:
         for host_id, session in self._sessions.items():
             if session.session_id == INVALID_SESSION_ID:
                 continue
-            request = FetchManyRequest(-1, 0, 0, 0, (), session.session_id, FINAL_EPOCH)
+            request = FetchManyRequest(-1, 0, 0, 0, (), session.session_id, FINAL_EPOCH,
+                                       client_id=self.config["client.id"])
             try:
                 requests.append(self.network.send(host_id, self._hosts[host_id], API_FETCH,
                                                    encode_fetch_many_request(request)))

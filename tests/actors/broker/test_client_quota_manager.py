@@ -164,6 +164,10 @@ def test_hosts_of_one_broker_hold_a_client_to_the_brokers_quota_together():
     # ~300 B/s here and 300 B/s at the other host: 600 B/s over a 500 B/s quota.
     assert all(h.record(h.produce, "User:ANONYMOUS", "app", 300) > 0 for h in hosts)
     assert hosts[0].record(hosts[0].produce, "User:ANONYMOUS", "other", 10 ** 6) == 0
+    # What the others measured is forgotten when the broker stops telling (two windows).
+    hosts[1].set_elsewhere(told[1])
+    clock.sleep(2000)
+    assert hosts[1].record(hosts[1].produce, "User:ANONYMOUS", "app", 0) == 0
     hosts[0].set_elsewhere([])
     clock.sleep(11_000)
     assert hosts[0].record(hosts[0].produce, "User:ANONYMOUS", "app", 300) == 0

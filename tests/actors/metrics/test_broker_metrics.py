@@ -144,6 +144,21 @@ def test_the_active_controllers_gauges_and_a_standbys():
     assert (standby.active_controller_count, standby.offline_partitions_count) == (0, 0)
 
 
+def test_replicas_a_reassignment_is_adding_are_not_missing_from_the_isr():
+    """Kafka's OngoingReassignmentState: the replication factor is the replicas but those
+    being added, so a partition whose original replicas are all in sync is not
+    under-replicated while the new ones catch up; one of those falling out is."""
+    moving = dict(partition(1, [1, 2, 3, 4], [1, 2]), adding_replicas=[3, 4])
+    g = replica_manager_gauges({"topics": {"moving": {0: moving}}}, 1, 1)
+    assert g.under_replicated == 0
+    lagging = dict(partition(1, [1, 2, 3, 4], [1, 3]), adding_replicas=[3, 4])
+    g = replica_manager_gauges({"topics": {"moving": {0: lagging}}}, 1, 1)
+    assert g.under_replicated == 0     # ISR 2 of a replication factor of 2
+    short = dict(partition(1, [1, 2, 3, 4], [1]), adding_replicas=[3, 4])
+    assert replica_manager_gauges({"topics": {"moving": {0: short}}}, 1, 1
+                                  ).under_replicated == 1
+
+
 def test_min_isr_is_at_most_the_replicas_there_are():
     """Kafka's Partition: an RF=1 partition under min.insync.replicas=2 is at its minimum,
     not under it."""

@@ -42,24 +42,37 @@ def test_a_fetch_is_capped_and_a_throttled_one_answered_without_records():
     subject = q.subject("app")
     request = FetchManyRequest(-1, 500, 1, 50 * 2**20, (), client_id="app")
     # consumer_byte_rate 2000 over quota.window.num - 1 windows of 1 s.
-    assert q.cap_fetch(request, subject).max_bytes == 20_000
+    capped = q.cap_fetch(request, subject)
+    assert (capped.max_bytes, capped.min_bytes) == (20_000, 1)
     assert q.cap_fetch(request, None).max_bytes == 50 * 2**20
     response = FetchManyResponse((("t", 0, FetchResult(b"x" * 15_000, 9, 0, 9)),
                                   ("t", 1, FetchResult(b"", 4, 0, 4))), None, 7)
-    assert q.fetched(subject, response) is response          # 15 kB: within 10 windows
-    throttled = q.fetched(subject, response)                 # 30 kB: over
+    assert q.fetched(subject, response, 0) is response       # 15 kB: within 10 windows
+    throttled = q.fetched(subject, response, 0)              # 30 kB: over
     assert throttled.throttle_time_ms > 0 and throttled.session_id == 7
     assert [(t, p, r.records, r.high_watermark) for t, p, r in throttled.results] == \
         [("t", 0, b"", 9), ("t", 1, b"", 4)]
     clock[0] += 20_000
-    assert q.fetched(subject, response) is response          # the bytes not sent were not counted
+    assert q.fetched(subject, response, 0) is response       # the bytes not sent: not counted
 
 
 def test_produce_and_request_time_throttles():
     q, clock = quotas()
-    assert q.produced(q.subject("app"), 9_000) == 0
-    assert q.produced(q.subject("app"), 9_000) > 0
-    assert q.produced(None, 10 ** 9) == 0
+    assert q.produced(q.subject("app"), 9_000, 0, 1) == 0
+    assert q.produced(q.subject("app"), 9_000, 0, 1) > 0
+    assert q.produced(None, 10 ** 9, 10 ** 12, 1) == 0
     alice = q.subject(None, Caller("User:alice"))
-    assert q.worked(alice, 1_000_000) == 0                   # 0.1% of a second in 10 s
-    assert q.worked(alice, 2_000_000_000) == 1000            # capped at one window
+    assert q.produced(alice, 100, 1_000_000, 1) == 0         # 0.1% of a second in 10 s
+    assert q.produced(alice, 100, 10 ** 9, 0) == 0           # acks=0: no request quota
+    assert q.produced(alice, 100, 2 * 10 ** 9, -1) == 1000   # capped at one window
+
+
+def test_a_fetch_over_its_request_time_is_answered_without_records():
+    """Kafka's handleFetchRequest: the longer of the byte and request throttles; either
+    strips the records."""
+    q, _ = quotas()
+    alice = q.subject(None, Caller("User:alice"))
+    response = FetchManyResponse((("t", 0, FetchResult(b"x" * 100, 9, 0, 9)),))
+    throttled = q.fetched(alice, response, 2 * 10 ** 9)
+    assert throttled.throttle_time_ms == 1000
+    assert throttled.results[0][2].records == b""

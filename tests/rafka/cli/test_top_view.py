@@ -43,9 +43,17 @@ def test_a_broker_down_shows_its_partitions_out_of_isr_and_offline():
 
 def test_groups_are_listed_most_lagging_first():
     groups = {"quiet": ("Stable", {("events", 0): 0}),
+              "unknown": ("Stable", None),     # its lag could not be told this time
               "behind": ("Empty", {("events", 0): 40, ("events", 1): 2_000})}
     lines = render(sample(1.0, {}, groups=groups), None, "t")
     at = lines.index("CONSUMER GROUPS (most lagging first)")
-    assert [line.split() for line in lines[at + 2:at + 4]] == [
+    assert [line.split() for line in lines[at + 2:at + 5]] == [
         ["behind", "Empty", "2,040", "2", "events-1", "(2,000)"],
-        ["quiet", "Stable", "0", "1", "events-0", "(0)"]]
+        ["quiet", "Stable", "0", "1", "events-0", "(0)"],
+        ["unknown", "Stable", "?", "?", "?"]]
+
+
+def test_no_rates_when_the_log_ends_could_not_be_told():
+    first = sample(1.0, {("events", 0): 5, ("events", 1): 5, ("audit", 0): 5})
+    lines = render(sample(3.0, {}), first, "t")
+    assert lines[4].split()[-1] == "-"
