@@ -322,17 +322,12 @@ class BrokerActor:
                 raise BrokerNotAvailableError(f"Broker {self.broker_id} is shutting down")
             if work.changed_configs:
                 await replicas.alter_topic_configs(work.changed_configs)
-            # The ACLs first: door requests are checked against them meanwhile.
             await replicas.send_guards()
-            try:
-                if work.leader_and_isr:
-                    await self._become(work.leader_and_isr)
-                if work.stops:
-                    await self._resign_coordinators(work.stops)
-                    await replicas.stop_replicas(work.stops)
-            finally:
-                # After: a dedicated host started or stopped changes each host's share.
-                await replicas.send_guards()
+            if work.leader_and_isr:
+                await self._become(work.leader_and_isr)
+            if work.stops:
+                await self._resign_coordinators(work.stops)
+                await replicas.stop_replicas(work.stops)
 
     async def _become(self, messages: list[LeaderAndIsr]) -> list[KafkaError]:
         """LeaderAndIsr applied by the replica hosts; this broker's group and transaction
