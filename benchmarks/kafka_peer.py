@@ -101,14 +101,17 @@ class JavaTools:
         return out
 
     def end_to_end(self, bootstrap_servers: str, topic: str, rate: int, seconds: float,
-                   warmup: float, size: int, acks: str = "all") -> dict[str, float]:
+                   warmup: float, size: int, acks: str = "all",
+                   trace: Path | None = None) -> dict[str, float]:
         """``benchmarks/java/EndToEnd.java``: Kafka's Java producer at ``rate`` records/s
         and its consumer in one JVM; the delays' ``p50``, ``p99``, ``p99.9`` (ms) and how
-        many ``records`` were measured."""
+        many ``records`` were measured; ``trace``: each measured record's partition,
+        offset, send and arrival ns written there."""
         source = Path(__file__).resolve().parent / "java" / "EndToEnd.java"
         proc = subprocess.Popen(self.java_cmd(
             "EndToEnd", bootstrap_servers, topic, str(rate), str(seconds), str(warmup),
-            str(size), acks, classes=self.compiled(source)),
+            str(size), acks, *([str(trace)] if trace else []),
+            classes=self.compiled(source)),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         out = output(WHO, "EndToEnd", proc, warmup + seconds + 180)
         found = re.search(r"^records (\d+) p50 ([\d.]+) p99 ([\d.]+) p99\.9 ([\d.]+)", out,

@@ -25,6 +25,7 @@ from typing import NoReturn
 
 import ray
 
+from actors import hop_trace
 from actors.broker.client_quota_manager import QUOTA_WINDOW_SIZE_SECONDS, BrokerQuotas
 from actors.broker.config import ClusterConfig
 from actors.broker.lifecycle import BrokerLifecycle
@@ -489,6 +490,13 @@ class BrokerActor:
     async def report_metrics(self) -> None:
         """Kafka's broker metrics and its groups' consumer lag, to Ray's metrics."""
         await self.metrics_report.report()
+
+    async def hop_trace(self, directory: str | None) -> None:
+        """Per-hop timestamps (``actors.hop_trace``, a benchmark mode) into ``directory``
+        from this broker's listener and every replica host of it; None: off."""
+        hop_trace.start(directory)
+        await asyncio.gather(*[h.hop_trace.remote(directory)
+                               for h in self.replica_manager.all_hosts()])
 
     async def share_quota_usage(self) -> None:
         """Each replica host told what the others measured of the client quotas' rates."""

@@ -28,6 +28,7 @@ from typing import Callable
 
 import ray
 
+from actors import hop_trace
 from actors.gcs import lookup
 from actors.metrics.broker_topic_stats import BrokerTopicStats
 from actors.names import broker_name, coordinator_name
@@ -248,6 +249,8 @@ class ReplicaHostActor:
                 self.replicas[tp] = outcome
                 self.cores[tp] = outcome.replica
                 outcome.on_isr_change = self.topic_stats.isr_changed
+                if hop_trace.ON:
+                    self._trace_high_watermark(outcome)
                 opening.set_result(None)
                 if outcome.metadata_file.dirty:
                     self._flush_soon(outcome.flush_metadata)
@@ -461,6 +464,18 @@ class ReplicaHostActor:
         """How many multi-partition requests this host has served, by kind."""
         return dict(self.requests)
 
+    async def hop_trace(self, directory: str | None) -> None:
+        """Per-hop timestamps into ``directory`` (``actors.hop_trace``); None: off."""
+        hop_trace.start(directory)
+        for replica in self.replicas.values():
+            self._trace_high_watermark(replica)
+
+    @staticmethod
+    def _trace_high_watermark(replica: HostedReplica) -> None:
+        core = replica.replica
+        core.on_high_watermark = None if not hop_trace.ON else (
+            lambda hw, t=core.topic, p=core.partition: hop_trace.mark("hw", t, p, hw, hw))
+
     async def host_pid(self) -> int:
         return os.getpid()
 
@@ -529,6 +544,11 @@ class ReplicaHostActor:
         answer = await future
         if counted:
             self._count_read(answer, req.replica_id >= 0)
+        if hop_trace.ON and req.replica_id < 0:
+            for topic, partition, result in answer.results:
+                found = hop_trace.span(result.records) if result.error is None else None
+                if found:
+                    hop_trace.mark("fetch", topic, partition, *found)
         return answer
 
     def _count_read(self, answer: FetchManyResponse, follower: bool) -> None:
@@ -567,9 +587,14 @@ class ReplicaHostActor:
         appended = self.topic_stats.appended
         for (topic, partition, records), guards in zip(req.partitions, verified):
             replica = self._replica(topic, partition)
+            end = replica.log.log_end_offset if hop_trace.ON and replica is not None else None
+            began = time.monotonic_ns() if end is not None else 0
             result = (ProduceResult(error=self._absent(topic, partition)) if replica is None
                       else ProduceResult(error=guards) if isinstance(guards, KafkaError)
                       else replica.produce_result(records, req.acks, req.timeout_ms, guards))
+            if end is not None and replica.log.log_end_offset > end:
+                hop_trace.mark("append", topic, partition, end, replica.log.log_end_offset - 1,
+                               began)
             # Counted once appended, as Kafka marks BytesIn / MessagesIn: whatever the ISR
             # then answers (a future: appended, waiting for acks=all).
             if isinstance(result, asyncio.Future) or result.error is None:

@@ -25,7 +25,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * order of arrival. Prints "records N p50 X p99 Y p99.9 Z" (ms) over the records sent
  * after the warm-up.
  *
- * usage: EndToEnd BOOTSTRAP TOPIC RATE SECONDS WARMUP SIZE ACKS
+ * With TRACE, each measured record's partition, offset, send and arrival times (ns) are
+ * written there, a line each, for benchmarks/hops.py to follow through the servers.
+ *
+ * usage: EndToEnd BOOTSTRAP TOPIC RATE SECONDS WARMUP SIZE ACKS [TRACE]
  */
 public class EndToEnd {
     public static void main(String[] args) throws Exception {
@@ -49,6 +52,11 @@ public class EndToEnd {
         long total = (long) (rate * (warmup + seconds));
         long measuredFrom = (long) (rate * warmup);   // the first measured record's number
         long[] delays = new long[(int) (total - measuredFrom)];
+        String trace = args.length > 7 ? args[7] : null;
+        int[] tracedPartitions = new int[trace == null ? 0 : delays.length];
+        long[] tracedOffsets = new long[tracedPartitions.length];
+        long[] tracedSent = new long[tracedPartitions.length];
+        long[] tracedArrived = new long[tracedPartitions.length];
         int[] count = {0};
         AtomicLong seen = new AtomicLong();   // read by the main thread as it waits
         AtomicBoolean stop = new AtomicBoolean();
@@ -59,8 +67,15 @@ public class EndToEnd {
                     ByteBuffer v = ByteBuffer.wrap(r.value());
                     long sent = v.getLong(0), number = v.getLong(8);
                     seen.incrementAndGet();
-                    if (number >= measuredFrom && count[0] < delays.length)
+                    if (number >= measuredFrom && count[0] < delays.length) {
+                        if (trace != null) {
+                            tracedPartitions[count[0]] = r.partition();
+                            tracedOffsets[count[0]] = r.offset();
+                            tracedSent[count[0]] = sent;
+                            tracedArrived[count[0]] = now;
+                        }
                         delays[count[0]++] = now - sent;
+                    }
                 }
             }
         });
@@ -88,6 +103,14 @@ public class EndToEnd {
         producer.close();
         consumer.close();
 
+        if (trace != null) {
+            try (java.io.PrintWriter out = new java.io.PrintWriter(
+                     new java.io.BufferedWriter(new java.io.FileWriter(trace)))) {
+                for (int i = 0; i < count[0]; i++)
+                    out.printf("%d %d %d %d%n", tracedPartitions[i], tracedOffsets[i],
+                               tracedSent[i], tracedArrived[i]);
+            }
+        }
         long[] got = Arrays.copyOf(delays, count[0]);
         Arrays.sort(got);
         if (got.length == 0) {

@@ -199,6 +199,42 @@ def test_the_java_end_to_end_benchmark_reads_every_record_it_measures(cluster, k
     assert 0 < figures["p50"] <= figures["p99"] <= figures["p99.9"]
 
 
+def test_every_record_the_java_clients_measure_is_followed_through_every_hop(cluster, kafka,
+                                                                            tmp_path):
+    """``benchmarks/hops.py``'s mode (issue 42, step 3): with the brokers' and hosts' per-hop
+    timestamps on, each record EndToEnd.java measures (2,000/s, acks=all, RF=3) is found by
+    its offset at every hop from the listener's read of its Produce to the listener's write
+    of its Fetch, the hops in order on the one clock the JVM and rafka's processes share;
+    tracing off, the brokers and hosts write no more."""
+    import ray
+
+    from benchmarks.hops import PATH, follow, read_client_trace, read_marks
+    from benchmarks.kafka_peer import JavaTools
+    cluster.admin().create_topics([rafka.NewTopic("hops-j", 3, 3)])
+    brokers = [cluster.broker(b) for b in sorted(cluster.broker_nodes)]
+    marks = tmp_path / "hops"
+    ray.get([b.hop_trace.remote(str(marks)) for b in brokers])
+    try:
+        figures = JavaTools(tmp_path, heap="256m").end_to_end(
+            cluster.bootstrap_servers, "hops-j", 2_000, 1.0, 1.0, 100,
+            trace=tmp_path / "client")
+    finally:
+        ray.get([b.hop_trace.remote(None) for b in brokers])
+    records = read_client_trace(tmp_path / "client")
+    assert figures["records"] == len(records) == 2_000
+    times, missed = follow(records, "hops-j", read_marks(marks))
+    assert missed == 0 and times.shape == (2_000, len(PATH))
+    back = times[:, 1:] < times[:, :-1]
+    assert not back.any(), [(PATH[i + 1], int(back[:, i].sum()),
+                             float((times[:, i + 1] - times[:, i]).min()) / 1e6)
+                            for i in range(back.shape[1]) if back[:, i].any()]
+    written = {p: p.stat().st_size for p in marks.glob("*.hops")}
+    assert len(written) >= 2   # a broker's listener and a replica host at least
+    with rafka.Producer(cluster) as producer:
+        producer.send("hops-j", b"untraced").get(timeout=30)
+    assert {p: p.stat().st_size for p in marks.glob("*.hops")} == written
+
+
 def test_java_transactions_read_committed_console_consumer_and_kafka_transactions(
         cluster, kafka):
     """kafka-producer-perf-test with a transactional id (Kafka's Java transactional

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Callable, Mapping
 
+from actors import hop_trace
 from actors.broker.client_quota_manager import BrokerQuotas
 from actors.broker.listener.auth_helper import AuthHelper, topic_denied
 from actors.broker.listener.file_regions import open_region
@@ -145,6 +147,8 @@ class FetchApis:
             response = decode_fetch_many_response(answer)
             for (key, _, _), (_, _, result) in zip(parts, response.results):
                 results[key] = result
+        if hop_trace.ON and replica_id < 0:
+            _trace_fetched(request, route, results)
         response = context.respond([(t, p, results[(t, p)])
                                     for t, p, _ in context.partitions])
         throttle_ms = 0
@@ -186,6 +190,17 @@ class FetchApis:
                           for t, parts in by_topic(order, answers)],
             "node_endpoints": node_endpoints(route.image, leaders_named(answers),
                                              request.listener)})
+
+
+def _trace_fetched(request: Request, route: PartitionRoute, results: dict) -> None:
+    """Hop marks of a consumer's Fetch answered by its hosts, made once it is written
+    (``actors.hop_trace``)."""
+    now = time.monotonic_ns()
+    for (topic, partition), result in results.items():
+        found = hop_trace.span(result.records) if result.error is None else None
+        if found:
+            hop_trace.hold(id(request), "listener.fetch", route.name(topic) or topic,
+                           partition, *found, now)
 
 
 async def fetch_hosts(by_host: Mapping[Any, list], ask, max_wait_ms: int) -> list:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors import hop_trace
 from actors.broker.client_quota_manager import BrokerQuotas
 from actors.broker.listener.acl_apis import AclApis
 from actors.broker.listener.admin_apis import AdminApis
@@ -206,6 +208,7 @@ class KafkaApis:
         if body.topic_data is None or any(t.partition_data is None for t in body.topic_data):
             raise InvalidRequest("Produce request with a null topic_data or partition_data")
         acks = int(body.acks)
+        started = time.monotonic_ns() if hop_trace.ON else 0
         route = PartitionRoute(self.image(), self.host_of, self.broker_id)
         txn_id = getattr(body, "transactional_id", None)
         # Transactional batches need their transactional id, and WRITE on it (Kafka's
@@ -247,6 +250,9 @@ class KafkaApis:
                                  "base_offset": result.base_offset,
                                  "log_append_time": result.log_append_time,
                                  "log_start_offset": result.log_start_offset})
+            if started:
+                _trace_produced(hop_trace.received.get(id(request), started), started, parts,
+                                answers)
         # producer_byte_rate: the request's bytes, as Kafka records them (once handled).
         throttle_ms = 0 if self.quotas is None else self.quotas.record(
             self.quotas.produce, request.principal, request.client_id, request.size)
@@ -423,6 +429,18 @@ def _producers_answer(partition: int, producers) -> dict:
                  "last_timestamp": ts, "coordinator_epoch": coordinator_epoch,
                  "current_txn_start_offset": txn_start}
                 for pid, epoch, seq, ts, coordinator_epoch, txn_start in producers]}
+
+
+def _trace_produced(received: int, started: int, parts: list, answers: dict) -> None:
+    """Hop marks of a Produce request's appended batches (``actors.hop_trace``)."""
+    now = time.monotonic_ns()
+    for key, name, records in parts:
+        answer, count = answers.get(key), hop_trace.record_count(records)
+        if answer and answer["error_code"] == 0 and count:
+            first, last = answer["base_offset"], answer["base_offset"] + count - 1
+            hop_trace.mark("listener.received", name, key[1], first, last, received)
+            hop_trace.mark("listener.produce", name, key[1], first, last, started)
+            hop_trace.mark("listener.produced", name, key[1], first, last, now)
 
 
 def _produce_error(error: KafkaError, route: PartitionRoute, name: str | None,

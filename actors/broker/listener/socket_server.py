@@ -40,6 +40,7 @@ import struct
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
+from actors import hop_trace
 from actors.broker.client_quota_manager import NANOS_TO_PERCENTAGE_PER_SECOND, BrokerQuotas
 from actors.broker.listener.file_regions import OpenRegion, close_regions
 from actors.broker.listener.sasl_authenticator import Authenticator
@@ -360,6 +361,8 @@ class SocketServer:
                                 principal = auth.principal
                                 self._count(principal, 1)
                         continue
+                    if hop_trace.ON:
+                        hop_trace.received[id(request)] = time.monotonic_ns()
                     keys = overlap_keys(request)
                     while True:
                         in_hand = [(k, f) for k, f in in_hand if not f.done()]
@@ -419,8 +422,10 @@ class SocketServer:
                 encoding = time.perf_counter_ns()
                 if response is not None:   # acks=0: no answer
                     throttle_ms = max(throttle_ms, throttle_of(response))
-                    self.bytes_sent_from_files += await write_response(
-                        writer, encode_response(request, response))
+                    encoded = encode_response(request, response)
+                    if hop_trace.ON:
+                        hop_trace.written(id(request))
+                    self.bytes_sent_from_files += await write_response(writer, encoded)
                     await writer.drain()
                 self.request_metrics.observe(request_name(request.api_key),
                                              (time.monotonic() - came) * 1000)
