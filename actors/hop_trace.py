@@ -23,18 +23,25 @@ time and a replica host's append time subtract. The hops, in a record's order:
   socket (its first bytes may reach the client before a write returns).
 
 A mark is one unbuffered ``write`` (about 2 us), so a process killed when the run ends loses
-none; with tracing off a hop costs one check of ``ON``.
+none; with tracing off a hop costs one check of ``ON``. The earliest mark of an offset at a
+hop counts: a host's answer to a long poll the listener gave up on (a fetch spread over
+several hosts of one broker) counts as the host's, though the listener dropped it. Replica
+hosts started after tracing was turned on are not traced.
 """
 from __future__ import annotations
 
 import os
+import struct
 import time
 from pathlib import Path
 
 from protocols.file_region import FileRegion
-from protocols.records import iter_batches
+from protocols.records import MAGIC, MIN_BATCH_LENGTH, iter_batches
 
 ON = False
+# A v2 batch header's baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes
+# and lastOffsetDelta: up to the field ``span`` needs.
+_HEADER = struct.Struct(">qiibIhi")
 _fd: int | None = None
 _pending: dict[int, list[tuple]] = {}   # a Fetch request's spans, until written
 received: dict[int, int] = {}   # when each request was read (by id), until written
@@ -63,33 +70,66 @@ def mark(hop: str, topic: str, partition: int, first: int, last: int,
 
 
 def span(records) -> tuple[int, int] | None:
-    """The first and last offsets of the whole batches in ``records`` (bytes, or a segment's
-    ``FileRegion``, read here: tracing only), or None when it holds none."""
-    if isinstance(records, FileRegion):
-        try:
+    """The first and last offsets of the whole batches in ``records``: bytes, a segment's
+    ``FileRegion`` (its file checked to be the one named, then its batch headers read), or
+    the listener's open region (``file``, ``position``, ``size``). None when it holds none
+    or cannot be read: tracing never fails a request."""
+    try:
+        if isinstance(records, FileRegion):
             with open(records.path, "rb") as f:
-                records = os.pread(f.fileno(), records.size, records.position)
-        except OSError:
+                stat = os.fstat(f.fileno())
+                if (stat.st_dev, stat.st_ino) != (records.device, records.inode):
+                    return None   # the segment was replaced since
+                return _file_span(f.fileno(), records.position, records.size)
+        if hasattr(records, "file"):
+            return _file_span(records.file.fileno(), records.position, records.size)
+        if not records:
             return None
-    if not records:
+        first = last = None
+        for batch in iter_batches(records):
+            if first is None:
+                first = batch.base_offset
+            last = batch.last_offset
+        return None if first is None else (first, last)
+    except Exception:   # noqa: BLE001 - a mark missed, never a request failed
         return None
+
+
+def _file_span(fd: int, position: int, size: int) -> tuple[int, int] | None:
+    """``span`` of a file's region from its batches' headers alone (a small read each)."""
     first = last = None
-    for batch in iter_batches(records):
+    end = position + size
+    while end - position >= _HEADER.size:
+        base_offset, length, _, magic, _, _, last_offset_delta = _HEADER.unpack(
+            os.pread(fd, _HEADER.size, position))
+        if length < MIN_BATCH_LENGTH or magic != MAGIC or position + 12 + length > end:
+            break    # not a batch, or a partial batch at the end: not counted
         if first is None:
-            first = batch.base_offset
-        last = batch.last_offset
+            first = base_offset
+        last = base_offset + last_offset_delta
+        position += 12 + length
     return None if first is None else (first, last)
 
 
 def record_count(records) -> int:
-    """How many records a producer's batches hold (their offsets are not yet assigned)."""
-    return sum(batch.last_offset_delta + 1 for batch in iter_batches(records or b""))
+    """How many records a producer's batches hold (their offsets are not yet assigned); 0
+    for bytes that are not batches."""
+    try:
+        return sum(batch.last_offset_delta + 1 for batch in iter_batches(records or b""))
+    except Exception:   # noqa: BLE001 - the host refuses them; tracing marks nothing
+        return 0
 
 
 def hold(request_id: int, hop: str, topic: str, partition: int, first: int, last: int,
          ns: int) -> None:
     """A mark of a response not yet written, made with ``written``'s when it is."""
     _pending.setdefault(request_id, []).append((hop, topic, partition, first, last, ns))
+
+
+def forget(request_id: int) -> None:
+    """A request done with, answered or not (acks=0, a handler's failure)."""
+    received.pop(request_id, None)
+    _pending.pop(request_id, None)
 
 
 def written(request_id: int) -> None:

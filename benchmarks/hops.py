@@ -38,8 +38,8 @@ from benchmarks.peers import PeerUnavailable  # noqa: E402
 
 PARTITIONS = 6
 # The consumer path's hops, in order; each step is the time from one to the next.
-PATH = ("sent", "listener.received", "listener.produce", "append", "hw", "fetch", "listener.fetch", "written",
-        "arrived")
+PATH = ("sent", "listener.received", "listener.produce", "append", "hw", "fetch",
+        "listener.fetch", "written", "arrived")
 STEPS = {
     "listener.received": "producer -> listener (linger, in-flight limit, socket)",
     "listener.produce": "behind the connection's earlier requests for its partitions",
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
                                    read_marks(traces))
             print(f"rafka, hop by hop: {len(times):,} records followed through every hop"
                   f"{f' ({missed:,} missed one)' if missed else ''}")
-            for line in report(times):
+            for line in report(times) if len(times) else ():
                 print(line)
         finally:
             cluster.shutdown()

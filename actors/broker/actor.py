@@ -496,7 +496,8 @@ class BrokerActor:
         from this broker's listener and every replica host of it; None: off."""
         hop_trace.start(directory)
         await asyncio.gather(*[h.hop_trace.remote(directory)
-                               for h in self.replica_manager.all_hosts()])
+                               for h in self.replica_manager.all_hosts()],
+                             return_exceptions=True)   # a host down is not traced
 
     async def share_quota_usage(self) -> None:
         """Each replica host told what the others measured of the client quotas' rates."""

@@ -545,10 +545,11 @@ class ReplicaHostActor:
         if counted:
             self._count_read(answer, req.replica_id >= 0)
         if hop_trace.ON and req.replica_id < 0:
+            now = time.monotonic_ns()
             for topic, partition, result in answer.results:
                 found = hop_trace.span(result.records) if result.error is None else None
                 if found:
-                    hop_trace.mark("fetch", topic, partition, *found)
+                    hop_trace.mark("fetch", topic, partition, *found, now)
         return answer
 
     def _count_read(self, answer: FetchManyResponse, follower: bool) -> None:

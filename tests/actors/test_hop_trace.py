@@ -47,6 +47,49 @@ def test_a_span_is_read_from_a_segments_file_region(tmp_path):
     assert hop_trace.span(region) is None
 
 
+def test_a_span_or_count_of_bytes_that_are_not_batches_is_none_never_an_error(tmp_path):
+    """Tracing runs inside the request paths: a client's bad bytes or a replaced segment
+    must not fail a request there."""
+    assert hop_trace.span(b"\0" * 12) is None            # a batch length below the minimum
+    bad_magic = bytearray(batch(0, 2))
+    bad_magic[16] = 7
+    assert hop_trace.span(bytes(bad_magic)) is None
+    assert hop_trace.record_count(bytes(bad_magic)) == 0
+    assert hop_trace.record_count(b"\0" * 12) == 0
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(b"\xff" * 200)
+    stat = log.stat()
+    assert hop_trace.span(FileRegion(str(log), stat.st_dev, stat.st_ino, 0, 200)) is None
+    # A segment replaced under the same name (compaction's swap) is not read.
+    log.write_bytes(batch(0, 3))
+    old = FileRegion(str(log), stat.st_dev, stat.st_ino + 1, 0, len(batch(0, 3)))
+    assert hop_trace.span(old) is None
+
+
+def test_a_span_of_the_listeners_open_region_reads_its_file(tmp_path):
+    from actors.broker.listener.file_regions import OpenRegion
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(batch(0, 2) + batch(2, 4))
+    with open(log, "rb") as f:
+        assert hop_trace.span(OpenRegion(f, 0, log.stat().st_size)) == (0, 5)
+        assert hop_trace.span(OpenRegion(f, 0, log.stat().st_size - 1)) == (0, 1)
+
+
+def test_a_produce_refused_for_its_bytes_is_traced_as_nothing(tracing):
+    """The listener's Produce marks: only appended batches, and bad bytes skipped."""
+    from actors.broker.listener.kafka_apis import _trace_produced
+    parts = [(("t", 0), "t", b"\0" * 12), (("t", 1), "t", batch(0, 3)),
+             (("t", 2), "t", batch(0, 2))]
+    answers = {("t", 0): {"error_code": 0, "base_offset": 5},
+               ("t", 1): {"error_code": 0, "base_offset": 40},
+               ("t", 2): {"error_code": 2}}
+    _trace_produced(100, 200, parts, answers)
+    lines = (tracing / f"{os.getpid()}.hops").read_text().splitlines()
+    assert [line.rsplit(" ", 1)[0] for line in lines] == [
+        "listener.received t 1 40 42", "listener.produce t 1 40 42",
+        "listener.produced t 1 40 42"]
+
+
 def test_marks_are_lines_on_the_monotonic_clock_and_stop_with_tracing(tracing):
     before = time.monotonic_ns()
     hop_trace.mark("append", "t", 0, 5, 7)
@@ -69,10 +112,14 @@ def test_held_marks_are_made_when_their_response_is_written(tracing):
         not (tracing / f"{os.getpid()}.hops").read_text()
     hop_trace.written(7)
     hop_trace.written(7)   # once only
+    hop_trace.received[8] = 2   # an acks=0 Produce: no answer written, forgotten
+    hop_trace.hold(8, "listener.fetch", "t", 1, 5, 6, 100)
+    hop_trace.forget(8)
+    hop_trace.written(8)
     lines = (tracing / f"{os.getpid()}.hops").read_text().splitlines()
     assert lines[0] == "listener.fetch t 1 0 4 100"
     assert lines[1].startswith("written t 1 0 4 ")
-    assert len(lines) == 2 and 7 not in hop_trace.received
+    assert len(lines) == 2 and not hop_trace.received
 
 
 def write_marks(directory, lines: list[str], name: str = "1.hops") -> None:

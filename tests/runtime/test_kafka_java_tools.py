@@ -232,6 +232,15 @@ def test_every_record_the_java_clients_measure_is_followed_through_every_hop(clu
     assert len(written) >= 2   # a broker's listener and a replica host at least
     with rafka.Producer(cluster) as producer:
         producer.send("hops-j", b"untraced").get(timeout=30)
+    from confluent_kafka import Consumer, Producer
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    producer.produce("hops-j", b"untraced, through the listener")
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "hops-j",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["hops-j"])
+    assert consumer.consume(1, 30)
+    consumer.close()
     assert {p: p.stat().st_size for p in marks.glob("*.hops")} == written
 
 

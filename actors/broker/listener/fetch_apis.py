@@ -147,8 +147,7 @@ class FetchApis:
             response = decode_fetch_many_response(answer)
             for (key, _, _), (_, _, result) in zip(parts, response.results):
                 results[key] = result
-        if hop_trace.ON and replica_id < 0:
-            _trace_fetched(request, route, results)
+        answered_ns = time.monotonic_ns() if hop_trace.ON and replica_id < 0 else 0
         response = context.respond([(t, p, results[(t, p)])
                                     for t, p, _ in context.partitions])
         throttle_ms = 0
@@ -184,6 +183,8 @@ class FetchApis:
                                     {"producer_id": pid, "first_offset": first}
                                     for pid, first in aborted],
                                 "preferred_read_replica": -1, "records": records}
+        if answered_ns:
+            _trace_fetched(request, route, answers, answered_ns)
         return build(response_class(request), {
             "throttle_time": throttle_ms, "error_code": 0, "session_id": response.session_id,
             "responses": [{"topic": t, "topic_id": t, "partitions": parts}
@@ -192,15 +193,15 @@ class FetchApis:
                                              request.listener)})
 
 
-def _trace_fetched(request: Request, route: PartitionRoute, results: dict) -> None:
-    """Hop marks of a consumer's Fetch answered by its hosts, made once it is written
-    (``actors.hop_trace``)."""
-    now = time.monotonic_ns()
-    for (topic, partition), result in results.items():
-        found = hop_trace.span(result.records) if result.error is None else None
+def _trace_fetched(request: Request, route: PartitionRoute, answers: dict,
+                   answered_ns: int) -> None:
+    """Hop marks of the records a consumer's Fetch answer sends (its hosts answered at
+    ``answered_ns``), made once it is written (``actors.hop_trace``)."""
+    for (topic, partition), answer in answers.items():
+        found = hop_trace.span(answer.get("records"))
         if found:
             hop_trace.hold(id(request), "listener.fetch", route.name(topic) or topic,
-                           partition, *found, now)
+                           partition, *found, answered_ns)
 
 
 async def fetch_hosts(by_host: Mapping[Any, list], ask, max_wait_ms: int) -> list:

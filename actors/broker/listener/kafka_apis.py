@@ -435,8 +435,10 @@ def _trace_produced(received: int, started: int, parts: list, answers: dict) -> 
     """Hop marks of a Produce request's appended batches (``actors.hop_trace``)."""
     now = time.monotonic_ns()
     for key, name, records in parts:
-        answer, count = answers.get(key), hop_trace.record_count(records)
-        if answer and answer["error_code"] == 0 and count:
+        answer = answers.get(key)
+        count = hop_trace.record_count(records) if answer and answer["error_code"] == 0 \
+            else 0
+        if count:
             first, last = answer["base_offset"], answer["base_offset"] + count - 1
             hop_trace.mark("listener.received", name, key[1], first, last, received)
             hop_trace.mark("listener.produce", name, key[1], first, last, started)

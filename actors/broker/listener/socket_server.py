@@ -439,6 +439,8 @@ class SocketServer:
                 if throttle_ms:
                     muted[0] = max(muted[0], time.monotonic() + throttle_ms / 1000)
             finally:
+                if hop_trace.ON and request is not None:
+                    hop_trace.forget(id(request))
                 answers.task_done()
 
     @staticmethod
