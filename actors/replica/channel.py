@@ -322,16 +322,17 @@ class ReplicationConnection:
                                                        ssl=context)
         connection = cls(reader, writer)
         try:
-            await connection._call(API_HELLO, token)
+            await connection.send(API_HELLO, token)
         except BaseException:
             connection.close()
             raise
         return connection
 
     async def call(self, api: int, payload: bytes) -> bytes:
-        return await self._call(api, payload)
+        return await self.send(api, payload)
 
-    def _call(self, api: int, payload: bytes) -> asyncio.Future:
+    def send(self, api: int, payload: bytes) -> asyncio.Future:
+        """``call`` with its frame written before this returns: the answer's future."""
         if self._closed is not None:
             raise ChannelClosed(str(self._closed))
         correlation_id = next(self._ids) & 0xFFFFFFFF

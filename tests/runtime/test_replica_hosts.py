@@ -65,6 +65,38 @@ def test_a_host_answers_not_leader_or_follower_for_a_replica_it_does_not_hold(
         ray.get(host.describe.remote("nowhere", 0))
 
 
+def test_a_host_appends_a_channels_produce_frames_in_the_order_they_came(two_host_cluster):
+    """What lets the Kafka listener begin a connection's next Produce for a partition once
+    the earlier one's frames are written (``request_order``): the leader's host appends a
+    channel's Produce frames in the order they came, each before its first wait, though the
+    acks=all answers wait on the followers. 30 frames written at once, one partition."""
+    import asyncio
+
+    from actors.replica.channel import API_PRODUCE, connect
+    from protocols.messages import (ProduceManyRequest, decode_produce_many_response,
+                                    encode_produce_many_request)
+    cluster = two_host_cluster
+    cluster.admin().create_topics([rafka.NewTopic("order", 1, 3)])
+    _, leader = cluster.leader("order", 0)
+
+    async def run() -> list[int]:
+        connection = await connect(leader.host, 30)
+        try:
+            answers = [connection.send(API_PRODUCE, encode_produce_many_request(
+                ProduceManyRequest(-1, 30_000, (("order", 0, encode_batch(
+                    [Record(None, b"%d-%d" % (i, n)) for n in range(i % 3 + 1)])),), None)))
+                for i in range(30)]
+            return [decode_produce_many_response(a)[0][0][2].base_offset
+                    for a in await asyncio.gather(*answers)]
+        finally:
+            connection.close()
+    offsets = asyncio.run(run())
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    assert offsets[-1] == sum(i % 3 + 1 for i in range(29))
+    values = list(read_all(leader).values())
+    assert values == [b"%d-%d" % (i, n) for i in range(30) for n in range(i % 3 + 1)]
+
+
 def test_a_long_poll_on_one_replica_does_not_hold_up_another_in_the_same_host(
         two_host_cluster):
     cluster = two_host_cluster

@@ -39,6 +39,14 @@ class HostChannels:
             connection = await self._open(host)
         return await connection.call(api, payload)
 
+    def send(self, host: Any, api: int, payload: bytes) -> tuple[asyncio.Future, bool]:
+        """``call`` begun now: its answer's future, and whether the frame is already
+        written (the host's connection open), or will be once the connection opens."""
+        connection = self._connections.get(host)
+        if connection is not None and not connection.closed:
+            return connection.send(api, payload), True
+        return asyncio.ensure_future(self.call(host, api, payload)), False
+
     async def _open(self, host: Any) -> ReplicationConnection:
         opening = self._opening.get(host)
         if opening is None:

@@ -31,6 +31,7 @@ from actors.broker.listener.metadata_apis import (metadata_values, node_endpoint
 from actors.broker.listener.partition_route import (PartitionRoute, by_topic, gather_hosts,
                                                     leaders_named)
 from actors.broker.listener.reassignment_apis import ReassignmentApis
+from actors.broker.listener.request_order import appends_sent
 from actors.broker.listener.sasl_authenticator import after_authentication
 from actors.broker.listener.txn_apis import TxnApis
 from actors.replica.channel import API_LIST_OFFSETS, API_OFFSETS_FOR_LEADER_EPOCH, API_PRODUCE
@@ -230,11 +231,15 @@ class KafkaApis:
             lambda part: part.records or b"",
             self.auth.topic_refusal(request, AclOperation.WRITE))
         timeout_ms = int(body.timeout.total_seconds() * 1000)
-        for host, parts, answer in await gather_hosts(
-                by_host, lambda host, parts: self.channels.call(
-                    host, API_PRODUCE, encode_produce_many_request(ProduceManyRequest(
-                        acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts),
-                        getattr(body, "transactional_id", None))))):
+        sends = {host: self.channels.send(host, API_PRODUCE, encode_produce_many_request(
+            ProduceManyRequest(acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts),
+                               txn_id)))
+                 for host, parts in by_host.items()}
+        if txn_id is None and all(written for _, written in sends.values()):
+            appends_sent()
+        outcomes = await asyncio.gather(*[answer for answer, _ in sends.values()],
+                                        return_exceptions=True)
+        for (host, parts), answer in zip(by_host.items(), outcomes):
             if isinstance(answer, BaseException):
                 log.info("broker %d: produce to a replica host failed: %r", self.broker_id,
                          answer)

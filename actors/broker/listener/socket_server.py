@@ -2,12 +2,14 @@
 sans-IO codec (``protocols.kafka.codec``) and the request handlers (``KafkaApis``).
 
 Responses go out in request order. Kafka mutes a connection while its request is handled;
-here a connection's Produce requests to partitions no earlier request still in hand names
-overlap, up to ``MAX_OVERLAPPING`` (a client's max.in.flight): each waits on its followers'
-replication for acks=all, and librdkafka sends one request per partition, so a transaction
-or a flush spanning two partitions led by one broker waited twice. Every other request, and
-a Produce naming a partition in hand, waits for the requests before it, as in Kafka: its
-order against them is the client's to rely on (an idempotent producer's sequence numbers).
+here a connection's Produce requests overlap, up to ``MAX_OVERLAPPING`` (a client's
+max.in.flight): each waits on its followers' replication for acks=all, and librdkafka sends
+one request per partition, so a transaction or a flush spanning two partitions led by one
+broker waited twice. A Produce naming a partition an earlier one in hand names begins once
+the earlier one's batches are on their way to the hosts, in order (``request_order``; a
+transactional one's, once it is answered); every other request waits for the requests
+before it, as in Kafka: their order is the client's to rely on (an idempotent producer's
+sequence numbers).
 A connection is closed, with a log line saying why, when a frame's size is over
 ``socket.request.max.bytes``, when a request names an API or version this broker does not
 serve or does not decode, when a handler fails, or when it has been idle for
@@ -42,6 +44,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from actors import hop_trace
 from actors.broker.client_quota_manager import NANOS_TO_PERCENTAGE_PER_SECOND, BrokerQuotas
+from actors.broker.listener import request_order
 from actors.broker.listener.file_regions import OpenRegion, close_regions
 from actors.broker.listener.sasl_authenticator import Authenticator
 from actors.broker.listener.tls import principal_of
@@ -154,13 +157,14 @@ def throttle_of(response: Any) -> int:
     return int(throttle.total_seconds() * 1000) if throttle else 0
 
 
-def may_start(keys: frozenset | None, in_hand: list[frozenset | None]) -> bool:
-    """Whether a request with ``keys`` may be handled now beside the requests in hand."""
+def may_start(keys: frozenset | None, in_hand: list[tuple[frozenset | None, bool]]) -> bool:
+    """Whether a request with ``keys`` may be handled now beside the requests in hand, each
+    given by its keys and whether its appends are on their way (``request_order``)."""
     if not in_hand:
         return True
     if keys is None or len(in_hand) >= MAX_OVERLAPPING:
         return False
-    return all(other is not None and not keys & other for other in in_hand)
+    return all(other is not None and (sent or not keys & other) for other, sent in in_hand)
 
 
 def every_interface(port: int) -> socket.socket:
@@ -289,7 +293,9 @@ class SocketServer:
         # of it is read meanwhile.
         muted = [0.0]
         responder = asyncio.ensure_future(self._respond(answers, writer, muted))
-        in_hand: list[tuple[frozenset | None, asyncio.Future]] = []
+        # Each request in hand: its keys, its handling, and when a later one for the same
+        # partitions may begin (``_begin``).
+        in_hand: list[tuple[frozenset | None, asyncio.Future, asyncio.Future]] = []
         read: asyncio.Future | None = None
         try:
             await self._processing.wait()   # the client's bytes wait in the socket meanwhile
@@ -303,7 +309,7 @@ class SocketServer:
                     responder.result()           # a handler's failure ends the connection
                 if read not in done:
                     # Idle: no request in hand and no byte for connections.max.idle.ms.
-                    if any(not f.done() for _, f in in_hand):
+                    if any(not f.done() for _, f, _ in in_hand):
                         continue
                     read.cancel()
                     self._closing(peer, "idle", f"idle for connections.max.idle.ms "
@@ -365,15 +371,17 @@ class SocketServer:
                         hop_trace.received[id(request)] = time.monotonic_ns()
                     keys = overlap_keys(request)
                     while True:
-                        in_hand = [(k, f) for k, f in in_hand if not f.done()]
-                        if may_start(keys, [k for k, _ in in_hand]):
+                        in_hand = [(k, f, s) for k, f, s in in_hand if not f.done()]
+                        if may_start(keys, [(k, s.done()) for k, _, s in in_hand]):
                             break
-                        await asyncio.wait([f for _, f in in_hand] + [responder],
+                        await asyncio.wait([f for _, f, _ in in_hand]
+                                           + [s for _, _, s in in_hand if not s.done()]
+                                           + [responder],
                                            return_when=asyncio.FIRST_COMPLETED)
                         if responder.done():
                             responder.result()
-                    handling = asyncio.ensure_future(self.handle(request))
-                    in_hand.append((keys, handling))
+                    handling, sent = self._begin(request, keys)
+                    in_hand.append((keys, handling, sent))
                     answers.put_nowait((request, handling, time.monotonic(), parsing))
         except CloseConnection as e:
             # What was asked before the bad bytes is still answered.
@@ -391,11 +399,32 @@ class SocketServer:
             responder.cancel()
             if read is not None:
                 read.cancel()
-            for _, handling in in_hand:
+            for _, handling, _ in in_hand:
                 handling.cancel()
             self._connections.discard(task)
             self._count(principal, -1)
             writer.close()
+
+    def _begin(self, request: Request, keys: frozenset | None
+               ) -> tuple[asyncio.Future, asyncio.Future]:
+        """The request's handling, and when a later one for the same partitions may begin:
+        a Produce's, once its appends are on their way (``request_order``); any other's,
+        once it is handled."""
+        if keys is None:
+            handling = asyncio.ensure_future(self.handle(request))
+            return handling, handling
+        sent = asyncio.get_running_loop().create_future()
+
+        def done(_=None) -> None:
+            if not sent.done():
+                sent.set_result(None)
+        token = request_order.expect_appends_sent(done)
+        try:
+            handling = asyncio.ensure_future(self.handle(request))
+        finally:
+            request_order.reset(token)
+        handling.add_done_callback(done)
+        return handling, sent
 
     def _count(self, principal: str, change: int) -> None:
         left = self.principals.get(principal, 0) + change

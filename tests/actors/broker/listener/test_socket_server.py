@@ -215,6 +215,82 @@ def test_produce_requests_to_other_partitions_overlap_others_wait_and_answers_ke
     assert held[5:] == [{6}, {6, 7}]
 
 
+def produce_v3(correlation_id: int, partitions: list[int], transactional_id=None) -> bytes:
+    return request_bytes(0, 3, {"transactional_id": transactional_id, "acks": -1,
+                                "timeout": 30_000, "topic_data": [{"name": "t", "partition_data": [
+                                    {"index": p, "records": None} for p in partitions]}]},
+                         correlation_id)
+
+
+class Replicating(Holding):
+    """The real handler first (a Produce's appends go out there), then ``delay_s``: as an
+    acks=all Produce waits for its followers after its appends are sent."""
+
+    async def __call__(self, request):
+        self.holding.add(request.correlation_id)
+        self.held.append(set(self.holding))
+        answer = await self.apis.handle(request)
+        await asyncio.sleep(self.delay_s(request))
+        self.holding.discard(request.correlation_id)
+        return answer
+
+
+def test_a_produce_for_partitions_in_hand_begins_once_the_earlier_appends_are_sent():
+    """Kafka handles a connection's requests one at a time, so an acks=all Produce waits
+    for the one before it to be replicated. Here one naming the same partitions begins as
+    soon as the earlier one's batches are on their way to the hosts (the hosts append a
+    channel's frames in order): its replication overlaps the earlier one's. The answers
+    still go out in request order, and any other request still waits for all before it."""
+    handle = Replicating(lambda request: 0.05 * (10 - request.correlation_id))
+    ids = asyncio.run(pipelined(
+        handle, produce_v3(1, [0]) + produce_v3(2, [0]) + produce_v3(3, [0, 1])
+        + request_bytes(18, 3, {}, 4) + produce_v3(5, [0]), 5))
+    assert ids == [1, 2, 3, 4, 5]
+    held = handle.held
+    assert held[:3] == [{1}, {1, 2}, {1, 2, 3}]
+    assert held[3] == {4}
+    assert held[4] == {5}
+
+
+def test_a_transactional_produce_for_partitions_in_hand_waits_for_the_earlier_answer():
+    """A transaction's first batches on a partition wait for its coordinator's verification
+    before they are appended, so the next Produce for the same partitions could be appended
+    first: a transactional one begins only once the one before it is answered, as in
+    Kafka."""
+    handle = Replicating(lambda request: 0.05 * (10 - request.correlation_id))
+    ids = asyncio.run(pipelined(
+        handle, produce_v3(1, [0], "txn") + produce_v3(2, [0], "txn")
+        + produce_v3(3, [1], "txn"), 3))
+    assert ids == [1, 2, 3]
+    assert handle.held == [{1}, {2}, {2, 3}]
+
+
+def test_connections_closed_after_overlapping_produce_requests_leave_nothing_behind():
+    """A connection closed by its client, or idle for connections.max.idle.ms, with
+    Produce requests handled before: no connection or principal counted after."""
+    async def run():
+        s = server(idle_ms=300)
+        port = await serving(s)
+        idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)
+        idle_w.write(produce_v3(1, [0]))
+        await read_frame(idle_r)
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(produce_v3(1, [0]) + produce_v3(2, [0]))
+        for _ in range(2):
+            await read_frame(r)
+        w.close()
+        assert await asyncio.wait_for(idle_r.read(1), 5) == b""    # closed by the broker
+        for _ in range(50):
+            if s.connection_count == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert s.connection_count == 0 and s.principals == {}
+        assert s.closed_for == {"idle": 1}
+        idle_w.close()
+        await s.stop()
+    asyncio.run(run())
+
+
 def test_no_more_than_max_overlapping_produce_requests_are_handled_at_once():
     from actors.broker.listener.socket_server import MAX_OVERLAPPING
     handle = Holding(lambda request: 0.05)
