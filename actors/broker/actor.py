@@ -196,10 +196,19 @@ class BrokerActor:
                               self._advertised(self.listeners, bound,
                                                self._advertised_config,
                                                ray.util.get_node_ip_address())]
-            self.boot_step = "a writable log directory"
-            await self._await_writable_log_dir()
-            self.boot_step = "replica hosts"
-            await self.replica_manager.start_hosts()
+            # The controller (found, or started by the first broker to look) and the replica
+            # hosts are new processes each: started together, one start's wait, not two.
+            controller = asyncio.get_running_loop().create_task(
+                self.lifecycle.ensure_controller())
+            try:
+                self.boot_step = "a writable log directory"
+                await self._await_writable_log_dir()
+                self.boot_step = "replica hosts"
+                await self.replica_manager.start_hosts()
+                self.boot_step = "finding the controller"
+                await controller
+            finally:
+                controller.cancel()   # done, or the start failed: nothing left running
             me = ray.get_runtime_context().current_actor
             b = self.cfg.broker
             key = broker_name(self.broker_id)

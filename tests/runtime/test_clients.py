@@ -22,6 +22,7 @@ from tests.runtime.helpers import (check_read_back_once_in_order, send_through_f
                                    wait_until)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+SHARE_CLUSTER = True   # each test its own topics; own_cluster for kills
 
 
 def consume_all(consumer, expected: int, timeout_s: float = 60) -> list:
@@ -102,6 +103,7 @@ def test_bad_client_input_is_refused_clearly(cluster):
         rafka.Consumer(cluster, {"auto.offset.reset": "smallest"})
 
 
+@pytest.mark.own_cluster
 def test_idempotent_producer_through_a_leader_kill_writes_each_record_once_in_order(cluster):
     cluster.admin().create_topics([rafka.NewTopic("t", 1, 3, config={"min.insync.replicas": 2})])
 
@@ -116,15 +118,16 @@ def test_idempotent_producer_through_a_leader_kill_writes_each_record_once_in_or
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_every_acks_level_delivers(cluster, acks):
-    cluster.admin().create_topics([rafka.NewTopic("acks", 1, 3)])
+    topic = f"acks-{acks}"
+    cluster.admin().create_topics([rafka.NewTopic(topic, 1, 3)])
     with rafka.Producer(cluster, {"acks": acks}) as producer:
-        metas = [producer.send("acks", f"{i}".encode()).result(30) for i in range(50)]
+        metas = [producer.send(topic, f"{i}".encode()).result(30) for i in range(50)]
     if acks == "0":
         assert {m.offset for m in metas} == {-1}          # no answer awaited: no offsets
     else:
         assert [m.offset for m in metas] == list(range(50))
     consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
-    consumer.assign([("acks", 0)])
+    consumer.assign([(topic, 0)])
     assert [r.value for r in consume_all(consumer, 50, 30)] == [f"{i}".encode()
                                                                 for i in range(50)]
 
@@ -205,6 +208,7 @@ def test_fetch_max_bytes_bounds_fetches_but_every_partition_is_read(cluster):
         (p, i) for p in range(4) for i in range(20)]
 
 
+@pytest.mark.own_cluster
 def test_consumer_detects_log_truncation_after_an_unclean_election(cluster):
     """KIP-320: a consumer that read records the new leader never had (an unclean election)
     goes back to where the logs agree (or, with auto.offset.reset=none, says so) instead of
@@ -252,18 +256,18 @@ def test_batches_too_large_for_the_topic_are_split_and_every_record_lands_once(c
     MESSAGE_TOO_LARGE batch goes out again in halves (Kafka's splitAndReenqueue), with its
     sequence numbers, so nothing is lost, doubled or reordered; only a single record over
     the limit fails."""
-    cluster.admin().create_topics([rafka.NewTopic("small", 1, 2,
+    cluster.admin().create_topics([rafka.NewTopic("small-batches", 1, 2,
                                                   config={"max.message.bytes": 1024})])
     with rafka.Producer(cluster, {"linger.ms": 50, "batch.size": 16_384}) as producer:
-        futures = [producer.send("small", f"{i:04d}".encode() * 25) for i in range(300)]
-        too_big = producer.send("small", b"x" * 2_000)
+        futures = [producer.send("small-batches", f"{i:04d}".encode() * 25) for i in range(300)]
+        too_big = producer.send("small-batches", b"x" * 2_000)
         producer.flush(60)
     offsets = [f.result(0).offset for f in futures]
     assert offsets == sorted(offsets) and len(set(offsets)) == 300
     with pytest.raises(RecordTooLargeError):
         too_big.result(0)
     consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest"})
-    consumer.assign([("small", 0)])
+    consumer.assign([("small-batches", 0)])
     records = consume_all(consumer, 300)
     assert [r.value for r in records] == [f"{i:04d}".encode() * 25 for i in range(300)]
     assert [r.offset for r in records] == offsets

@@ -17,6 +17,7 @@ from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
 from tests.runtime.conftest import collect
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+SHARE_CLUSTER = True   # each test its own topics, groups and transactional ids
 
 
 def committed_values(cluster, topic: str, partitions: int, expected: int) -> list[bytes]:

@@ -20,6 +20,7 @@ from tests.kafka_wire import read_response, request_bytes
 from tests.runtime.helpers import controller_cannot_commit, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+SHARE_CLUSTER = True   # each test its own topics; own_cluster for kills and counts
 
 
 def address(servers: str, index: int = 0) -> tuple[str, int]:
@@ -108,6 +109,7 @@ def test_metadata_creates_a_topic_it_is_asked_for_unless_the_client_says_not_to(
     assert len(cluster.metadata()["topics"]["made"]) == 1
 
 
+@pytest.mark.own_cluster
 def test_a_broker_answers_clients_only_once_its_metadata_names_it(cluster):
     """Kafka's BrokerServer enables request processing only after the initial metadata
     catch-up. A rafka broker answered from the start: a Metadata answer from a broker whose
@@ -144,6 +146,7 @@ def test_a_broker_answers_clients_only_once_its_metadata_names_it(cluster):
     assert ray.get(cluster.broker(victim).describe.remote())["kafka_requests_processed"]
 
 
+@pytest.mark.own_cluster
 def test_bad_bytes_close_only_their_own_connection(cluster):
     servers = cluster.bootstrap_servers
     target = address(servers, 0)
@@ -179,6 +182,7 @@ def test_bad_bytes_close_only_their_own_connection(cluster):
     bystander.close()
 
 
+@pytest.mark.own_cluster
 def test_a_thousand_idle_connections_and_the_broker_still_answers(cluster):
     target = address(cluster.bootstrap_servers, 2)
     idle = [socket.create_connection(target) for _ in range(1000)]
@@ -457,6 +461,7 @@ def test_fetch_sessions_answer_only_what_is_new_and_refuse_a_wrong_epoch(cluster
         assert answer.error_code == 70
 
 
+@pytest.mark.own_cluster
 def test_a_leaders_broker_killed_during_idempotent_acks_all_produce_loses_and_repeats_nothing(
         cluster):
     """librdkafka with enable.idempotence and acks=all while the partition leader's broker

@@ -11,6 +11,7 @@ from protocols.partitioner import partition_for_key
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
+SHARE_CLUSTER = True   # each test its own topics, groups and transactional ids
 
 
 @pytest.fixture
