@@ -22,6 +22,7 @@ from rafka.consumer.coordinator import CommitFailedError, ConsumerRebalanceListe
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+SHARE_CLUSTER = True   # each test its own topics and groups; own_cluster for kills
 
 GROUP = {"auto.offset.reset": "earliest", "session.timeout.ms": 6000,
          "heartbeat.interval.ms": 500, "metadata.max.age.ms": 1000}
@@ -68,14 +69,14 @@ class Recorder(ConsumerRebalanceListener):
 
 
 def test_three_consumers_share_six_partitions_and_a_leaver_hands_its_two_on(cluster):
-    fill(cluster, "ev", 6, 600)
-    members = [consumer(cluster, "g", client_id=f"c{i}", enable_auto_commit=False)
+    fill(cluster, "shared-six", 6, 600)
+    members = [consumer(cluster, "g-share", client_id=f"c{i}", enable_auto_commit=False)
                for i in range(3)]
     for c in members:
-        c.subscribe(["ev"])
+        c.subscribe(["shared-six"])
     seen = poll_all(members, lambda: all(len(c.assignment()) == 2 for c in members))
     parts = [c.assignment() for c in members]
-    assert set().union(*parts) == {TopicPartition("ev", p) for p in range(6)}
+    assert set().union(*parts) == {TopicPartition("shared-six", p) for p in range(6)}
     poll_all(members, lambda: len(seen) == 600, seen=seen)
     assert all(len(who) == 1 for who in seen.values())
     for c in members:
@@ -87,7 +88,7 @@ def test_three_consumers_share_six_partitions_and_a_leaver_hands_its_two_on(clus
     assert leaver_parts <= rest[0].assignment() | rest[1].assignment()
     with rafka.Producer(cluster) as producer:        # more records after the move
         for i in range(60):
-            producer.send("ev", f"w{i}".encode(), partition=i % 6)
+            producer.send("shared-six", f"w{i}".encode(), partition=i % 6)
     poll_all(rest, lambda: len(seen) == 660, seen=seen)
     time.sleep(1)                                    # anything read twice would show up now
     poll_all(rest, lambda: True, seen=seen)
@@ -101,15 +102,15 @@ def test_three_consumers_share_six_partitions_and_a_leaver_hands_its_two_on(clus
 
 
 def test_a_consumer_killed_without_leaving_is_expelled_after_the_session_timeout(cluster):
-    fill(cluster, "ev", 4, 40)
-    survivor = consumer(cluster, "g", client_id="survivor")
-    survivor.subscribe(["ev"])
+    fill(cluster, "expelled", 4, 40)
+    survivor = consumer(cluster, "g-expel", client_id="survivor")
+    survivor.subscribe(["expelled"])
     address = ray.get_runtime_context().gcs_address
     script = textwrap.dedent(f"""
         import sys, time, rafka
         cluster = rafka.Cluster.connect({cluster.name!r}, address={address!r})
-        c = rafka.Consumer(cluster, {dict(GROUP, **{"group.id": "g"})!r}, client_id="victim")
-        c.subscribe(["ev"])
+        c = rafka.Consumer(cluster, {dict(GROUP, **{"group.id": "g-expel"})!r}, client_id="victim")
+        c.subscribe(["expelled"])
         last = 0
         while True:
             c.poll(100)
@@ -143,14 +144,14 @@ def test_a_consumer_killed_without_leaving_is_expelled_after_the_session_timeout
 
 
 def test_cooperative_sticky_keeps_unmoved_partitions_through_the_rebalance(cluster):
-    fill(cluster, "ev", 6, 60)
+    fill(cluster, "coop-topic", 6, 60)
     strategy = {"partition.assignment.strategy": ["cooperative-sticky"]}
     listeners = [Recorder(), Recorder(), Recorder()]
     first = [consumer(cluster, "coop", client_id=f"c{i}", **{k.replace(".", "_"): v
                                                               for k, v in strategy.items()})
              for i in range(2)]
     for c, listener in zip(first, listeners):
-        c.subscribe(["ev"], listener=listener)
+        c.subscribe(["coop-topic"], listener=listener)
     poll_all(first, lambda: all(len(c.assignment()) == 3 for c in first))
     before = [set(c.assignment()) for c in first]
     positions = [{tp: c.position(tp) for tp in c.assignment()} for c in first]
@@ -159,7 +160,7 @@ def test_cooperative_sticky_keeps_unmoved_partitions_through_the_rebalance(clust
 
     third = consumer(cluster, "coop", client_id="c2",
                      partition_assignment_strategy=["cooperative-sticky"])
-    third.subscribe(["ev"], listener=listeners[2])
+    third.subscribe(["coop-topic"], listener=listeners[2])
     everyone = first + [third]
     poll_all(everyone, lambda: [len(c.assignment()) for c in everyone] == [2, 2, 2])
     for c, had, listener, pos in zip(first, before, listeners, positions):
@@ -178,6 +179,7 @@ def test_cooperative_sticky_keeps_unmoved_partitions_through_the_rebalance(clust
         c.close()
 
 
+@pytest.mark.own_cluster
 def test_committed_offsets_survive_killing_the_coordinators_broker(cluster):
     fill(cluster, "ev", 2, 20)
     c = consumer(cluster, "durable", enable_auto_commit=False)
@@ -223,24 +225,24 @@ def test_subscribe_refuses_an_illegal_topic_name_with_kafkas_invalid_topic_excep
 
 
 def test_two_groups_read_the_same_topic_independently(cluster):
-    fill(cluster, "ev", 3, 90)
+    fill(cluster, "two-groups", 3, 90)
     a, b = consumer(cluster, "group-a"), consumer(cluster, "group-b", max_poll_records=10)
-    a.subscribe(["ev"])
-    b.subscribe(["ev"])
+    a.subscribe(["two-groups"])
+    b.subscribe(["two-groups"])
     seen_a = poll_all([a], lambda: len(seen_a) == 90, seen=(seen_a := {}))
     a.commit()
     seen_b = poll_all([b], lambda: len(seen_b) >= 30, seen=(seen_b := {}))
     # b stopped early; a's commits do not move b's offsets, nor b's a's
     b.commit()
-    committed_a = a.committed([("ev", p) for p in range(3)])
-    committed_b = b.committed([("ev", p) for p in range(3)])
+    committed_a = a.committed([("two-groups", p) for p in range(3)])
+    committed_b = b.committed([("two-groups", p) for p in range(3)])
     assert sum(om.offset for om in committed_a.values()) == 90
     assert sum(om.offset for om in committed_b.values() if om) == \
         sum(b.position(tp) for tp in b.assignment())
     a.close()
     b.close()
     again = consumer(cluster, "group-b")
-    again.subscribe(["ev"])
+    again.subscribe(["two-groups"])
     rest = poll_all([again], lambda: len(rest) + len(seen_b) >= 90, seen=(rest := {}))
     assert not set(rest) & set(seen_b) and len(rest) + len(seen_b) == 90
     again.close()
@@ -248,10 +250,10 @@ def test_two_groups_read_the_same_topic_independently(cluster):
 
 def test_admin_lists_describes_and_deletes_groups_and_commits_fail_after_a_rebalance(
         cluster):
-    fill(cluster, "ev", 2, 10)
+    fill(cluster, "watched-topic", 2, 10)
     admin = cluster.admin()
     c = consumer(cluster, "watched", client_id="only", enable_auto_commit=False)
-    c.subscribe(["ev"])
+    c.subscribe(["watched-topic"])
     poll_all([c], lambda: len(c.assignment()) == 2)
     listing = {g.group_id: g for g in admin.list_consumer_groups()}
     assert listing["watched"].state == "Stable"
@@ -264,7 +266,7 @@ def test_admin_lists_describes_and_deletes_groups_and_commits_fail_after_a_rebal
     assert admin.describe_configs([OFFSETS_TOPIC])[OFFSETS_TOPIC]["cleanup.policy"] == \
         ("compact",)
     assert [m.client_id for m in d.members] == ["only"]
-    assert d.members[0].assignment == {TopicPartition("ev", 0), TopicPartition("ev", 1)}
+    assert d.members[0].assignment == {TopicPartition("watched-topic", p) for p in (0, 1)}
     with pytest.raises(NonEmptyGroupError):
         admin.delete_consumer_groups(["watched"])
     # max.poll.interval.ms: a member that stops polling leaves the group; its commit then
@@ -272,7 +274,7 @@ def test_admin_lists_describes_and_deletes_groups_and_commits_fail_after_a_rebal
     other = consumer(cluster, "watched", client_id="slow", max_poll_interval_ms=2000,
                      enable_auto_commit=False)
     recorder = Recorder()
-    other.subscribe(["ev"], listener=recorder)
+    other.subscribe(["watched-topic"], listener=recorder)
     poll_all([c, other], lambda: len(other.assignment()) == 1)
 
     def slow_member_gone():
@@ -307,9 +309,9 @@ def test_new_partitions_and_new_matching_topics_start_a_rebalance(cluster):
 
 
 def test_auto_commit_on_poll_and_close_and_async_commit_callbacks(cluster):
-    fill(cluster, "ev", 2, 40)
+    fill(cluster, "auto-commit", 2, 40)
     c = consumer(cluster, "auto", auto_commit_interval_ms=300)
-    c.subscribe(["ev"])
+    c.subscribe(["auto-commit"])
     seen = poll_all([c], lambda: len(seen) == 40, seen=(seen := {}))
 
     def auto_committed():
@@ -323,31 +325,31 @@ def test_auto_commit_on_poll_and_close_and_async_commit_callbacks(cluster):
                .values()) == 40
 
     manual = consumer(cluster, "async", enable_auto_commit=False)
-    manual.assign([("ev", 0)])
+    manual.assign([("auto-commit", 0)])
     answers = []
-    manual.commit_async({("ev", 0): 5}, callback=lambda offsets, error:
+    manual.commit_async({("auto-commit", 0): 5}, callback=lambda offsets, error:
                         answers.append((dict(offsets), error)))
     wait_until(lambda: (manual.poll(50), answers)[1], 20, "the async commit's callback")
-    assert answers == [({TopicPartition("ev", 0): rafka.OffsetAndMetadata(5)}, None)]
-    assert manual.committed(("ev", 0)).offset == 5
+    assert answers == [({TopicPartition("auto-commit", 0): rafka.OffsetAndMetadata(5)}, None)]
+    assert manual.committed(("auto-commit", 0)).offset == 5
     manual.close()
 
 
 def test_a_static_member_that_restarts_within_its_session_keeps_its_partitions(cluster):
-    fill(cluster, "ev", 4, 8)
+    fill(cluster, "static-topic", 4, 8)
     admin = cluster.admin()
     recorder = Recorder()
     a = consumer(cluster, "static", group_instance_id="a")
     b = consumer(cluster, "static", group_instance_id="b")
-    a.subscribe(["ev"], listener=recorder)
-    b.subscribe(["ev"])
+    a.subscribe(["static-topic"], listener=recorder)
+    b.subscribe(["static-topic"])
     poll_all([a, b], lambda: len(a.assignment()) == len(b.assignment()) == 2)
     generation = admin.describe_consumer_groups(["static"])["static"].generation_id
     mine = b.assignment()
     recorder.events.clear()
     b.close()                      # a static member sends no LeaveGroup (KIP-345)
     again = consumer(cluster, "static", group_instance_id="b")
-    again.subscribe(["ev"])
+    again.subscribe(["static-topic"])
     poll_all([a, again], lambda: again.assignment() == mine)
     after = admin.describe_consumer_groups(["static"])["static"]
     assert after.generation_id == generation and after.state == "Stable"
