@@ -9,8 +9,8 @@ import pytest
 
 from tests.sim.cluster import InvariantViolation, Simulation
 
-SEEDS = int(os.environ.get("RAFKA_SIM_SEEDS", "500"))
-TXN_SEEDS = int(os.environ.get("RAFKA_SIM_TXN_SEEDS", "150"))
+SEEDS = int(os.environ.get("RAFKA_SIM_SEEDS", "300"))
+TXN_SEEDS = int(os.environ.get("RAFKA_SIM_TXN_SEEDS", "100"))
 
 
 @pytest.mark.slow
