@@ -373,6 +373,27 @@ def confluent_consume(bootstrap_servers: str, topic: str, partitions: int, recor
     finally:
         consumer.close()
 
+# Kafka's UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER.
+_NOT_SERVING_YET = {3, 5, 6}
+
+
+def _log_end(consumer, tp, timeout_s: float = 30) -> int:
+    """The partition's log end, asked again while its leader does not serve it yet:
+    CreateTopics is answered before every leader serves (Kafka's too does not wait for
+    them), and librdkafka's ``get_watermark_offsets`` does not retry."""
+    from confluent_kafka import KafkaException
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=timeout_s)[1]
+        except KafkaException as e:
+            error = e.args[0]
+            if time.monotonic() > deadline or not (
+                    error.retriable() or error.code() in _NOT_SERVING_YET):
+                raise
+            time.sleep(0.05)
+
+
 def _e2e_reader(bootstrap_servers: str, topic: str, partitions: int, ready, stop,
                 out) -> None:
     """The end-to-end consumer, in a process of its own: assigned at the log end of every
@@ -386,8 +407,8 @@ def _e2e_reader(bootstrap_servers: str, topic: str, partitions: int, ready, stop
                          "enable.auto.commit": False})
     # From each partition's log end as asked now: every record produced from then on is
     # read (librdkafka's OFFSET_END resolves only on the first fetch).
-    consumer.assign([TopicPartition(topic, p, consumer.get_watermark_offsets(
-        TopicPartition(topic, p), timeout=30)[1]) for p in range(partitions)])
+    consumer.assign([TopicPartition(topic, p, _log_end(consumer, TopicPartition(topic, p)))
+                     for p in range(partitions)])
     ready.set()
     created, delays = array("d"), array("d")
     poll = consumer.poll
