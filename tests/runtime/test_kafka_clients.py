@@ -22,7 +22,6 @@ import ray
 import rafka
 from protocols.partitioner import partition_for_key
 from protocols.records import iter_batches
-from tests.runtime.conftest import cluster_with
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -30,10 +29,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
-@pytest.fixture(scope="module")
-def cluster(ray_session, tmp_path_factory):
-    with cluster_with(tmp_path_factory.mktemp("clients")) as c:
-        yield c
+SHARE_CLUSTER = True   # one cluster for the module's tests (module_cluster)
 
 
 @pytest.fixture(scope="module")

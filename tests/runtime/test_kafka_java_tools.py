@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 import rafka
-from tests.runtime.conftest import cluster_with
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -56,21 +55,18 @@ class KafkaTools:
         return self.run(main, "--bootstrap-server", self.bootstrap_servers, *args, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def cluster(ray_session, tmp_path_factory):
-    with cluster_with(tmp_path_factory.mktemp("java-tools")) as c:
-        yield c
+SHARE_CLUSTER = True   # one cluster for the module's tests (module_cluster)
 
 
 @pytest.fixture(scope="module")
-def kafka(cluster, tmp_path_factory) -> KafkaTools:
+def kafka(module_cluster, tmp_path_factory) -> KafkaTools:
     from benchmarks.kafka_peer import classpath
     from benchmarks.peers import PeerUnavailable
     try:
         lib = classpath()
     except PeerUnavailable as e:
         pytest.fail(f"Kafka's jars could not be fetched from Maven Central: {e}")
-    return KafkaTools(lib, tmp_path_factory.mktemp("kafka-tools"), cluster.bootstrap_servers)
+    return KafkaTools(lib, tmp_path_factory.mktemp("kafka-tools"), module_cluster.bootstrap_servers)
 
 
 def test_kafka_topics_creates_lists_describes_alters_and_deletes(cluster, kafka):

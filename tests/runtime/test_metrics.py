@@ -14,7 +14,7 @@ import pytest
 import ray
 
 import rafka
-from tests.runtime.conftest import FAST, cluster_with
+from tests.runtime.conftest import FAST
 from tests.runtime.helpers import wait_until
 from tests.runtime.prometheus import PrometheusServer, node_targets
 
@@ -61,10 +61,7 @@ def read_commit_and_stop(cluster, group: str, topic: str, at_least: int,
     return read
 
 
-@pytest.fixture(scope="module")
-def cluster(ray_session, tmp_path_factory):
-    with cluster_with(tmp_path_factory.mktemp("metrics")) as c:
-        yield c
+SHARE_CLUSTER = True   # one cluster for the module's tests (module_cluster)
 
 
 @pytest.fixture(scope="module")

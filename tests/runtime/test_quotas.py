@@ -5,24 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtime.conftest import cluster_with
 from tests.runtime.test_kafka_java_tools import KafkaTools
 from tests.runtime.test_tools import rafka_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-@pytest.fixture(scope="module")
-def cluster(ray_session, tmp_path_factory):
-    with cluster_with(tmp_path_factory.mktemp("quotas")) as c:
-        yield c
+SHARE_CLUSTER = True   # one cluster for the module's tests (module_cluster)
 
 
 @pytest.fixture(scope="module")
-def kafka(cluster, tmp_path_factory) -> KafkaTools:
+def kafka(module_cluster, tmp_path_factory) -> KafkaTools:
     from benchmarks.kafka_peer import classpath
     return KafkaTools(classpath(), tmp_path_factory.mktemp("quota-tools"),
-                      cluster.bootstrap_servers)
+                      module_cluster.bootstrap_servers)
 
 
 def configs(kafka: KafkaTools, *args: str, check: bool = True):

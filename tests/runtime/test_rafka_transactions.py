@@ -16,15 +16,12 @@ from protocols.errors import (IllegalStateError, InvalidConfigError, KafkaError,
                               ProducerFencedError)
 from protocols.topics import TopicPartition
 from rafka.producer.transaction_manager import TransactionAbortedError
-from tests.runtime.conftest import cluster_with, collect
+from tests.runtime.conftest import collect
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 
-@pytest.fixture(scope="module")
-def cluster(ray_session, tmp_path_factory):
-    with cluster_with(tmp_path_factory.mktemp("rafka-transactions")) as c:
-        yield c
+SHARE_CLUSTER = True   # one cluster for the module's tests (module_cluster)
 
 
 def read_all(cluster, topic: str, isolation: str, expected: int, timeout_s: float = 60,
