@@ -36,23 +36,26 @@ def cluster_with(tmp_path, config: dict | None = None, brokers: int = 3):
 
 
 @pytest.fixture(scope="module")
-def module_cluster(ray_session, tmp_path_factory):
-    """One 3-broker cluster for the tests of a module that share one (``SHARE_CLUSTER``)."""
-    with cluster_with(tmp_path_factory.mktemp("shared")) as c:
+def module_cluster(request, ray_session, tmp_path_factory):
+    """One 3-broker cluster for the tests of a module that share one (``SHARE_CLUSTER``),
+    with the module's ``CLUSTER_CONFIG`` if it has one."""
+    with cluster_with(tmp_path_factory.mktemp("shared"),
+                      getattr(request.module, "CLUSTER_CONFIG", None)) as c:
         yield c
 
 
 @pytest.fixture
 def cluster(request, ray_session, tmp_path):
-    """A fresh 3-broker cluster with its own name and data directory; in a module that sets
-    ``SHARE_CLUSTER = True``, the module's one (each test its own topics and groups), unless
-    the test is marked ``own_cluster``: it kills or stops brokers, or counts what a broker
-    saw since it started. A cluster takes 5-6 s of this machine's two cores to start."""
+    """A fresh 3-broker cluster with its own name and data directory (and the module's
+    ``CLUSTER_CONFIG``); in a module that sets ``SHARE_CLUSTER = True``, the module's one
+    (each test its own topics and groups), unless the test is marked ``own_cluster``: it
+    kills or stops brokers, or counts what a broker saw since it started. A cluster takes
+    5-6 s of this machine's two cores to start."""
     if getattr(request.module, "SHARE_CLUSTER", False) and \
             request.node.get_closest_marker("own_cluster") is None:
         yield request.getfixturevalue("module_cluster")
         return
-    with cluster_with(tmp_path) as c:
+    with cluster_with(tmp_path, getattr(request.module, "CLUSTER_CONFIG", None)) as c:
         yield c
 
 

@@ -18,7 +18,7 @@ from protocols.errors import InvalidConfigError, NotLeaderOrFollowerError
 from protocols.messages import FetchRequest
 from protocols.records import Record, encode_batch
 from protocols.wire import decode, encode
-from tests.runtime.conftest import FAST, cluster_with
+from tests.runtime.conftest import FAST
 from tests.runtime.helpers import (check_read_back_once_in_order, produce, read_all,
                                    send_through_fault, wait_until)
 
@@ -27,14 +27,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 _names = itertools.count()
 
 
-@pytest.fixture
-def two_host_cluster(ray_session, tmp_path):
-    with cluster_with(tmp_path, {"num.replica.hosts": 2}) as c:
-        yield c
+# The tests share a cluster of two hosts per broker, each with its own topics; those that
+# kill a host have one of their own.
+SHARE_CLUSTER = True
+CLUSTER_CONFIG = {"num.replica.hosts": 2}
 
 
-def test_replicas_live_in_their_broker_s_hosts_by_the_placement_rule(two_host_cluster):
-    cluster = two_host_cluster
+def test_replicas_live_in_their_broker_s_hosts_by_the_placement_rule(cluster):
     cluster.admin().create_topics([rafka.NewTopic("spread", 8, 3)])
     for b in range(3):
         assert ray.get(cluster.broker(b).describe.remote())["replica_hosts"] == 2
@@ -53,8 +52,7 @@ def test_replicas_live_in_their_broker_s_hosts_by_the_placement_rule(two_host_cl
 
 
 def test_a_host_answers_not_leader_or_follower_for_a_replica_it_does_not_hold(
-        two_host_cluster):
-    cluster = two_host_cluster
+        cluster):
     host = ray.get_actor(replica_host_name(0, 0), namespace=cluster.namespace)
     result = decode(ray.get(host.produce.remote("nowhere", 0, encode_batch([Record(None, b"x")]),
                                                 -1, 1000)))
@@ -65,7 +63,7 @@ def test_a_host_answers_not_leader_or_follower_for_a_replica_it_does_not_hold(
         ray.get(host.describe.remote("nowhere", 0))
 
 
-def test_a_host_appends_a_channels_produce_frames_in_the_order_they_came(two_host_cluster):
+def test_a_host_appends_a_channels_produce_frames_in_the_order_they_came(cluster):
     """What lets the Kafka listener begin a connection's next Produce for a partition once
     the earlier one's frames are written (``request_order``): the leader's host appends a
     channel's Produce frames in the order they came, each before its first wait, though the
@@ -75,7 +73,6 @@ def test_a_host_appends_a_channels_produce_frames_in_the_order_they_came(two_hos
     from actors.replica.channel import API_PRODUCE, connect
     from protocols.messages import (ProduceManyRequest, decode_produce_many_response,
                                     encode_produce_many_request)
-    cluster = two_host_cluster
     cluster.admin().create_topics([rafka.NewTopic("order", 1, 3)])
     _, leader = cluster.leader("order", 0)
 
@@ -98,8 +95,7 @@ def test_a_host_appends_a_channels_produce_frames_in_the_order_they_came(two_hos
 
 
 def test_a_long_poll_on_one_replica_does_not_hold_up_another_in_the_same_host(
-        two_host_cluster):
-    cluster = two_host_cluster
+        cluster):
     cluster.admin().create_topics([rafka.NewTopic(
         "quiet", replica_assignment={p: [0] for p in range(4)})])
     # Two partitions held by the same host of broker 0.
@@ -166,40 +162,36 @@ def test_one_fetcher_per_leader_host_carries_every_shared_partition(ray_session,
         cluster.shutdown()
 
 
-def test_creating_a_topic_is_one_controller_request_per_broker(two_host_cluster):
+def test_creating_a_topic_is_one_controller_request_per_broker(cluster):
     """Control per broker: LeaderAndIsr for every new partition reaches a broker as one
     request, and the broker gives each of its hosts its share in one call."""
-    cluster = two_host_cluster
 
     def batches(kind: str):
         """Per broker, the controller batches that carried a request of this kind (ISR
         changes elsewhere send images alone, UpdateMetadata, at any time)."""
         return [ray.get(cluster.broker(b).describe.remote())["controller_requests"]
                 .get(kind, 0) for b in range(3)]
+    def replicas_per_broker():
+        return [sum(ray.get(ray.get_actor(replica_host_name(b, i), namespace=cluster.namespace)
+                            .num_replicas.remote()) for i in range(2)) for b in range(3)]
+    held = replicas_per_broker()   # the other tests' topics
     before = batches("LeaderAndIsr")
     cluster.admin().create_topics([rafka.NewTopic("many", 60, 3)])
     assert [a - b for a, b in zip(batches("LeaderAndIsr"), before)] == [1, 1, 1]
-    for b in range(3):
-        hosts = [ray.get_actor(replica_host_name(b, i), namespace=cluster.namespace)
-                 for i in range(2)]
-        assert sum(ray.get(h.num_replicas.remote()) for h in hosts) == 60
+    assert [n - h for n, h in zip(replicas_per_broker(), held)] == [60, 60, 60]
     for p in (0, 59):
         assert produce(cluster, "many", p, b"v").error is None
     # Deleting it is one request per broker too, and every replica closes.
     before = batches("StopReplica")
     cluster.admin().delete_topics(["many"])
-    wait_until(lambda: all(ray.get(ray.get_actor(replica_host_name(b, i),
-                                                 namespace=cluster.namespace)
-                                   .num_replicas.remote()) == 0
-                           for b in range(3) for i in range(2)), 30, "the replicas to close")
+    wait_until(lambda: replicas_per_broker() == held, 30, "the replicas to close")
     assert all(1 <= a - b <= 2 for a, b in zip(batches("StopReplica"), before))
 
 
-def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
+def test_a_dedicated_topic_gets_a_ray_actor_per_replica(cluster):
     """replica.placement=dedicated gives each replica a host of its own,
     named replica-<topic>-<partition>-<broker> (the design card's literal shape); the same
     code path serves it, and the host goes when its replica does."""
-    cluster = two_host_cluster
     admin = cluster.admin()
     with pytest.raises(InvalidConfigError, match="replica.placement"):
         admin.create_topics([rafka.NewTopic("bad", 1, 1, config={"replica.placement": "own"})])
@@ -246,14 +238,14 @@ def test_a_dedicated_topic_gets_a_ray_actor_per_replica(two_host_cluster):
     wait_until(gone, 30, "the dedicated hosts to stop with their replicas")
 
 
+@pytest.mark.own_cluster
 @pytest.mark.parametrize("placement", ["shared", "dedicated"])
 def test_a_host_killed_during_acks_all_produce_loses_nothing_acknowledged(
-        two_host_cluster, placement):
+        cluster, placement):
     """SIGKILL the process of the host holding a leader while an
     idempotent acks=all producer sends. Only that host's replicas go down; the broker starts
     it again, the controller moves leadership off them, they recover from their files and
     rejoin the ISR; every acknowledged record is read back once, in order."""
-    cluster = two_host_cluster
     cluster.admin().create_topics([rafka.NewTopic(
         "t", 1, 3, config={"min.insync.replicas": 2, "replica.placement": placement})])
     killed = {}

@@ -13,15 +13,14 @@ from protocols.errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from protocols.messages import (ProduceManyRequest, decode_produce_many_response,
                                 encode_produce_many_request)
 from protocols.records import Record, encode_batch
-from tests.runtime.conftest import cluster_with
 from tests.runtime.helpers import read_all, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
-@pytest.fixture
-def one_host_cluster(ray_session, tmp_path):
-    with cluster_with(tmp_path, {"num.replica.hosts": 1}) as c:
-        yield c
+# The tests share a cluster of one host per broker, each with its own topics; the one that
+# counts the hosts' fetch sessions has one of its own.
+SHARE_CLUSTER = True
+CLUSTER_CONFIG = {"num.replica.hosts": 1}
 
 
 def hosts(cluster):
@@ -35,25 +34,24 @@ def produce_requests(cluster) -> int:
 
 @pytest.mark.parametrize("acks", ["all", "1"])
 def test_a_producer_sends_one_request_per_leader_host_for_all_its_ready_partitions(
-        one_host_cluster, acks):
-    cluster = one_host_cluster
-    cluster.admin().create_topics([rafka.NewTopic("spread", 12, 3)])
-    leaders = {cluster.leader("spread", p)[0] for p in range(12)}
+        cluster, acks):
+    topic = f"spread-{acks}"
+    cluster.admin().create_topics([rafka.NewTopic(topic, 12, 3)])
+    leaders = {cluster.leader(topic, p)[0] for p in range(12)}
     before = produce_requests(cluster)
     # A long linger: every partition's batch is ready together when flush() comes.
     with rafka.Producer(cluster, {"acks": acks, "linger.ms": 10_000}) as producer:
-        futures = [producer.send("spread", f"v{p}".encode(), partition=p) for p in range(12)]
+        futures = [producer.send(topic, f"v{p}".encode(), partition=p) for p in range(12)]
         producer.flush(timeout=30)
         assert [f.result(timeout=5).offset for f in futures] == [0] * 12
     assert produce_requests(cluster) - before == len(leaders)   # not 12
     for p in range(12):
         # acks=1 answers before the followers have it; a consumer reads once the HW moves.
-        wait_until(lambda: list(read_all(cluster.leader("spread", p)[1]).values())
-                   == [f"v{p}".encode()], 30, f"spread-{p} readable below the HW")
+        wait_until(lambda: list(read_all(cluster.leader(topic, p)[1]).values())
+                   == [f"v{p}".encode()], 30, f"{topic}-{p} readable below the HW")
 
 
-def test_each_partition_of_a_produce_request_is_answered_on_its_own(one_host_cluster):
-    cluster = one_host_cluster
+def test_each_partition_of_a_produce_request_is_answered_on_its_own(cluster):
     admin = cluster.admin()
     admin.create_topics([rafka.NewTopic("ok", 3, 3),
                          rafka.NewTopic("strict", 3, 3, {"min.insync.replicas": "4"})])
@@ -81,10 +79,10 @@ def fetch_requests(cluster) -> int:
     return sum(ray.get(h.describe_requests.remote()).get("Fetch", 0) for h in hosts(cluster))
 
 
-def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_cluster):
+@pytest.mark.own_cluster
+def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(cluster):
     """One long-polled fetch per leader host for all its partitions, in a fetch session
     (KIP-227): idle, each names no partition (the session remembers them)."""
-    cluster = one_host_cluster
     cluster.admin().create_topics([rafka.NewTopic("wide", 12, 1)])  # RF=1: no followers
     with rafka.Producer(cluster, {"linger.ms": 20}) as producer:
         for p in range(12):
@@ -117,12 +115,11 @@ def test_a_consumer_fetches_once_per_leader_host_in_a_fetch_session(one_host_clu
 
 
 def test_clients_send_produce_and_fetch_over_the_hosts_listeners_and_reconnect(
-        one_host_cluster):
+        cluster):
     """Producers and consumers reach leader hosts over their listeners
     (rafka.client.network_client), as Kafka's clients reach a broker's: a broken connection fails
     what is in flight on it, the client sends again on a new one, and nothing is lost or
     read twice."""
-    cluster = one_host_cluster
     cluster.admin().create_topics([rafka.NewTopic("door", 3, 3)])
     consumer = rafka.Consumer(cluster, {"auto.offset.reset": "earliest",
                                         "fetch.max.wait.ms": 5_000})

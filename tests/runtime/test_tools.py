@@ -15,6 +15,9 @@ import ray
 import rafka
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
+# The tests share a cluster, each with its own topics and groups; the one that lists every
+# group has one of its own.
+SHARE_CLUSTER = True
 
 
 def rafka_cli(cluster, *args, stdin: str | None = None, timeout: float = 120):
@@ -197,6 +200,7 @@ def table(text: str) -> tuple[list[str], list[list[str]]]:
     return lines[start], lines[start + 1:]
 
 
+@pytest.mark.own_cluster
 def test_consumer_groups_lists_describes_and_resets_offsets(cluster):
     cluster.admin().create_topics([rafka.NewTopic("cg", 2, 2)])
     with rafka.Producer(cluster) as producer:
