@@ -133,12 +133,17 @@ class JavaTools:
     def producer_perf(self, bootstrap_servers: str, topic: str, records: int, size: int,
                       acks: str, batch_size: int = 262_144) -> dict[str, float]:
         """kafka-producer-perf-test's whole-run summary: records/s and latency percentiles
-        (ms), as ``rate``, ``p50``, ``p99``, ``p99.9``."""
+        (ms), as ``rate``, ``p50``, ``p99``, ``p99.9``; and from its producer's own metrics
+        (``--print-metrics``), where a record's latency went: ``request latency`` (a Produce
+        request's, send to answer, ms: the server and the sockets) and ``queue time`` (a
+        record's wait in the producer's buffer before its batch was sent, ms). At
+        ``--throughput -1`` the producer writes as fast as it can, so a server that answers
+        slower than the client fills the buffer: the percentiles are then mostly queue."""
         out = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                              "--num-records", str(records), "--record-size", str(size),
                              "--throughput", "-1", "--producer-props",
                              f"bootstrap.servers={bootstrap_servers}", f"acks={acks}",
-                             "linger.ms=5", f"batch.size={batch_size}")
+                             "linger.ms=5", f"batch.size={batch_size}", "--print-metrics")
         # Its last "<n> records sent, <rate> records/sec ..." line is the whole run's.
         found = re.findall(r"^\d+ records sent, ([\d.]+) records/sec.*?(\d+) ms 50th, "
                            r"\d+ ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th", out, re.M)
@@ -146,7 +151,10 @@ class JavaTools:
             raise PeerUnavailable(f"{WHO}: no summary from ProducerPerformance: "
                                   f"{out[-400:]}")
         rate, p50, p99, p999 = (float(v) for v in found[-1])
-        return {"rate": rate, "p50": p50, "p99": p99, "p99.9": p999}
+        metrics = producer_metrics(out)
+        return {"rate": rate, "p50": p50, "p99": p99, "p99.9": p999,
+                "request latency": metrics.get("request-latency-avg", float("nan")),
+                "queue time": metrics.get("record-queue-time-avg", float("nan"))}
 
     def consumer_perf(self, bootstrap_servers: str, topic: str, records: int
                       ) -> dict[str, float]:
@@ -165,6 +173,19 @@ class JavaTools:
                         "fetch rate": float(values[names.index("fetch.nMsg.sec")])}
         raise PeerUnavailable(f"{WHO}: no summary from ConsumerPerformance: "
                               f"{out[-400:]}")
+
+
+def producer_metrics(out: str) -> dict[str, float]:
+    """The producer-metrics group of a Java tool's ``--print-metrics`` table (lines such as
+    ``producer-metrics:request-latency-avg:{client-id=perf-producer-client} : 12.174``)."""
+    found = re.findall(r"^producer-metrics:([\w-]+):\{[^}]*\}\s*:\s*(\S+)\s*$", out, re.M)
+    metrics = {}
+    for name, value in found:
+        try:
+            metrics[name] = float(value)
+        except ValueError:
+            continue
+    return metrics
 
 
 class KafkaCluster:

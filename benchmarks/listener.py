@@ -12,7 +12,10 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
   bytes, JSON values of 100 B-2 KiB skewed toward small, a tenth with 1-3 headers) with the
   client's defaults (acks=all), RF=3, and its consume;
 - Kafka's ProducerPerformance (Java client, batch.size 256 KiB, linger.ms 5), uniform
-  100-byte values: RF=1 acks=1 and RF=3 acks=all, records/s and its p99 latency;
+  100-byte values: RF=1 acks=1 and RF=3 acks=all, records/s and its p99 latency, and from
+  the producer's own metrics where the latency went: its requests' average latency and its
+  records' average wait in the producer's buffer (at full speed a server slower to answer
+  than the client is to write fills the buffer, and the percentiles are mostly that wait);
 - Kafka's ConsumerPerformance: fetch.nMsg.sec (the group's join excluded);
 - confluent-kafka consume, one message at a time as a Python application reads;
 - end-to-end delay at ``--e2e-rate`` records/s (10,000), acks=all, RF=3, confluent-kafka at
@@ -190,6 +193,12 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
                     f" ({value * mb / n:.2f} MB/sec)")
             out.add(f"Java ProducerPerformance {name} p99",
                     median([x["p99"] for x in runs]), "ms")
+            # Where its latency went: the requests' own, or the wait in the client's
+            # buffer behind them (a saturating producer's percentiles are mostly that).
+            out.add(f"Java ProducerPerformance {name} request latency avg",
+                    median([x["request latency"] for x in runs]), "ms")
+            out.add(f"Java ProducerPerformance {name} record queue time avg",
+                    median([x["queue time"] for x in runs]), "ms")
         perf = topic("perf-consume", 1)
         tools.producer_perf(bootstrap_servers, perf, n, len(VALUE), "1")
         value = median([tools.consumer_perf(bootstrap_servers, perf, n)["fetch rate"]
