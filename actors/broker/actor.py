@@ -37,7 +37,7 @@ from actors.gcs import create_named, gcs_backlog
 from actors.broker.metrics_report import BrokerMetricsReport
 from actors.metrics.exporter import MetricsExporter, report_interval_ms
 from actors.names import broker_name, coordinator_name, namespace_for, txn_coordinator_name
-from actors.process import raise_open_files_limit
+from actors.process import niceness_warning, process_niceness, raise_open_files_limit
 from actors.timer.actor import keep_scheduled, node_timer
 from protocols.errors import (BrokerNotAvailableError, CoordinatorNotAvailableError,
                               InvalidRequestError, KafkaError, StaleControllerEpochError,
@@ -68,6 +68,10 @@ class BrokerActor:
         self.dir = Path(self.data_dir) / f"broker-{broker_id}"
         self.dir.mkdir(parents=True, exist_ok=True)
         raise_open_files_limit()   # one per client connection, and its replica hosts' files
+        self.niceness = process_niceness()   # its replica hosts are workers of the same Ray
+        warning = niceness_warning(self.niceness)
+        if warning is not None:
+            log.warning("broker %d: %s", broker_id, warning)
         self.incarnation = uuid.uuid4().hex
         marker = self.dir / CLEAN_SHUTDOWN_FILE
         # The broker's decisions on what the controller sends (actors.broker.state).
@@ -571,7 +575,7 @@ class BrokerActor:
     async def describe(self) -> dict:
         return {"broker_id": self.broker_id, "incarnation": self.incarnation,
                 "controller_epoch": self.state.controller_epoch, "pid": os.getpid(),
-                "boot_step": self.boot_step,
+                "boot_step": self.boot_step, "niceness": self.niceness,
                 "controller_channel": self.lifecycle.channel.snapshot(),
                 "gcs_calls": gcs_backlog(),
                 "node_id": ray.get_runtime_context().get_node_id(),

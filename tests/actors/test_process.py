@@ -1,7 +1,9 @@
-"""What every actor process does at start: here, raising its limit of open files. A replica
-host keeps a file open per segment of each replica (its ``.log``), and a broker one per
-client connection: a host of 10,000 replicas needs more than half of a typical default of
-20,000, and running out (EMFILE) takes a log directory offline."""
+"""What every actor process does at start: raising its limit of open files (a replica host
+keeps a file open per segment of each replica, its ``.log``, and a broker one per client
+connection: a host of 10,000 replicas needs more than half of a typical default of 20,000,
+and running out, EMFILE, takes a log directory offline), and a broker telling that it runs
+below normal priority (Ray's workers run at nice 15 unless its worker_niceness says
+otherwise)."""
 from __future__ import annotations
 
 import os
@@ -48,3 +50,26 @@ def test_the_hard_limit_is_raised_where_the_process_may_within_the_kernels_ceili
         assert soft == hard == max(before, min(1 << 20, nr_open))
     else:
         assert soft == hard == before                    # not allowed: left as it was
+
+
+def _started_at_nice(nice: int) -> str:
+    """What a process started at ``nice`` reads of its priority and would warn of."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from actors.process import niceness_warning, process_niceness; "
+                               "n = process_niceness(); print(n); print(niceness_warning(n))"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
+        preexec_fn=lambda: os.nice(nice - os.nice(0)))
+    return out.stdout
+
+
+def test_a_process_at_rays_default_worker_niceness_says_so_and_how_to_change_it():
+    niceness, warning = _started_at_nice(15).splitlines()
+    assert niceness == "15"
+    assert warning.startswith("this process runs at nice 15 (Ray's worker_niceness")
+    assert """--system-config='{"worker_niceness": 0}'""" in warning
+
+
+def test_a_process_at_normal_priority_or_above_says_nothing():
+    from actors.process import niceness_warning
+    assert niceness_warning(0) is None and niceness_warning(-5) is None
+    assert niceness_warning(1) is not None
