@@ -71,22 +71,23 @@ def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> tuple[int, int]:
 
 
 def niceness_warning(niceness: int) -> str | None:
-    """What a broker says at start when it runs below normal priority, or None. Ray starts
-    its worker processes at nice 15 unless its ``worker_niceness`` says otherwise, so that
-    they cannot starve the raylet; a broker and its replica hosts are workers, and at nice
-    15 every produce and fetch they serve waits behind any process at normal priority on the
-    node, Kafka's clients included. Measured on this project's 2-core machine, Java
-    ProducerPerformance at full speed (RF=1, acks=1): Produce requests answered in 121-145 ms
-    on average with the brokers at nice 15, 7 ms at nice 0. rafka sets it to 0 on the Ray
-    instances it starts (``rafka.client.ray_runtime``, ``cluster.yaml``); a Ray cluster
-    started otherwise keeps Ray's default."""
+    """What a broker says at start when it runs below normal priority, or None. Ray raises
+    its worker processes' nice value by its ``worker_niceness`` (15 unless told otherwise)
+    above the raylet's, so that they cannot starve the raylet; a broker and its replica
+    hosts are workers, and at nice 15 every produce and fetch they serve waits behind any
+    process at normal priority on the node, Kafka's clients included. Measured on this
+    project's 2-core machine, Java ProducerPerformance at full speed (RF=1, acks=1):
+    Produce requests answered in 121-145 ms on average with the brokers at nice 15, 7 ms
+    at nice 0. rafka sets it to 0 on the Ray instances it starts
+    (``rafka.client.ray_runtime``, ``cluster.yaml``); a Ray cluster started otherwise keeps
+    Ray's default."""
     if niceness <= 0:
         return None
-    return (f"this process runs at nice {niceness} (Ray's worker_niceness; Ray starts its "
-            "workers at 15 unless told otherwise): every produce and fetch it serves waits "
-            "behind the processes at normal priority on its node, Kafka's clients included. "
-            "Start Ray with --system-config='{\"worker_niceness\": 0}' (rafka's cluster.yaml "
-            "does) or ray.init(_system_config={\"worker_niceness\": 0}).")
+    return (f"this process runs at nice {niceness} (Ray raises its workers' nice value by "
+            "its worker_niceness, 15 unless told otherwise): every produce and fetch it serves "
+            "waits behind the processes at normal priority on its node, Kafka's clients "
+            "included. Start Ray with --system-config='{\"worker_niceness\": 0}' "
+            "(rafka's cluster.yaml does) or ray.init(_system_config={\"worker_niceness\": 0}).")
 
 
 def process_niceness() -> int:

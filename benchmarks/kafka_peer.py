@@ -135,10 +135,12 @@ class JavaTools:
         """kafka-producer-perf-test's whole-run summary: records/s and latency percentiles
         (ms), as ``rate``, ``p50``, ``p99``, ``p99.9``; and from its producer's own metrics
         (``--print-metrics``), where a record's latency went: ``request latency`` (a Produce
-        request's, send to answer, ms: the server and the sockets) and ``queue time`` (a
-        record's wait in the producer's buffer before its batch was sent, ms). At
-        ``--throughput -1`` the producer writes as fast as it can, so a server that answers
-        slower than the client fills the buffer: the percentiles are then mostly queue."""
+        request's average, send to answer, ms: the server and the sockets) and ``queue
+        time`` (a batch's average wait in the producer's buffer from its first record until
+        it was sent, ms). At ``--throughput -1`` the producer writes as fast as it can, so a
+        server that answers slower than the client fills the buffer: the percentiles are
+        then mostly that wait, and the time ``send()`` blocked on the full buffer (counted in
+        the percentiles, in neither average)."""
         out = self.perf_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                              "--num-records", str(records), "--record-size", str(size),
                              "--throughput", "-1", "--producer-props",

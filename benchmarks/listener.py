@@ -14,7 +14,7 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
 - Kafka's ProducerPerformance (Java client, batch.size 256 KiB, linger.ms 5), uniform
   100-byte values: RF=1 acks=1 and RF=3 acks=all, records/s and its p99 latency, and from
   the producer's own metrics where the latency went: its requests' average latency and its
-  records' average wait in the producer's buffer (at full speed a server slower to answer
+  batches' average wait in the producer's buffer (at full speed a server slower to answer
   than the client is to write fills the buffer, and the percentiles are mostly that wait);
 - Kafka's ConsumerPerformance: fetch.nMsg.sec (the group's join excluded);
 - confluent-kafka consume, one message at a time as a Python application reads;
@@ -61,6 +61,9 @@ UNITS = {"rate": ("records/sec", True), "ms": ("ms", False), "s": ("s", False)}
 
 
 def median(values: list[float]) -> float:
+    """The middle value; NaN (a figure a run did not report) when any is NaN."""
+    if any(v != v for v in values):
+        return float("nan")
     return sorted(values)[len(values) // 2]
 
 
@@ -312,7 +315,9 @@ def main(argv=None) -> int:
     for row, (value, unit) in ours.values.items():
         if row in theirs.values:
             higher = UNITS[unit][1]
-            print(f"rafka / Kafka, {row}: {value / theirs.values[row][0]:.2f} "
+            peer = theirs.values[row][0]
+            ratio = value / peer if peer else float("nan")
+            print(f"rafka / Kafka, {row}: {ratio:.2f} "
                   f"({'higher' if higher else 'lower'} is better)", flush=True)
     return 0
 

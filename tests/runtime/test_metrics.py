@@ -139,7 +139,10 @@ def test_killing_a_followers_broker_raises_under_replicated_until_it_is_back(clu
     wait_until(lambda: total(prom, cluster, "kafka_server_replicamanager_underreplicatedpartitions")
                >= 3, bound_s + 30, "the partitions the killed broker followed to be "
                "under-replicated")
-    assert total(prom, cluster, "kafka_server_replicamanager_isrshrinks_total") > shrinks
+    # The leaders' shrinks are counted by their replica hosts, the under-replicated count by
+    # their brokers: two processes whose metrics reach Prometheus each in its own report.
+    wait_until(lambda: total(prom, cluster, "kafka_server_replicamanager_isrshrinks_total")
+               > shrinks, 30, "the leaders' ISR shrinks to be counted")
     cluster.start_broker(victim)   # it catches up and rejoins every ISR
     wait_until(lambda: total(prom, cluster, "kafka_server_replicamanager_underreplicatedpartitions")
                == 0, 120, "the under-replicated count to return to 0")
