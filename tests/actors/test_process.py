@@ -2,8 +2,8 @@
 keeps a file open per segment of each replica, its ``.log``, and a broker one per client
 connection: a host of 10,000 replicas needs more than half of a typical default of 20,000,
 and running out, EMFILE, takes a log directory offline), and a broker telling that it runs
-below normal priority (Ray's workers run at nice 15 unless its worker_niceness says
-otherwise)."""
+below normal priority (Ray runs its workers 15 nice levels below the raylet unless its
+worker_niceness says otherwise)."""
 from __future__ import annotations
 
 import os
