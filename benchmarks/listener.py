@@ -36,6 +36,12 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
   3 GiB of available memory): CreateTopics answered, and every leader answering
   ListOffsets, in seconds from the request.
 
+Each throughput row also says where a run's CPU went (``benchmarks.machine.CpuUse``): the
+client's (confluent-kafka in this process, or the Java tool's process), and every other
+process's (the servers, Ray's own and whatever else ran), beside the run's wall time (the
+whole run: a Java tool's JVM start and a consumer's set-up too): on two cores a client near
+a core (or two, for a JVM) is the bound, whichever server it uses.
+
 Throughput ratios are rafka / Kafka (higher is better); latency and time ratios are also
 rafka / Kafka, where lower is better: each line says which.
 """
@@ -54,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.kafka_peer import (KAFKA_VERSION, JavaTools, KafkaCluster,  # noqa: E402
                                    confluent_consume, confluent_end_to_end,
                                    confluent_produce, create_topic, send_all)
-from benchmarks.machine import MemoryGuard, available_gib, describe  # noqa: E402
+from benchmarks.machine import CpuUse, MemoryGuard, available_gib, describe  # noqa: E402
 from benchmarks.peers import PeerUnavailable  # noqa: E402
 from benchmarks.streams import describe_stream, payload_bytes, realistic_stream  # noqa: E402
 from benchmarks.transactions import records_of  # noqa: E402
@@ -147,8 +153,10 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
         return name
 
     def rate(row: str, run: Callable[[], float], count: int, megabytes: float) -> None:
-        value = median([count / run() for _ in range(r)])
-        out.add(row, value, "rate", f" ({value * megabytes / count:.2f} MB/sec)")
+        with CpuUse() as cpu:
+            value = median([count / run() for _ in range(r)])
+        out.add(row, value, "rate", f" ({value * megabytes / count:.2f} MB/sec)"
+                + cpu.per_run(r))
 
     # Warm-up, not counted: the JVM's JIT on Kafka, connections and caches on both.
     warm = topic("warm-up", 3)
@@ -201,11 +209,12 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
 
     if "java" in rows:
         for name, rf, acks in (("RF=1 acks=1", 1, "1"), ("RF=3 acks=all", 3, "all")):
-            runs = [tools.producer_perf(bootstrap_servers, topic(f"perf-rf{rf}", rf), n,
-                                        len(VALUE), acks) for _ in range(r)]
+            with CpuUse() as cpu:
+                runs = [tools.producer_perf(bootstrap_servers, topic(f"perf-rf{rf}", rf), n,
+                                            len(VALUE), acks) for _ in range(r)]
             value = median([x["rate"] for x in runs])
             out.add(f"Java ProducerPerformance {name}", value, "rate",
-                    f" ({value * mb / n:.2f} MB/sec)")
+                    f" ({value * mb / n:.2f} MB/sec){cpu.per_run(r)}")
             out.add(f"Java ProducerPerformance {name} p99",
                     median([x["p99"] for x in runs]), "ms")
             # Where its latency went: the requests' own, or the wait in the client's
@@ -216,10 +225,11 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
                     median([x["queue time"] for x in runs]), "ms")
         perf = topic("perf-consume", 1)
         tools.producer_perf(bootstrap_servers, perf, n, len(VALUE), "1")
-        value = median([tools.consumer_perf(bootstrap_servers, perf, n)["fetch rate"]
-                        for _ in range(r)])
+        with CpuUse() as cpu:
+            value = median([tools.consumer_perf(bootstrap_servers, perf, n)["fetch rate"]
+                            for _ in range(r)])
         out.add("Java ConsumerPerformance fetch rate", value, "rate",
-                f" ({value * mb / n:.2f} MB/sec)")
+                f" ({value * mb / n:.2f} MB/sec){cpu.per_run(r)}")
         e2e = topic("e2e-java", 3)
         runs = [tools.end_to_end(bootstrap_servers, e2e, args.e2e_rate, args.e2e_seconds,
                                  2.0, len(VALUE)) for _ in range(r)]

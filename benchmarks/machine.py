@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import shutil
 import threading
+import time
 from pathlib import Path
 
 
@@ -63,6 +65,36 @@ def cpu_profile(before: dict[int, tuple[str, float]], wall_s: float) -> str:
     return (f"  cpu: {total:.2f} CPU-s in {wall_s:.2f} s wall "
             f"({100 * total / (wall_s * (os.cpu_count() or 1)):.0f}% of {os.cpu_count()} cores): "
             f"{top}")
+
+
+def _own_cpu_seconds() -> float:
+    """User and system CPU of this process's threads and of the children it has waited for."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CpuUse:
+    """Where the CPU went while a block ran: ``client``, the seconds of this process and of
+    the children it waited for (a benchmark's clients: confluent-kafka in this process, a
+    Java tool it ran to the end), ``others``, those of every other process (the servers,
+    and whatever else ran), and ``wall``. On two cores it tells which side was the bound."""
+
+    def __enter__(self) -> "CpuUse":
+        self._own, self._others = _own_cpu_seconds(), process_cpu_seconds()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self._started
+        self.client = _own_cpu_seconds() - self._own
+        me = os.getpid()
+        self.others = sum(cpu - self._others.get(pid, ("", 0.0))[1]
+                          for pid, (_, cpu) in process_cpu_seconds().items() if pid != me)
+
+    def per_run(self, runs: int) -> str:
+        return (f"; CPU a run: client {self.client / runs:.2f} s, servers and the rest "
+                f"{self.others / runs:.2f} s, in {self.wall / runs:.2f} s")
 
 
 def available_gib() -> float:
