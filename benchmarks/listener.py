@@ -20,11 +20,12 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
 - confluent-kafka consume, one message at a time as a Python application reads, with the
   client's defaults, and again with ``fetch.queue.backoff.ms=10``. At its defaults
   librdkafka postpones the next fetch by ``fetch.queue.backoff.ms`` (1 s) whenever its local
-  queue is over ``queued.min.messages`` (100,000 records), so an application reading
-  faster than that waits out the second again and again, against any server: both gave
+  queue is over ``queued.min.messages`` (100,000 records) or ``queued.max.messages.kbytes``
+  (64 MiB), so an application that drains 100,000 records in well under a second waits
+  out the rest of it again and again, against any server: both gave
   ~155,000/s with the machine mostly idle (the client ~1.5 s and the servers ~0.8 s of CPU
-  for a million records in ~6.4 s). The second row keeps the fetcher going and so
-  measures the servers;
+  for a million records in ~6.4 s, in a run before these rows printed their CPU). The
+  second row keeps the fetcher going: the client and the servers then share the CPU;
 - end-to-end delay at ``--e2e-rate`` records/s (10,000), acks=all, RF=3, confluent-kafka at
   both ends with its defaults, producer and consumer each in a process of their own:
   p50, p99 and p99.9 from ``produce()`` to the consumer's ``poll()``, after 2 s of warm-up;
@@ -36,11 +37,13 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
   3 GiB of available memory): CreateTopics answered, and every leader answering
   ListOffsets, in seconds from the request.
 
-Each throughput row also says where a run's CPU went (``benchmarks.machine.CpuUse``): the
-client's (confluent-kafka in this process, or the Java tool's process), and every other
-process's (the servers, Ray's own and whatever else ran), beside the run's wall time (the
-whole run: a Java tool's JVM start and a consumer's set-up too): on two cores a client near
-a core (or two, for a JVM) is the bound, whichever server it uses.
+Each throughput row also says where a run's CPU went, on average (``benchmarks.machine.CpuUse``):
+the client's (confluent-kafka in this process, with rafka's Ray driver beside it, or the
+Java tool's process), and every other process's (the servers, Ray's own and whatever else
+ran; the kernel's loopback work is charged to whichever side's system call it fell in),
+beside the run's wall time (the whole run: a Java tool's JVM start and a consumer's set-up
+too): on two cores a client near a core (or two, for a JVM) is the bound, whichever server
+it uses.
 
 Throughput ratios are rafka / Kafka (higher is better); latency and time ratios are also
 rafka / Kafka, where lower is better: each line says which.
@@ -69,7 +72,7 @@ PARTITIONS = 6
 MIN_AVAILABLE_GIB = 3.0   # scale steps stop below this much available memory
 VALUE = b"x" * 100
 # librdkafka's fetcher not paused for a second each time 100,000 records are queued (see the
-# module's doc): what the servers can feed one Python consumer.
+# module's doc): one Python consumer as fast as it and the servers go together.
 UNPAUSED_FETCHER = {"fetch.queue.backoff.ms": 10}
 
 # name -> (unit, higher is better)
@@ -209,9 +212,10 @@ def measure(server: str, bootstrap_servers: str, tools: JavaTools, args,
 
     if "java" in rows:
         for name, rf, acks in (("RF=1 acks=1", 1, "1"), ("RF=3 acks=all", 3, "all")):
+            topics = [topic(f"perf-rf{rf}", rf) for _ in range(r)]
             with CpuUse() as cpu:
-                runs = [tools.producer_perf(bootstrap_servers, topic(f"perf-rf{rf}", rf), n,
-                                            len(VALUE), acks) for _ in range(r)]
+                runs = [tools.producer_perf(bootstrap_servers, t, n, len(VALUE), acks)
+                        for t in topics]
             value = median([x["rate"] for x in runs])
             out.add(f"Java ProducerPerformance {name}", value, "rate",
                     f" ({value * mb / n:.2f} MB/sec){cpu.per_run(r)}")
@@ -281,6 +285,8 @@ def measure_rafka(args, tools, realistic, realistic_mb) -> Figures:
                            realistic_mb)
         finally:
             cluster.shutdown()
+            import ray
+            ray.shutdown()   # Ray's processes would count beside Kafka's in its CPU figures
 
 
 def measure_kafka(args, realistic, realistic_mb) -> Figures:

@@ -89,7 +89,9 @@ class CpuUse:
         self.wall = time.perf_counter() - self._started
         self.client = _own_cpu_seconds() - self._own
         me = os.getpid()
-        self.others = sum(cpu - self._others.get(pid, ("", 0.0))[1]
+        # A process that ended within the block is not counted (unless it was a child this
+        # one waited for); a pid reused meanwhile can read as less than before: none.
+        self.others = sum(max(0.0, cpu - self._others.get(pid, ("", 0.0))[1])
                           for pid, (_, cpu) in process_cpu_seconds().items() if pid != me)
 
     def per_run(self, runs: int) -> str:
