@@ -22,10 +22,9 @@ Rows (6 partitions unless said; RF=3 topics have min.insync.replicas=2):
   librdkafka postpones the next fetch by ``fetch.queue.backoff.ms`` (1 s) whenever its local
   queue is over ``queued.min.messages`` (100,000 records) or ``queued.max.messages.kbytes``
   (64 MiB), so an application that drains 100,000 records in well under a second waits
-  out the rest of it again and again, against any server: both gave
-  ~155,000/s with the machine mostly idle (the client ~1.5 s and the servers ~0.8 s of CPU
-  for a million records in ~6.4 s, in a run before these rows printed their CPU). The
-  second row keeps the fetcher going: the client and the servers then share the CPU;
+  out the rest of it again and again, against any server: both gave ~150,000/s with the
+  two cores mostly idle (the row's CPU figures show it). The second row keeps the fetcher
+  going: the client and the servers then share the CPU;
 - end-to-end delay at ``--e2e-rate`` records/s (10,000), acks=all, RF=3, confluent-kafka at
   both ends with its defaults, producer and consumer each in a process of their own:
   p50, p99 and p99.9 from ``produce()`` to the consumer's ``poll()``, after 2 s of warm-up;

@@ -53,11 +53,18 @@ def process_cpu_seconds() -> dict[int, tuple[str, float]]:
     return out
 
 
+def cpu_spent_since(before: dict[int, tuple[str, float]]) -> dict[int, tuple[str, float]]:
+    """pid -> (name, CPU seconds since ``before``) of every process running now: all of a
+    process started since; none of one that ended (unless it was a child this process
+    waited for: see ``CpuUse``); none of a pid reused meanwhile that reads as less."""
+    return {pid: (name, max(0.0, cpu - before.get(pid, (name, 0.0))[1]))
+            for pid, (name, cpu) in process_cpu_seconds().items()}
+
+
 def cpu_profile(before: dict[int, tuple[str, float]], wall_s: float) -> str:
     """CPU seconds spent since ``before``, per process name, and the share of the machine."""
     spent: dict[str, float] = {}
-    for pid, (name, cpu) in process_cpu_seconds().items():
-        used = cpu - before.get(pid, (name, 0.0))[1]
+    for name, used in cpu_spent_since(before).values():
         if used > 0.005:
             spent[name] = spent.get(name, 0.0) + used
     total = sum(spent.values())
@@ -89,10 +96,8 @@ class CpuUse:
         self.wall = time.perf_counter() - self._started
         self.client = _own_cpu_seconds() - self._own
         me = os.getpid()
-        # A process that ended within the block is not counted (unless it was a child this
-        # one waited for); a pid reused meanwhile can read as less than before: none.
-        self.others = sum(max(0.0, cpu - self._others.get(pid, ("", 0.0))[1])
-                          for pid, (_, cpu) in process_cpu_seconds().items() if pid != me)
+        self.others = sum(used for pid, (_, used) in cpu_spent_since(self._others).items()
+                          if pid != me)
 
     def per_run(self, runs: int) -> str:
         return (f"; CPU a run: client {self.client / runs:.2f} s, servers and the rest "
