@@ -13,7 +13,7 @@ walk them).
 Nothing here starts a connection or a thread: a worker connects to Ray itself, after the
 fork (Ray's core worker cannot cross a fork). pyarrow's allocator thread and numpy's
 BLAS threads, started by their imports, are re-made in each child by their libraries' own
-fork handlers.
+fork handlers. Nothing here draws a Ray id either (``AFTER_FORK``).
 
     SparkSession.builder.config("spark.python.daemon.module", "rafka.spark.daemon")
 
@@ -25,11 +25,39 @@ import gc
 import importlib
 
 # What a task of the ``rafka`` format imports: pandas because pyarrow's conversions import
-# it on first use; pyspark's worker modules, which the daemon itself leaves to each worker.
-PRELOAD = ("pandas", "pyarrow.compute", "ray", "pyspark.worker",
-           "pyspark.sql.worker.plan_data_source_read",
-           "pyspark.sql.worker.write_into_data_source", "rafka.consumer.consumer",
-           "rafka.producer.producer", "rafka.spark.sink", "rafka.spark.source")
+# it on first use; pyspark's worker modules, which the daemon itself leaves to each worker;
+# what Ray imports when a worker connects (pydantic, by its serialization add-ons); the
+# columnar codec, which the clients import on their first Arrow batch; and what the modules
+# of rafka's actor classes import, since a worker's first handle on an actor loads its class
+# (Ray unpickles it). Without the last three a worker imported ~160 more modules at its first
+# task, ~0.3-0.6 s of CPU in each (tests/runtime/test_spark.py).
+PRELOAD = ("pandas", "pyarrow.compute", "pyarrow.json", "ray", "ray.util.serialization_addons",
+           "ray._private.arrow_serialization", "ray._common.pydantic_compat",
+           "ray._common.usage.usage_lib", "ray._private.runtime_env.uv_runtime_env_hook",
+           "pydantic.v1", "pyspark.worker", "pyspark.sql.worker.plan_data_source_read",
+           "pyspark.sql.worker.write_into_data_source", "protocols.arrow_records",
+           "rafka.cluster", "rafka.client.ray_runtime", "rafka.consumer.consumer",
+           "rafka.producer.producer", "rafka.spark.connection", "rafka.spark.sink",
+           "rafka.spark.source", "actors.broker.state", "actors.broker.client_quota_manager",
+           "actors.broker.metrics_report", "actors.controller.state", "actors.controller.lease",
+           "actors.controller.messages", "actors.group_coordinator.coordinator",
+           "actors.metrics.consumer_lag", "actors.metrics.exporter", "actors.metrics.gauges",
+           "actors.replica.hosted_replica", "actors.replica.fetcher_manager",
+           "actors.replica.locate", "actors.txn.coordinator", "actors.coordinator_load",
+           "actors.gcs", "actors.process", "actors.hop_trace", "actors.timer.system_timer",
+           "actors.broker.config", "actors.replica.fetch_many", "actors.replica.fetch_session",
+           "actors.replica.host_quotas", "actors.replica.placement", "actors.txn.verifier",
+           "protocols.kafka.listeners", "storage.log_manager", "storage.log_dir_failure")
+
+# Imported by each worker after the fork, never by the daemon: the modules that make Ray actor
+# classes (``@ray.remote`` on a class draws a random ActorClassID) and those importing them.
+# Ray draws its ids from one generator per process, seeded at its first use; seeded before
+# the fork, every worker would draw the same ids, and two workers connecting at once crash
+# their core workers on the same object id (Ray's check "WarmupStore() ... Seal() called on
+# an object without a reference to it").
+AFTER_FORK = ("actors.broker.actor", "actors.broker.lifecycle", "actors.broker.replica_manager",
+              "actors.controller.actor", "actors.group_coordinator.actor",
+              "actors.replica.replica_host", "actors.timer.actor", "actors.txn.actor")
 
 
 def preload() -> None:
