@@ -47,7 +47,10 @@ PRELOAD = ("pandas", "pyarrow.compute", "pyarrow.json", "ray", "ray.util.seriali
            "actors.gcs", "actors.process", "actors.hop_trace", "actors.timer.system_timer",
            "actors.broker.config", "actors.replica.fetch_many", "actors.replica.fetch_session",
            "actors.replica.host_quotas", "actors.replica.placement", "actors.txn.verifier",
-           "protocols.kafka.listeners", "storage.log_manager", "storage.log_dir_failure")
+           "protocols.kafka.listeners", "storage.log_manager", "storage.log_dir_failure",
+           # and what a client of a secured cluster imports (SASL, TLS, its ACL errors)
+           "protocols.kafka.jaas", "protocols.kafka.scram", "protocols.kafka.ssl_context",
+           "protocols.kafka.acl")
 
 # Imported by each worker after the fork, never by the daemon: the modules that make Ray actor
 # classes (``@ray.remote`` on a class draws a random ActorClassID) and those importing them.

@@ -43,15 +43,21 @@ def test_workers_forked_after_the_preload_draw_different_ray_ids():
 
 
 _FORK_TWICE = """
-import os, sys
+import os, sys, traceback
 from rafka.spark.daemon import AFTER_FORK, preload
 preload()
-print(str([m for m in AFTER_FORK if m in sys.modules]).replace(" ", ""))
+print(str([m for m in AFTER_FORK if m in sys.modules]).replace(" ", ""), flush=True)
 for _ in range(2):
     pid = os.fork()
     if pid == 0:
-        from ray._raylet import ActorClassID
-        print(ActorClassID.from_random().hex(), flush=True)
-        os._exit(0)
-    os.waitpid(pid, 0)
+        status = 1
+        try:
+            from ray._raylet import ActorClassID
+            print(ActorClassID.from_random().hex(), flush=True)
+            status = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(status)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 """
