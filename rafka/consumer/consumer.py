@@ -25,7 +25,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping
 
-from protocols.config import ConfigDef, at_least, one_of
 from protocols.errors import (IllegalStateError, InvalidGroupIdError, InvalidOffsetError,
                               KafkaError)
 from protocols.messages import (EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP,
@@ -33,8 +32,9 @@ from protocols.messages import (EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIM
 from protocols.topics import TopicPartition, validate_topic_name
 from rafka.client.list_offsets import list_offsets
 from rafka.client.metadata import ClientMetadata
-from rafka.client.ray_door import RayDoor, define_sasl
+from rafka.client.ray_door import RayDoor
 from rafka.consumer.arrow_table import arrow_table
+from rafka.consumer.config import CONSUMER_CONFIG
 from rafka.consumer.consumer_record import ConsumerRecord
 from rafka.consumer.coordinator import (ConsumerCoordinator, ConsumerGroupMetadata,
                                         ConsumerRebalanceListener)
@@ -42,35 +42,6 @@ from rafka.consumer.fetcher import Fetcher
 from rafka.consumer.subscription_state import PartitionState
 
 log = logging.getLogger(__name__)
-
-CONSUMER_CONFIG = define_sasl(
-    ConfigDef()
-    .define("group.id", "string", "")
-    .define("client.id", "string", "")
-    .define("auto.offset.reset", "string", "latest", one_of("earliest", "latest", "none"))
-    .define("fetch.min.bytes", "int", 1, at_least(0))
-    .define("fetch.max.wait.ms", "int", 500, at_least(0))
-    .define("max.partition.fetch.bytes", "int", 1_048_576, at_least(0))
-    .define("fetch.max.bytes", "int", 52_428_800, at_least(0))
-    .define("max.poll.records", "int", 500, at_least(1))
-    .define("request.timeout.ms", "int", 30_000, at_least(0))
-    .define("retry.backoff.ms", "long", 100, at_least(0))
-    .define("metadata.max.age.ms", "long", 300_000, at_least(0))
-    .define("check.crcs", "boolean", True)
-    .define("isolation.level", "string", "read_uncommitted",
-            one_of("read_uncommitted", "read_committed"))
-    .define("key.deserializer", "callable", None)
-    .define("value.deserializer", "callable", None)
-    # Consumer groups (subscribe, commits).
-    .define("enable.auto.commit", "boolean", True)
-    .define("auto.commit.interval.ms", "int", 5000, at_least(0))
-    .define("session.timeout.ms", "int", 45_000, at_least(1))
-    .define("heartbeat.interval.ms", "int", 3000, at_least(1))
-    .define("max.poll.interval.ms", "int", 300_000, at_least(1))
-    .define("partition.assignment.strategy", "list", ["range"])
-    .define("group.instance.id", "string", "")
-)
-
 
 class NoOffsetForPartitionError(InvalidOffsetError):
     """auto.offset.reset=none and the position is unknown or out of range."""

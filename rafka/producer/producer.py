@@ -34,17 +34,17 @@ import pyarrow.compute as pc
 
 from protocols.arrow_records import (as_binary, as_headers, encode_bodies, header_field,
                                      timestamp_column)
-from protocols.config import ConfigDef, at_least, between, one_of
 from protocols.errors import (IllegalStateError, InvalidConfigError, KafkaError,
                               KafkaTimeoutError, RecordTooLargeError)
 from protocols.partitioner import StickyPartitionCache, partition_for_key
 from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TRANSACTION_KEY_TYPE, TopicPartition
 from rafka.client.metadata import ClientMetadata
-from rafka.client.ray_door import RayDoor, define_sasl
+from rafka.client.ray_door import RayDoor
 from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
 from rafka.producer.arrow_plan import encode_groups, plan_batches, rows
+from rafka.producer.config import PRODUCER_CONFIG
 from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.producer.sender_thread import SenderThread, now_ms
 from rafka.producer.transaction_manager import State as TxnState
@@ -52,32 +52,6 @@ from rafka.producer.transaction_manager import TransactionManager
 from rafka.producer.transactions import Transactions, coordinator_client
 
 log = logging.getLogger(__name__)
-
-PRODUCER_CONFIG = define_sasl(
-    ConfigDef()
-    .define("acks", "string", "all", one_of("all", "-1", "0", "1"))
-    .define("batch.size", "int", 16_384, at_least(0))
-    .define("linger.ms", "long", 5, at_least(0))
-    .define("buffer.memory", "long", 33_554_432, at_least(0))
-    .define("max.block.ms", "long", 60_000, at_least(0))
-    .define("max.in.flight.requests.per.connection", "int", 5, at_least(1))
-    .define("retries", "int", 2_147_483_647, at_least(0))
-    .define("retry.backoff.ms", "long", 100, at_least(0))
-    .define("delivery.timeout.ms", "int", 120_000, at_least(0))
-    .define("request.timeout.ms", "int", 30_000, at_least(0))
-    .define("compression.type", "string", "none",
-            one_of("none", "gzip", "snappy", "lz4", "zstd"))
-    .define("max.request.size", "int", 1_048_576, at_least(0))
-    .define("enable.idempotence", "boolean", True)
-    .define("partitioner.ignore.keys", "boolean", False)
-    .define("metadata.max.age.ms", "long", 300_000, at_least(0))
-    .define("client.id", "string", "")
-    .define("key.serializer", "callable", None)
-    .define("value.serializer", "callable", None)
-    .define("compression.level", "int", -1, between(-1, 22))
-    .define("transactional.id", "string", None, nullable=True)
-    .define("transaction.timeout.ms", "int", 60_000, at_least(1))
-)
 
 _ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 

@@ -47,7 +47,7 @@ def producer_config(options) -> dict:
 def check_producer_options(options) -> None:
     """Unknown or invalid ``kafka.*`` producer configs fail the query on the driver, not in
     its tasks."""
-    from rafka.producer.producer import PRODUCER_CONFIG
+    from rafka.producer.config import PRODUCER_CONFIG
     config = PRODUCER_CONFIG.parse(producer_config(options))
     if config["transactional.id"]:
         raise SparkSourceError("Kafka option 'transactional.id' is not supported: set "

@@ -84,7 +84,7 @@ def _isolation(options) -> str:
 def _check_consumer_options(options) -> None:
     """Refused or unknown ``kafka.*`` consumer options fail the query on the driver, not in
     its tasks."""
-    from rafka.consumer.consumer import CONSUMER_CONFIG
+    from rafka.consumer.config import CONSUMER_CONFIG
     CONSUMER_CONFIG.parse(consumer_options(options))
 
 

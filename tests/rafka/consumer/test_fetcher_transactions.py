@@ -9,7 +9,7 @@ import pytest
 from protocols.control_records import ABORT, COMMIT, EndTransactionMarker, end_txn_marker_batch
 from protocols.records import Record, encode_batch
 from protocols.topics import TopicPartition
-from rafka.consumer.consumer import CONSUMER_CONFIG
+from rafka.consumer.config import CONSUMER_CONFIG
 from rafka.consumer.fetcher import Fetcher
 from rafka.consumer.subscription_state import PartitionState
 

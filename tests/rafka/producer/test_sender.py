@@ -136,7 +136,7 @@ def test_the_sender_thread_outlives_metadata_it_cannot_get():
     import threading
 
     from protocols.errors import KafkaTimeoutError
-    from rafka.producer.producer import PRODUCER_CONFIG
+    from rafka.producer.config import PRODUCER_CONFIG
     from rafka.producer.sender_thread import SenderThread, now_ms
 
     class NoController:
