@@ -20,11 +20,12 @@ rafka cluster (``--partitions`` partitions, RF ``--replication-factor``), in thi
           .write.format(F).option("topic", dst).save()
 
 - the same job as Structured Streaming: the query started and fed the stream's first
-  ``--stream-warmup`` records, its start-up timed to the first of them copied (Spark plans
-  and runs its first micro-batch); then fed the rest while it runs (a producer thread
-  sending at full speed, stamped with the time of sending): the sustained rate, from the
-  first of those sent to the last copied, and the end-to-end delay of each (the copy's
-  LogAppendTime minus the source record's CreateTime), p50 / p99 / max;
+  ``--stream-warmup`` records, its start-up timed from starting it until all of them are
+  copied (Spark plans and runs its first micro-batches); then fed the rest while it runs
+  (a producer thread sending at full speed, stamped with the time of sending): the
+  sustained rate, from the first of those sent to the last copied, and the end-to-end
+  delay of each (the copy's LogAppendTime minus the source record's CreateTime), p50 /
+  p99 / max;
 - Ray Data: ``read_topic`` -> ``map_batches`` (the same filter and projection) ->
   ``write_topic``.
 
@@ -42,6 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -109,6 +111,8 @@ def delays(sent_ms, copied_values, copied_ms) -> str:
     dst = pa.table({"value": copied_values, "copied": copied_ms})
     joined = dst.join(src, "value", join_type="inner")   # the copies of what was timed
     d = joined["copied"].to_numpy() - joined["sent"].to_numpy()
+    if not len(d):
+        return "end-to-end delay: no record copied of those timed"
     p50, p99 = np.percentile(d, [50, 99])
     return (f"end-to-end delay over {len(d):,} records: p50 {p50:.0f} ms, p99 {p99:.0f} ms, "
             f"max {d.max():.0f} ms")
@@ -141,16 +145,24 @@ def feed(send_chunk, table, chunk: int, sent: list) -> threading.Thread:
     return thread
 
 
-def stream_copy(query, send_chunk, copies, stream, args, name: str
-                ) -> tuple[float, float, int, list]:
-    """Structured Streaming's copy job as users run it: started, then fed. The stream's
-    first ``--stream-warmup`` records go first, and the start-up is the time until they are
-    copied (Spark's first micro-batch: its planner and workers, the query's checkpoint);
-    then the rest at full speed while the query runs. Returns (start-up seconds, seconds
-    from the first of the rest sent to the last copied, how many of the rest, what was sent
-    of the rest as ``feed`` records it)."""
-    warm = max(1, min(args.stream_warmup, len(stream) - 1))
+class StreamRun(NamedTuple):
+    query: object
+    warm: int          # records fed first
+    startup: float     # seconds from starting the query to the first ``warm`` copied
+    elapsed: float     # seconds from the first of the rest sent to the last copied
+    fed: int           # the rest
+    sent: list         # what was sent of the rest, as ``feed`` records it
+
+
+def stream_copy(start_query, send_chunk, copies, stream, args, name: str) -> StreamRun:
+    """Structured Streaming's copy job as users run it: started (``start_query()``), then
+    fed. The stream's first ``--stream-warmup`` records go first, and the start-up is the
+    time from starting the query until all of them are copied (the source's and sink's
+    planning, Spark's first micro-batches, the checkpoint); then the rest at full speed
+    while the query runs."""
+    warm = args.stream_warmup
     started = time.perf_counter()
+    query = start_query()
     send_chunk(stream.slice(0, warm), time.time_ns() // 1_000_000)
     copied_until(query, copies, copied(stream.slice(0, warm)), f"{name} start-up")
     startup = time.perf_counter() - started
@@ -161,7 +173,7 @@ def stream_copy(query, send_chunk, copies, stream, args, name: str
     copied_until(query, copies, copied(stream), name)
     elapsed = time.perf_counter() - started
     feeder.join()
-    return startup, elapsed, len(rest), sent
+    return StreamRun(query, warm, startup, elapsed, len(rest), sent)
 
 
 def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
@@ -254,20 +266,20 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
                         timed(ray_copy), job="ray copy")
 
         # ---- Structured Streaming -----------------------------------------------------
-        query = spark_stream(spark, "rafka", options, "stream-src", "stream-copy",
-                             root / "rafka-checkpoint")
         producer = rafka.Producer(cluster)
-        startup, elapsed, fed, sent = stream_copy(
-            query, lambda part, now: producer.send_batch(
+        run = stream_copy(
+            lambda: spark_stream(spark, "rafka", options, "stream-src", "stream-copy",
+                                 root / "rafka-checkpoint"),
+            lambda part, now: producer.send_batch(
                 "stream-src", part["value"], part["key"], timestamps=now,
                 headers=part["headers"]), end("stream-copy"), stream, args, "streaming copy")
         producer.close()
-        query.stop()
+        run.query.stop()
+        sent = run.sent
         print(f"spark structured streaming copy job, format(\"rafka\"), start-up: its first "
-              f"{args.stream_warmup:,} records copied {startup:.2f} s after it started",
-              flush=True)
+              f"{run.warm:,} records copied {run.startup:.2f} s after it started", flush=True)
         report.line("spark structured streaming copy job, format(\"rafka\"), sustained: fed "
-                    "at full speed while it runs", fed, elapsed, job="streaming")
+                    "at full speed while it runs", run.fed, run.elapsed, job="streaming")
         consumer = rafka.Consumer(cluster)
         consumer.assign([TopicPartition("stream-copy", p) for p in range(parts)])
         consumer.seek_to_beginning()
@@ -340,18 +352,18 @@ def kafka_jobs(args, spark, stream, report: Report) -> None:
                 raise SystemExit(f"Kafka copy-{i} holds {end(f'copy-{i}')()} records")
 
         with tempfile.TemporaryDirectory(prefix="kafka-checkpoint-") as checkpoint:
-            query = spark_stream(spark, "kafka", servers, "stream-src", "stream-copy",
-                                 Path(checkpoint))
-            startup, elapsed, fed, _ = stream_copy(
-                query, lambda part, now: send("stream-src", part, now), end("stream-copy"),
+            run = stream_copy(
+                lambda: spark_stream(spark, "kafka", servers, "stream-src", "stream-copy",
+                                     Path(checkpoint)),
+                lambda part, now: send("stream-src", part, now), end("stream-copy"),
                 stream, args, "kafka streaming copy")
-            query.stop()
+            run.query.stop()
         print(f"peer: spark structured streaming copy job, format(\"kafka\") against Kafka, "
-              f"start-up: its first {args.stream_warmup:,} records copied {startup:.2f} s "
-              "after it started", flush=True)
+              f"start-up: its first {run.warm:,} records copied {run.startup:.2f} s after it "
+              "started", flush=True)
         report.line("peer: spark structured streaming copy job, format(\"kafka\") against "
-                    "Kafka, sustained: fed by confluent-kafka at full speed", fed, elapsed,
-                    peer_of="streaming")
+                    "Kafka, sustained: fed by confluent-kafka at full speed", run.fed,
+                    run.elapsed, peer_of="streaming")
         probe.close()
 
 
@@ -366,6 +378,8 @@ def main(argv=None) -> int:
                         help="records fed to the streaming job first, to time its start-up")
     parser.add_argument("--no-peer", action="store_true", help="rafka's figures only")
     args = parser.parse_args(argv)
+    if not 0 < args.stream_warmup < args.records:
+        parser.error("--stream-warmup must be at least 1 and fewer than --records")
 
     import rafka.spark
     from rafka.client.ray_runtime import ensure_ray
