@@ -134,6 +134,10 @@ class Admin:
         self.cluster = cluster
         self.timeout_s = timeout_s
         self.door = RayDoor(cluster, config, timeout_s)
+        # ListOffsets' leaders and their hosts, kept between requests as a Kafka client
+        # keeps its metadata: looked up again when a leader does not answer as one, or
+        # after metadata.max.age.ms (``ClientMetadata``).
+        self._offsets_metadata = None
 
     def close(self) -> None:
         self.door.close()
@@ -406,7 +410,9 @@ class Admin:
                   for tp, spec in specs.items()}
         # A retriable answer (a new leader still learning its high watermark, say) is asked
         # again; an unknown partition fails at once, as Kafka's admin client fails it.
-        found = list_offsets(ClientMetadata(self.cluster, door=self.door), wanted, self.timeout_s,
+        if self._offsets_metadata is None:
+            self._offsets_metadata = ClientMetadata(self.cluster, door=self.door)
+        found = list_offsets(self._offsets_metadata, wanted, self.timeout_s,
                              backoff_s=0.05, unknown_fails=True,
                              isolation_level=ISOLATION_LEVELS[isolation_level], door=self.door)
         return {tp: ListOffsetsResult(*found[tp]) for tp in wanted}

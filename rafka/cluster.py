@@ -124,6 +124,11 @@ class Cluster:
         self.broker_addresses: dict[int, str] = {
             int(b): a for b, a in info.get("addresses", {}).items()}
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_controller", None)   # this process's; looked up again where unpickled
+        return state
+
     def __repr__(self) -> str:
         return (f"Cluster(name={self.name!r}, brokers={sorted(self.broker_nodes)}, "
                 f"data_dir={self.data_dir!r})")
@@ -308,15 +313,26 @@ class Cluster:
         request goes again to the next controller, as Kafka's clients go on to another
         broker after a failed metadata request."""
         ray = _ray()
+        # The controller found last time is asked first (a streaming query's source reads
+        # the metadata at every trigger: looking the controller up and pinging it each
+        # time tripled its calls); one that died or does not answer is looked up again.
+        known = self.__dict__.get("_controller")
+        if known is not None:
+            try:
+                return decode(ray.get(known.metadata.remote(), timeout=min(5.0, timeout_s)))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                self._controller = None
 
         def read(left: float) -> dict:
             handle = self.controller(left)
             try:
-                return decode(ray.get(handle.metadata.remote()))
+                image = decode(ray.get(handle.metadata.remote()))
             except ray.exceptions.RayActorError:
                 raise _NotYet(KafkaTimeoutError(f"No controller of cluster '{self.name}' "
                                                 f"answered a metadata request within "
                                                 f"{timeout_s} s")) from None
+            self._controller = handle
+            return image
         return _wait(timeout_s, read)
 
     @property

@@ -19,17 +19,18 @@ def partition_counts(cluster) -> dict[str, int]:
     return {t: len(ps) for t, ps in cluster.metadata()["topics"].items()}
 
 
-def earliest_and_latest(cluster, partitions: list[TopicPartition],
+def earliest_and_latest(admin, partitions: list[TopicPartition],
                         isolation_level: str = "read_uncommitted",
-                        config: dict | None = None) -> tuple[dict, dict]:
-    """(earliest, latest) offset of each partition; latest is the high watermark, or at
-    ``read_committed`` the last stable offset (what such a reader can reach). ``config``:
-    the client settings to ask with (its SASL ones sign in at the Ray door)."""
-    with cluster.admin(config) as admin:
-        earliest = {tp: r.offset for tp, r in admin.list_offsets(
-            {tp: "earliest" for tp in partitions}).items()}
-        latest = {tp: r.offset for tp, r in admin.list_offsets(
-            {tp: "latest" for tp in partitions}, isolation_level).items()}
+                        earliest_of: list[TopicPartition] | None = None) -> tuple[dict, dict]:
+    """(earliest, latest) offset of each partition, asked with ``admin`` (a ``rafka.Admin``:
+    one kept by the caller reuses its leaders); latest is the high watermark, or at
+    ``read_committed`` the last stable offset (what such a reader can reach). The earliest
+    only of ``earliest_of`` when given."""
+    asked = partitions if earliest_of is None else earliest_of
+    earliest = {tp: r.offset for tp, r in admin.list_offsets(
+        {tp: "earliest" for tp in asked}).items()} if asked else {}
+    latest = {tp: r.offset for tp, r in admin.list_offsets(
+        {tp: "latest" for tp in partitions}, isolation_level).items()}
     return earliest, latest
 
 

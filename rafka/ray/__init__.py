@@ -73,20 +73,20 @@ def read_topic(cluster, topic: str, start: Any = "earliest", end: Any = "latest"
     if not partitions:
         from protocols.errors import UnknownTopicOrPartitionError
         raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist")
-    earliest, latest = earliest_and_latest(cluster, partitions, config=config)
-    begin = _offsets(start, topic, partitions, earliest, latest, "start")
-    until = _offsets(end, topic, partitions, earliest, latest, "end")
-    ranges = plan_ranges(begin, until)
     # A range's size is its record count only where every offset holds a record: the
     # cleaner leaves gaps in a compacted topic's offsets, so there Ray Data must read to
     # count (None: the row count is unknown until the block is read). A reader that may not
     # DESCRIBE_CONFIGS the topic (READ does not imply it) reads to count too.
     from protocols.errors import TopicAuthorizationFailedError
-    try:
-        with cluster.admin(config) as admin:
+    with cluster.admin(config) as admin:
+        earliest, latest = earliest_and_latest(admin, partitions)
+        try:
             compacted = "compact" in admin.describe_configs([topic])[topic]["cleanup.policy"]
-    except TopicAuthorizationFailedError:
-        compacted = True
+        except TopicAuthorizationFailedError:
+            compacted = True
+    begin = _offsets(start, topic, partitions, earliest, latest, "start")
+    until = _offsets(end, topic, partitions, earliest, latest, "end")
+    ranges = plan_ranges(begin, until)
 
     class TopicDatasource(Datasource):
         def estimate_inmemory_data_size(self):

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 _clusters: dict[tuple[str, str], Any] = {}
+_admins: dict[tuple, Any] = {}
 
 
 def connect(options):
@@ -22,6 +23,22 @@ def connect(options):
         _clusters[key] = rafka.Cluster.connect(name)
         freeze_what_lasts()
     return _clusters[key]
+
+
+def admin(options):
+    """This process's ``rafka.Admin`` for the cluster the options name, with their
+    consumer settings (its SASL ones sign in once), kept as Spark's Kafka source keeps one
+    admin client per offset reader: a streaming query asks the offsets of every partition
+    at each trigger (every 10 ms while no record comes, Spark's polling delay), and a new
+    admin each time looked up the metadata, the leaders and their hosts again (~20 Ray
+    calls a trigger; an idle query kept the brokers, the controller and the hosts busy)."""
+    from rafka.spark.offsets import consumer_options
+    config = consumer_options(options)
+    key = (options.get("cluster", "default"), options.get("rayAddress"),
+           tuple(sorted((k, str(v)) for k, v in config.items())))
+    if key not in _admins:
+        _admins[key] = connect(options).admin(config)
+    return _admins[key]
 
 
 def freeze_what_lasts() -> None:

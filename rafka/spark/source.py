@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 from protocols.topics import TopicPartition
 from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
 from rafka.connectors.range_reader import earliest_and_latest, partition_counts, read_tables
-from rafka.spark.connection import connect
+from rafka.spark.connection import admin, connect
 from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
 from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
                                  from_json, parse_offsets, parse_subscription, rate_limit,
@@ -127,8 +127,8 @@ class RafkaBatchReader(DataSourceReader):
         cluster = connect(options)
         partitions = narrow(self.pushed,
                             parse_subscription(options).select(partition_counts(cluster)))
-        earliest, latest = earliest_and_latest(cluster, partitions, _isolation(options),
-                                               consumer_options(options))
+        earliest, latest = earliest_and_latest(admin(options), partitions,
+                                               _isolation(options))
         start = _starting(options, cluster, partitions, earliest, latest, "earliest")
         end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
                                  allow_earliest=False)
@@ -171,13 +171,19 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _check_consumer_options(options)
         parse_offsets(options.get("startingOffsets"), "latest", option="startingOffsets")
         self.target: dict[TopicPartition, int] | None = None
+        # What the last latestOffset found: Spark asks reportLatestOffset right after it,
+        # in the same trigger, for the query's progress.
+        self.latest: dict[TopicPartition, int] | None = None
 
-    def _now(self):
+    def _now(self, start: dict | None = None):
+        """The subscribed partitions now, with their earliest and latest offsets; given
+        ``start`` (a trigger's), the earliest only of the partitions new to it, as Spark's
+        Kafka source asks (one ListOffsets round per trigger, not two)."""
         cluster = connect(self.options)
         partitions = self.subscription.select(partition_counts(cluster))
-        return cluster, partitions, *earliest_and_latest(cluster, partitions,
-                                                         _isolation(self.options),
-                                                         consumer_options(self.options))
+        new = None if start is None else [tp for tp in partitions if tp not in start]
+        return cluster, partitions, *earliest_and_latest(admin(self.options), partitions,
+                                                         _isolation(self.options), new)
 
     def initialOffset(self) -> dict:
         cluster, partitions, earliest, latest = self._now()
@@ -192,8 +198,9 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = latest
 
     def latestOffset(self, start: dict, limit=None) -> dict:
-        _, partitions, earliest, latest = self._now()
         begin = from_json(start)
+        _, partitions, earliest, latest = self._now(begin)
+        self.latest = latest
         begin.update({tp: earliest[tp] for tp in partitions if tp not in begin})
         if self.target is not None:
             latest = {tp: min(o, self.target.get(tp, begin[tp])) for tp, o in latest.items()}
@@ -202,8 +209,9 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json({tp: max(o, begin.get(tp, o)) for tp, o in end.items()})
 
     def reportLatestOffset(self):
-        _, _, _, latest = self._now()
-        return to_json(latest)
+        if self.latest is None:
+            _, _, _, self.latest = self._now()
+        return to_json(self.latest)
 
     def partitions(self, start: dict, end: dict):
         cluster, partitions, earliest, _ = self._now()

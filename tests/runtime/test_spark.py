@@ -209,6 +209,38 @@ def test_a_processing_time_query_picks_up_records_produced_while_it_runs(spark, 
         query.stop()
 
 
+def test_a_stream_readers_triggers_reuse_one_admin_and_report_what_they_found(cluster,
+                                                                           monkeypatch):
+    """Spark asks a streaming source for its latest offsets at every trigger (every 10 ms
+    while no record comes: its polling delay), then for the latest to report in the query's
+    progress. As Spark's Kafka source keeps one admin client per offset reader, the leaders
+    are looked up once, not at every trigger, and reportLatestOffset reports what that
+    trigger's latestOffset found (KafkaMicroBatchStream's latestPartitionOffsets)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    import actors.replica.locate as locate
+    from rafka.spark.source import RafkaStreamReader
+    cluster.admin().create_topics([rafka.NewTopic("idle", 3, 1)])
+    lookups = []
+    found = locate.locate_replicas
+    monkeypatch.setattr(locate, "locate_replicas",
+                        lambda *args: lookups.append(args[1]) or found(*args))
+    stream = RafkaStreamReader({"cluster": cluster.name, "subscribe": "idle",
+                                "startingOffsets": "earliest"})
+    start = stream.initialOffset()
+    assert start == {"idle": {"0": 0, "1": 0, "2": 0}}
+    for _ in range(20):     # idle triggers
+        assert stream.latestOffset(start, ReadAllAvailable()) == start
+        assert stream.reportLatestOffset() == start
+    assert len(lookups) == 1
+    produce(cluster, "idle", 5, partitions=1)
+    latest = stream.latestOffset(start, ReadAllAvailable())
+    assert latest == {"idle": {"0": 5, "1": 0, "2": 0}}
+    produce(cluster, "idle", 3, start=5, partitions=1)
+    assert stream.reportLatestOffset() == latest     # this trigger's, not a later one
+    assert len(lookups) == 1
+
+
 def test_streaming_write_copies_a_topic_and_data_loss_fails_unless_allowed(spark, cluster,
                                                                            tmp_path):
     admin = cluster.admin()
