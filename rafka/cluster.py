@@ -318,10 +318,12 @@ class Cluster:
         # time tripled its calls); one that died or does not answer is looked up again.
         known = self.__dict__.get("_controller")
         if known is not None:
+            started = time.monotonic()
             try:
                 return decode(ray.get(known.metadata.remote(), timeout=min(5.0, timeout_s)))
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 self._controller = None
+                timeout_s = max(0.0, timeout_s - (time.monotonic() - started))
 
         def read(left: float) -> dict:
             handle = self.controller(left)

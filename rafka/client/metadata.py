@@ -130,9 +130,10 @@ class ClientMetadata:
                    if (tp.topic, tp.partition, b) not in self._handles]
         if missing:
             self._handles.update(locate_replicas(self.cluster.namespace, missing, timeout_s))
-        return {tp: LeaderInfo(b, epoch, self._handles[(tp.topic, tp.partition, b)])
-                for tp, (b, epoch) in found.items()
-                if (tp.topic, tp.partition, b) in self._handles}
+        handles = {tp: self._handles.get((tp.topic, tp.partition, b))
+                   for tp, (b, _) in found.items()}
+        return {tp: LeaderInfo(b, epoch, handles[tp]) for tp, (b, epoch) in found.items()
+                if handles[tp] is not None}
 
     def knows(self, tp: TopicPartition) -> bool:
         """Whether the partition is in the current metadata."""

@@ -10,17 +10,21 @@ _clusters: dict[tuple[str, str], Any] = {}
 _admins: dict[tuple, Any] = {}
 
 
+def _key(options) -> tuple[str, str]:
+    """(cluster name, Ray address) the options name."""
+    return (options.get("cluster", "default"),
+            options.get("rayAddress") or os.environ.get("RAY_ADDRESS") or "auto")
+
+
 def connect(options):
     """This process's handle on the cluster the options name (one Ray connection per Spark
     Python worker, reused by its tasks)."""
     import rafka
     from rafka.client.ray_runtime import ensure_ray
-    name = options.get("cluster", "default")
-    address = options.get("rayAddress") or os.environ.get("RAY_ADDRESS") or "auto"
-    key = (name, address)
+    key = _key(options)
     if key not in _clusters:
-        ensure_ray(address, log_to_driver=False)
-        _clusters[key] = rafka.Cluster.connect(name)
+        ensure_ray(key[1], log_to_driver=False)
+        _clusters[key] = rafka.Cluster.connect(key[0])
         freeze_what_lasts()
     return _clusters[key]
 
@@ -34,8 +38,7 @@ def admin(options):
     calls a trigger; an idle query kept the brokers, the controller and the hosts busy)."""
     from rafka.spark.offsets import consumer_options
     config = consumer_options(options)
-    key = (options.get("cluster", "default"), options.get("rayAddress"),
-           tuple(sorted((k, str(v)) for k, v in config.items())))
+    key = (*_key(options), tuple(sorted((k, str(v)) for k, v in config.items())))
     if key not in _admins:
         _admins[key] = connect(options).admin(config)
     return _admins[key]

@@ -213,31 +213,40 @@ def test_a_stream_readers_triggers_reuse_one_admin_and_report_what_they_found(cl
                                                                            monkeypatch):
     """Spark asks a streaming source for its latest offsets at every trigger (every 10 ms
     while no record comes: its polling delay), then for the latest to report in the query's
-    progress. As Spark's Kafka source keeps one admin client per offset reader, the leaders
-    are looked up once, not at every trigger, and reportLatestOffset reports what that
-    trigger's latestOffset found (KafkaMicroBatchStream's latestPartitionOffsets)."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    progress. As Spark's Kafka source does, a trigger asks ListOffsets once, for the
+    latest offsets only (the earliest only of partitions new to it), through one admin
+    client whose leaders are looked up once; reportLatestOffset reports what that
+    trigger's latestOffset found (KafkaMicroBatchStream's latestPartitionOffsets), beyond
+    the end a maxOffsetsPerTrigger limit gave."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     import actors.replica.locate as locate
+    from rafka.admin import Admin
     from rafka.spark.source import RafkaStreamReader
     cluster.admin().create_topics([rafka.NewTopic("idle", 3, 1)])
-    lookups = []
-    found = locate.locate_replicas
+    lookups, asked = [], []
+    locate_replicas, list_offsets = locate.locate_replicas, Admin.list_offsets
     monkeypatch.setattr(locate, "locate_replicas",
-                        lambda *args: lookups.append(args[1]) or found(*args))
+                        lambda *a, **k: lookups.append(a[1]) or locate_replicas(*a, **k))
+    monkeypatch.setattr(Admin, "list_offsets", lambda self, specs, *a, **k: asked.append(
+        sorted(set(specs.values()))) or list_offsets(self, specs, *a, **k))
     stream = RafkaStreamReader({"cluster": cluster.name, "subscribe": "idle",
                                 "startingOffsets": "earliest"})
     start = stream.initialOffset()
     assert start == {"idle": {"0": 0, "1": 0, "2": 0}}
+    asked.clear()
     for _ in range(20):     # idle triggers
         assert stream.latestOffset(start, ReadAllAvailable()) == start
         assert stream.reportLatestOffset() == start
+    assert asked == [["latest"]] * 20
     assert len(lookups) == 1
     produce(cluster, "idle", 5, partitions=1)
     latest = stream.latestOffset(start, ReadAllAvailable())
     assert latest == {"idle": {"0": 5, "1": 0, "2": 0}}
     produce(cluster, "idle", 3, start=5, partitions=1)
     assert stream.reportLatestOffset() == latest     # this trigger's, not a later one
+    assert stream.latestOffset(start, ReadMaxRows(2)) == {"idle": {"0": 2, "1": 0, "2": 0}}
+    assert stream.reportLatestOffset() == {"idle": {"0": 8, "1": 0, "2": 0}}
     assert len(lookups) == 1
 
 
