@@ -63,10 +63,10 @@ def _int(options, name: str) -> int | None:
     return n
 
 
-def _starting(options, cluster, partitions, earliest, latest, default: str) -> dict:
+def _starting(options, partitions, earliest, latest, default: str) -> dict:
     timestamp = options.get("startingTimestamp")
     if timestamp is not None:
-        consumer_offsets = cluster.admin(consumer_options(options)).list_offsets(
+        consumer_offsets = admin(options).list_offsets(
             {tp: int(timestamp) for tp in partitions})
         # No record at or after the time: start at the end (Spark's default strategy).
         return {tp: (r.offset if r.offset >= 0 else latest[tp])
@@ -129,15 +129,14 @@ class RafkaBatchReader(DataSourceReader):
                             parse_subscription(options).select(partition_counts(cluster)))
         earliest, latest = earliest_and_latest(admin(options), partitions,
                                                _isolation(options))
-        start = _starting(options, cluster, partitions, earliest, latest, "earliest")
+        start = _starting(options, partitions, earliest, latest, "earliest")
         end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
                                  allow_earliest=False)
         end = resolve(end_spec, partitions, earliest, latest, option="endingOffsets")
         start = check_data_loss(start, earliest, _flag(options, "failOnDataLoss", True))
         if self.pushed:
             start, end = narrow_ranges(self.pushed, start, end, lambda times: {
-                tp: r.offset for tp, r in cluster.admin(consumer_options(options))
-                .list_offsets(times).items()})
+                tp: r.offset for tp, r in admin(options).list_offsets(times).items()})
         ranges = plan_ranges(start, end, _int(options, "minPartitions"))
         return [RangePartition(r) for r in ranges]
 
@@ -186,9 +185,8 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                                          _isolation(self.options), new)
 
     def initialOffset(self) -> dict:
-        cluster, partitions, earliest, latest = self._now()
-        return to_json(_starting(self.options, cluster, partitions, earliest, latest,
-                                 "latest"))
+        _, partitions, earliest, latest = self._now()
+        return to_json(_starting(self.options, partitions, earliest, latest, "latest"))
 
     def getDefaultReadLimit(self):
         return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
