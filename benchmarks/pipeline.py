@@ -241,7 +241,8 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
             consumer.close()
 
         # ---- Spark batch copy ---------------------------------------------------------
-        options = {"cluster": cluster.name}
+        options = ({"cluster": cluster.name} if args.by == "cluster" else
+                   {"kafka.bootstrap.servers": cluster.bootstrap_servers})
         for i in (1, 2):
             with Progress(f"spark copy {i}", expected, end(f"copy-{i}")):
                 report.line(f"spark batch copy job, format(\"rafka\"), "
@@ -377,6 +378,10 @@ def main(argv=None) -> int:
     parser.add_argument("--stream-warmup", type=int, default=10_000,
                         help="records fed to the streaming job first, to time its start-up")
     parser.add_argument("--no-peer", action="store_true", help="rafka's figures only")
+    parser.add_argument("--by", choices=("cluster", "bootstrap"), default="cluster",
+                        help="how rafka's Spark jobs name the cluster: the cluster option, "
+                             "or kafka.bootstrap.servers alone as the peer's jobs do (reads "
+                             "planned over the Kafka listener, no Ray in Spark's planners)")
     args = parser.parse_args(argv)
     if not 0 < args.stream_warmup < args.records:
         parser.error("--stream-warmup must be at least 1 and fewer than --records")
@@ -389,7 +394,9 @@ def main(argv=None) -> int:
     stream = realistic_stream(args.records)
     print(describe_stream(stream))
     print(f"parameters: 3 brokers, {args.partitions} partitions, RF={args.replication_factor}"
-          ", Spark local[2], the sinks' acks=all, copy jobs keep records with "
+          ", Spark local[2], rafka's Spark jobs name the cluster by "
+          f"{'the cluster option' if args.by == 'cluster' else 'kafka.bootstrap.servers alone'}"
+          ", the sinks' acks=all, copy jobs keep records with "
           f"{FILTER} ({copied(stream):,} of {len(stream):,})", flush=True)
     report = Report(payload_bytes(stream) / len(stream) / 2**20)
     ensure_ray()

@@ -118,6 +118,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--by", choices=("cluster", "bootstrap"), default="cluster",
+                        help="how rafka's jobs name the cluster: the cluster option, or a "
+                             "Kafka job's kafka.bootstrap.servers alone (reads planned over "
+                             "the Kafka listener, without Ray in Spark's planners)")
     args = parser.parse_args(argv)
     import pyspark.sql.datasource as ds
 
@@ -175,14 +179,18 @@ def main(argv=None) -> int:
                  .select("key", "value", "headers")
                  .write.format("spark-floor-sink").mode("append").save())
 
+            named = ({"cluster": cluster.name} if args.by == "cluster" else
+                     {"kafka.bootstrap.servers": cluster.bootstrap_servers})
+            print(f"rafka's jobs name the cluster by {', '.join(named)}", flush=True)
+
             def rafka_count():
-                spark.read.format("rafka").option("cluster", "bench-first-job") \
+                spark.read.format("rafka").options(**named) \
                     .option("subscribe", "src").option("startingOffsets", "earliest") \
                     .load().count()
             copies = iter(("c1", "c2"))
 
             def rafka_copy():
-                spark_copy(spark, "rafka", {"cluster": "bench-first-job"}, "src", next(copies))
+                spark_copy(spark, "rafka", named, "src", next(copies))
             for name, job, moved in (
                     ("spark floor read job (count, no I/O)", floor_read, 0),
                     ("spark floor write job (filter, no-op Python writer)", floor_write, 0),

@@ -5,30 +5,15 @@ from __future__ import annotations
 import socket
 import struct
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from protocols.kafka.client_codec import parse_response, request_frame
 
-from protocols.kafka.codec import build
+__all__ = ["parse_response", "read_response", "recv_exactly", "request_bytes"]
 
 
 def request_bytes(api_key: int, version: int, values: dict, correlation_id: int = 1,
                   client_id: str = "test") -> bytes:
     """A size-prefixed request frame of ``values`` (``protocols.kafka.codec.build``)."""
-    cls = load_request_schema(api_key, version)
-    writer = type("W", (list,), {"write": list.append})()
-    entity_writer(cls.__header_schema__)(writer, cls.__header_schema__(
-        request_api_key=api_key, request_api_version=version, correlation_id=correlation_id,
-        client_id=client_id))
-    entity_writer(cls)(writer, build(cls, values))
-    body = b"".join(writer)
-    return struct.pack(">i", len(body)) + body
-
-
-def parse_response(data: bytes, api_key: int, version: int):
-    """(header, body) of a response frame without its size prefix."""
-    cls = load_response_schema(api_key, version)
-    header, used = entity_reader(cls.__header_schema__)(data, 0)
-    return header, entity_reader(cls)(data, used)[0]
+    return request_frame(api_key, version, values, correlation_id, client_id)
 
 
 def read_response(sock: socket.socket, api_key: int, version: int):

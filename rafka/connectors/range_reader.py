@@ -22,10 +22,10 @@ def partition_counts(cluster) -> dict[str, int]:
 def earliest_and_latest(admin, partitions: list[TopicPartition],
                         isolation_level: str = "read_uncommitted",
                         earliest_of: list[TopicPartition] | None = None) -> tuple[dict, dict]:
-    """(earliest, latest) offset of each partition, asked with ``admin`` (a ``rafka.Admin``:
-    one kept by the caller reuses its leaders); latest is the high watermark, or at
-    ``read_committed`` the last stable offset (what such a reader can reach). The earliest
-    only of ``earliest_of`` when given."""
+    """(earliest, latest) offset of each partition, asked with ``admin`` (a ``rafka.Admin``
+    or a ``rafka.client.listener_admin.ListenerAdmin``: one kept by the caller reuses its
+    leaders); latest is the high watermark, or at ``read_committed`` the last stable offset
+    (what such a reader can reach). The earliest only of ``earliest_of`` when given."""
     asked = partitions if earliest_of is None else earliest_of
     earliest = {tp: r.offset for tp, r in admin.list_offsets(
         {tp: "earliest" for tp in asked}).items()} if asked else {}

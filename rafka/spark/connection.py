@@ -1,18 +1,29 @@
 """How a Spark Python worker (the planner or an executor) reaches the rafka cluster its
-options name: through Ray, one connection per worker process, reused by its tasks."""
+options name: through Ray, one connection per worker process, reused by its tasks; a read's
+planning, given only Kafka's ``kafka.bootstrap.servers``, over the Kafka listener."""
 from __future__ import annotations
 
 import gc
 import os
 from typing import Any
 
-_clusters: dict[tuple[str, str], Any] = {}
+_clusters: dict[tuple, Any] = {}
 _admins: dict[tuple, Any] = {}
+_listener_admins: dict[tuple, Any] = {}
 
 
-def _key(options) -> tuple[str, str]:
-    """(cluster name, Ray address) the options name."""
-    return (options.get("cluster", "default"),
+def bootstrap_servers(options) -> str | None:
+    """The ``kafka.bootstrap.servers`` a job moved from ``format("kafka")`` gives, when no
+    ``cluster`` option names the rafka cluster: it is then found by its listeners."""
+    if options.get("cluster") is not None:
+        return None
+    return (options.get("kafka.bootstrap.servers") or "").strip() or None
+
+
+def _key(options) -> tuple[str | None, str | None, str]:
+    """(cluster name, bootstrap servers, Ray address) the options name."""
+    servers = bootstrap_servers(options)
+    return (None if servers else options.get("cluster", "default"), servers,
             options.get("rayAddress") or os.environ.get("RAY_ADDRESS") or "auto")
 
 
@@ -23,8 +34,8 @@ def connect(options):
     from rafka.client.ray_runtime import ensure_ray
     key = _key(options)
     if key not in _clusters:
-        ensure_ray(key[1], log_to_driver=False)
-        _clusters[key] = rafka.Cluster.connect(key[0])
+        ensure_ray(key[2], log_to_driver=False)
+        _clusters[key] = rafka.Cluster.connect(key[0], bootstrap_servers=key[1])
         freeze_what_lasts()
     return _clusters[key]
 
@@ -42,6 +53,38 @@ def admin(options):
     if key not in _admins:
         _admins[key] = connect(options).admin(config)
     return _admins[key]
+
+
+def planning(options):
+    """What a read's planning asks its partitions and offsets of (``partition_counts()``,
+    ``list_offsets(specs, isolation_level)``), one per process and option set: over the
+    Kafka listener given only ``kafka.bootstrap.servers`` on PLAINTEXT, as Spark's Kafka
+    source plans (no Ray in Spark's planner processes, which start cold for a session's
+    first job of each kind), else this process's ``admin(options)`` through Ray."""
+    from rafka.consumer.config import CONSUMER_CONFIG
+    from rafka.spark.offsets import consumer_options
+    servers = bootstrap_servers(options)
+    config = CONSUMER_CONFIG.parse(consumer_options(options))
+    if servers is None or config["security.protocol"].upper() != "PLAINTEXT":
+        return _RayPlanning(options)
+    key = (servers, config["client.id"])
+    if key not in _listener_admins:
+        from rafka.client.listener_admin import ListenerAdmin
+        _listener_admins[key] = ListenerAdmin(
+            servers, client_id=config["client.id"] or "rafka-spark-planner")
+    return _listener_admins[key]
+
+
+class _RayPlanning:
+    def __init__(self, options):
+        self.options = options
+
+    def partition_counts(self) -> dict[str, int]:
+        from rafka.connectors.range_reader import partition_counts
+        return partition_counts(connect(self.options))
+
+    def list_offsets(self, specs, isolation_level: str = "read_uncommitted"):
+        return admin(self.options).list_offsets(specs, isolation_level)
 
 
 def freeze_what_lasts() -> None:

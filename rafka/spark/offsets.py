@@ -38,8 +38,9 @@ _UNSUPPORTED_CONSUMER_OPTIONS = {
 
 def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.``-prefixed options without their prefix: client configs, as Spark's Kafka
-    source and sink take them. ``bootstrap.servers`` is dropped: the ``cluster`` option
-    names the cluster, so a job moved from ``format("kafka")`` keeps working."""
+    source and sink take them. ``bootstrap.servers`` is dropped: it names the cluster, as
+    the ``cluster`` option does (``rafka.spark.connection.bootstrap_servers``), so a job
+    moved from ``format("kafka")`` keeps working."""
     out = {k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")}
     out.pop("bootstrap.servers", None)
     return out

@@ -12,8 +12,11 @@ CaseInsensitiveDict, kept as it is).
 
 Spark's Python workers (the planner and the executors) reach the cluster through Ray
 (``rafka.Cluster.connect``): options ``cluster`` (the rafka cluster's name, default
-``default``) and ``rayAddress`` (default ``RAY_ADDRESS``, else the local Ray instance). The
-decisions (offsets, ranges, limits) are ``rafka.spark.offsets``'; this module moves records.
+``default``) and ``rayAddress`` (default ``RAY_ADDRESS``, else the local Ray instance). A
+Kafka job's ``kafka.bootstrap.servers`` without ``cluster`` names the cluster by its
+listeners instead, and a read is then planned over the listener as Spark's Kafka source
+plans it (``rafka.spark.connection.planning``). The decisions (offsets, ranges, limits) are
+``rafka.spark.offsets``'; this module moves records.
 """
 from __future__ import annotations
 
@@ -26,8 +29,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 
 from protocols.topics import TopicPartition
 from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
-from rafka.connectors.range_reader import earliest_and_latest, partition_counts, read_tables
-from rafka.spark.connection import admin, connect
+from rafka.connectors.range_reader import earliest_and_latest, read_tables
+from rafka.spark.connection import connect, planning
 from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
 from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
                                  from_json, parse_offsets, parse_subscription, rate_limit,
@@ -66,7 +69,7 @@ def _int(options, name: str) -> int | None:
 def _starting(options, partitions, earliest, latest, default: str) -> dict:
     timestamp = options.get("startingTimestamp")
     if timestamp is not None:
-        consumer_offsets = admin(options).list_offsets(
+        consumer_offsets = planning(options).list_offsets(
             {tp: int(timestamp) for tp in partitions})
         # No record at or after the time: start at the end (Spark's default strategy).
         return {tp: (r.offset if r.offset >= 0 else latest[tp])
@@ -124,10 +127,10 @@ class RafkaBatchReader(DataSourceReader):
 
     def partitions(self):
         options = self.options
-        cluster = connect(options)
+        asked = planning(options)
         partitions = narrow(self.pushed,
-                            parse_subscription(options).select(partition_counts(cluster)))
-        earliest, latest = earliest_and_latest(admin(options), partitions,
+                            parse_subscription(options).select(asked.partition_counts()))
+        earliest, latest = earliest_and_latest(asked, partitions,
                                                _isolation(options))
         start = _starting(options, partitions, earliest, latest, "earliest")
         end_spec = parse_offsets(options.get("endingOffsets"), "latest", option="endingOffsets",
@@ -136,7 +139,7 @@ class RafkaBatchReader(DataSourceReader):
         start = check_data_loss(start, earliest, _flag(options, "failOnDataLoss", True))
         if self.pushed:
             start, end = narrow_ranges(self.pushed, start, end, lambda times: {
-                tp: r.offset for tp, r in admin(options).list_offsets(times).items()})
+                tp: r.offset for tp, r in asked.list_offsets(times).items()})
         ranges = plan_ranges(start, end, _int(options, "minPartitions"))
         return [RangePartition(r) for r in ranges]
 
@@ -178,26 +181,26 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The subscribed partitions now, with their earliest and latest offsets; given
         ``start`` (a trigger's), the earliest only of the partitions new to it, as Spark's
         Kafka source asks (one ListOffsets round per trigger, not two)."""
-        cluster = connect(self.options)
-        partitions = self.subscription.select(partition_counts(cluster))
+        asked = planning(self.options)
+        partitions = self.subscription.select(asked.partition_counts())
         new = None if start is None else [tp for tp in partitions if tp not in start]
-        return cluster, partitions, *earliest_and_latest(admin(self.options), partitions,
-                                                         _isolation(self.options), new)
+        return partitions, *earliest_and_latest(asked, partitions, _isolation(self.options),
+                                                new)
 
     def initialOffset(self) -> dict:
-        _, partitions, earliest, latest = self._now()
+        partitions, earliest, latest = self._now()
         return to_json(_starting(self.options, partitions, earliest, latest, "latest"))
 
     def getDefaultReadLimit(self):
         return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        _, _, _, latest = self._now()
+        _, _, latest = self._now()
         self.target = latest
 
     def latestOffset(self, start: dict, limit=None) -> dict:
         begin = from_json(start)
-        _, partitions, earliest, latest = self._now(begin)
+        partitions, earliest, latest = self._now(begin)
         self.latest = latest
         begin.update({tp: earliest[tp] for tp in partitions if tp not in begin})
         if self.target is not None:
@@ -208,11 +211,11 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self):
         if self.latest is None:
-            _, _, _, self.latest = self._now()
+            _, _, self.latest = self._now()
         return to_json(self.latest)
 
     def partitions(self, start: dict, end: dict):
-        cluster, partitions, earliest, _ = self._now()
+        _, earliest, _ = self._now()
         begin, until = from_json(start), from_json(end)
         begin.update({tp: earliest.get(tp, 0) for tp in until if tp not in begin})
         begin = check_data_loss(begin, earliest, self.fail_on_data_loss)

@@ -358,3 +358,58 @@ def test_the_daemon_preloads_everything_a_first_task_of_the_format_imports(clust
     # on purpose, Ray's and pyarrow's modules too: a new version importing one more module
     # lazily costs every worker again, and belongs in the daemon's PRELOAD.
     assert imported <= set(AFTER_FORK), sorted(imported - set(AFTER_FORK))
+
+
+# What Spark's planner processes run for a read given only a Kafka job's
+# kafka.bootstrap.servers: a batch read's partitions, a stream's first offsets and a trigger's.
+_PLAN_BY_LISTENER = """
+import json, sys
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+from rafka.spark.source import RafkaFilteringDataSource, RafkaStreamReader
+options = {"kafka.bootstrap.servers": sys.argv[1], "subscribe": sys.argv[2],
+           "startingOffsets": json.dumps({sys.argv[2]: {"0": 1, "1": -2, "2": -2}})}
+source = RafkaFilteringDataSource(options)
+reader = source.reader(source.schema())
+print(json.dumps(sorted((r.range.partition, r.range.from_offset, r.range.until_offset)
+                        for r in reader.partitions())))
+stream = RafkaStreamReader({**options, "startingOffsets": "earliest"})
+start = stream.initialOffset()
+print(json.dumps([start, stream.latestOffset(start, ReadAllAvailable())]))
+print("ray" in sys.modules)
+"""
+
+
+def test_a_read_given_only_kafka_bootstrap_servers_is_planned_over_the_listener(spark,
+                                                                                cluster):
+    """A job moved from format("kafka") keeps its kafka.bootstrap.servers and names no
+    cluster: the rafka cluster is the one listening there, and a read is planned as
+    Spark's Kafka source plans it, with Metadata and ListOffsets over the listener. Spark
+    starts its planner processes cold for a session's first job of each kind; planned this
+    way they never import Ray (~0.6 s of each: the import, the connection, the controller's
+    actor class). The tasks read through Ray as before."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cluster.admin().create_topics([rafka.NewTopic("by-listener", 3, 2)])
+    acked = produce(cluster, "by-listener", 30, partitions=3)
+    planned = subprocess.run(
+        [sys.executable, "-c", _PLAN_BY_LISTENER, cluster.bootstrap_servers, "by-listener"],
+        capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[2]))
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    ranges, offsets, ray_imported = planned.stdout.strip().splitlines()
+    assert json.loads(ranges) == [[0, 1, 10], [1, 0, 10], [2, 0, 10]]
+    assert json.loads(offsets) == [{"by-listener": {"0": 0, "1": 0, "2": 0}},
+                                   {"by-listener": {"0": 10, "1": 10, "2": 10}}]
+    assert ray_imported == "False"
+    df = (spark.read.format("rafka")
+          .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+          .option("subscribe", "by-listener").load())
+    assert sorted((r.partition, r.offset, r.value) for r in df.collect()) == sorted(
+        (m.partition, m.offset, f"v{i}".encode()) for i, m in enumerate(acked))
+    # Written the same way: the sink's tasks find the cluster by its listeners too.
+    (df.select("key", "value").write.format("rafka")
+     .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+     .option("topic", "by-listener").mode("append").save())
+    assert sum(r.offset for r in cluster.admin().list_offsets(
+        {("by-listener", p): "latest" for p in range(3)}).values()) == 60
