@@ -9,6 +9,7 @@ Offsets cross Spark's checkpoints in Spark's Kafka JSON shape,
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from typing import Mapping
 
 from protocols.messages import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition, validate_topic_name
+
+
+log = logging.getLogger(__name__)
 
 
 class SparkSourceError(ValueError):
@@ -158,6 +162,23 @@ def resolve(spec: str | Mapping[TopicPartition, int], partitions: list[TopicPart
     return out
 
 
+def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
+    """Spark's Kafka source's reportDataLoss: fail the query, with what to do about it, or
+    (``failOnDataLoss=false``) log it and go on."""
+    if fail_on_data_loss:
+        raise SparkSourceError(
+            f"{message}. Some data may have been lost because they are not available in rafka "
+            "any more; either the data was aged out by rafka or the topic may have been "
+            "deleted before all the data in the topic was processed. If you don't want your "
+            "streaming query to fail on such cases, set the source option \"failOnDataLoss\" "
+            "to \"false\".")
+    log.warning("%s. Some data may have been lost", message)
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
 def check_data_loss(start: Mapping[TopicPartition, int],
                     earliest: Mapping[TopicPartition, int],
                     fail_on_data_loss: bool) -> dict[TopicPartition, int]:
@@ -166,17 +187,50 @@ def check_data_loss(start: Mapping[TopicPartition, int],
     out = dict(start)
     for tp, offset in start.items():
         if tp in earliest and offset < earliest[tp]:
-            if fail_on_data_loss:
-                raise SparkSourceError(
-                    f"Partition {tp.topic}-{tp.partition}'s offset was changed from {offset} "
-                    f"to {earliest[tp]}, some data may have been missed. Some data may have "
-                    "been lost because they are not available in rafka any more; either the "
-                    "data was aged out by rafka or the topic may have been deleted before all "
-                    "the data in the topic was processed. If you don't want your streaming "
-                    "query to fail on such cases, set the source option \"failOnDataLoss\" to "
-                    "\"false\".")
+            report_data_loss(f"Partition {_name(tp)}'s offset was changed from {offset} to "
+                             f"{earliest[tp]}, some data may have been missed",
+                             fail_on_data_loss)
             out[tp] = earliest[tp]
     return out
+
+
+def micro_batch_offsets(start: Mapping[TopicPartition, int],
+                        end: Mapping[TopicPartition, int],
+                        earliest: Mapping[TopicPartition, int], fail_on_data_loss: bool
+                        ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """A micro-batch's (from, until) offsets, checked as Spark's KafkaMicroBatchStream
+    checks them (getOffsetRangesFromResolvedOffsets) before it plans the ranges: a partition
+    new since ``start`` is read from its earliest offset (data lost if that is not 0, or
+    unknown: it is gone again); one in ``start`` but not in ``end`` is gone (a topic
+    deleted); one whose end is below its start was truncated or recreated (its range is
+    dropped: the next batch starts at the end). ``earliest`` is of the partitions in
+    ``end`` that still exist (one deleted since is gone too); records retention deleted
+    below a start are skipped (``check_data_loss``)."""
+    new = [tp for tp in end if tp not in start]
+    found = {tp: earliest[tp] for tp in new if tp in earliest}
+    if len(found) != len(new):
+        report_data_loss(f"Cannot find earliest offsets of "
+                         f"{sorted(map(_name, set(new) - set(found)))}. Some data may have "
+                         "been missed", fail_on_data_loss)
+    for tp, offset in sorted(found.items()):
+        if offset != 0:
+            report_data_loss(f"Added partition {_name(tp)} starts from {offset} instead of 0. "
+                             "Some data may have been missed", fail_on_data_loss)
+    gone = sorted(tp for tp in start if tp not in end or tp not in earliest)
+    if gone:
+        report_data_loss(f"{[_name(tp) for tp in gone]} are gone. Some data may have been "
+                         "missed", fail_on_data_loss)
+    begin = {**start, **found}
+    out_from, out_until = {}, {}
+    for tp, until in sorted(end.items()):
+        if tp not in begin or tp not in earliest:
+            continue
+        if until < begin[tp]:
+            report_data_loss(f"Partition {_name(tp)}'s offset was changed from {begin[tp]} "
+                             f"to {until}, some data may have been missed", fail_on_data_loss)
+            continue
+        out_from[tp], out_until[tp] = begin[tp], until
+    return check_data_loss(out_from, earliest, fail_on_data_loss), out_until
 
 
 def rate_limit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],

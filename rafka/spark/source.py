@@ -20,6 +20,7 @@ plans it (``rafka.spark.connection.planning``). The decisions (offsets, ranges, 
 """
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -33,8 +34,8 @@ from rafka.connectors.range_reader import earliest_and_latest, read_tables
 from rafka.spark.connection import connect, planning
 from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
 from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
-                                 from_json, parse_offsets, parse_subscription, rate_limit,
-                                 resolve, to_json)
+                                 from_json, micro_batch_offsets, parse_offsets,
+                                 parse_subscription, rate_limit, resolve, to_json)
 from rafka.spark.sink import (RafkaBatchWriter, RafkaStreamWriter, check_producer_options,
                               check_schema, exactly_once)
 
@@ -169,6 +170,8 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.include_headers = _flag(options, "includeHeaders", False)
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
         self.max_rows = _int(options, "maxOffsetsPerTrigger")
+        self.fetch_attempts = _int(options, "fetchOffset.numRetries") or 3
+        self.fetch_interval_ms = _int(options, "fetchOffset.retryIntervalMs") or 1000
         self.subscription = parse_subscription(options)
         _check_consumer_options(options)
         parse_offsets(options.get("startingOffsets"), "latest", option="startingOffsets")
@@ -177,13 +180,19 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # in the same trigger, for the query's progress.
         self.latest: dict[TopicPartition, int] | None = None
 
-    def _now(self, start: dict | None = None):
+    def _now(self, start: dict | None = None, earliest: bool = True):
         """The subscribed partitions now, with their earliest and latest offsets; given
         ``start`` (a trigger's), the earliest only of the partitions new to it, as Spark's
-        Kafka source asks (one ListOffsets round per trigger, not two)."""
+        Kafka source asks (one ListOffsets round per trigger, not two); none without
+        ``earliest``."""
         asked = planning(self.options)
         partitions = self.subscription.select(asked.partition_counts())
-        new = None if start is None else [tp for tp in partitions if tp not in start]
+        if not earliest:
+            new = []
+        elif start is None:
+            new = None    # all of them
+        else:
+            new = [tp for tp in partitions if tp not in start]
         return partitions, *earliest_and_latest(asked, partitions, _isolation(self.options),
                                                 new)
 
@@ -195,30 +204,41 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if self.max_rows is None else ReadMaxRows(self.max_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        _, _, latest = self._now()
-        self.target = latest
+        _, _, self.target = self._now(earliest=False)
 
     def latestOffset(self, start: dict, limit=None) -> dict:
         begin = from_json(start)
         partitions, earliest, latest = self._now(begin)
+        # A latest offset below the start is asked again before it is believed (Spark's
+        # fetchLatestOffsets: fetchOffset.numRetries times, fetchOffset.retryIntervalMs
+        # apart), so that a passing answer is not reported as data lost.
+        for _ in range(self.fetch_attempts - 1):
+            if not any(o < begin.get(tp, o) for tp, o in latest.items()):
+                break
+            time.sleep(self.fetch_interval_ms / 1000)
+            partitions, earliest, latest = self._now(begin)
         self.latest = latest
         begin.update({tp: earliest[tp] for tp in partitions if tp not in begin})
         if self.target is not None:
             latest = {tp: min(o, self.target.get(tp, begin[tp])) for tp, o in latest.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = rate_limit(begin, latest, max_rows)
-        return to_json({tp: max(o, begin.get(tp, o)) for tp, o in end.items()})
+        # An end below its start (a partition truncated or its topic recreated) is kept, as
+        # Spark's Kafka source keeps it: planning the batch reports the data lost.
+        return to_json(rate_limit(begin, latest, max_rows))
 
     def reportLatestOffset(self):
         if self.latest is None:
-            _, _, self.latest = self._now()
+            _, _, self.latest = self._now(earliest=False)
         return to_json(self.latest)
 
     def partitions(self, start: dict, end: dict):
-        _, earliest, _ = self._now()
         begin, until = from_json(start), from_json(end)
-        begin.update({tp: earliest.get(tp, 0) for tp in until if tp not in begin})
-        begin = check_data_loss(begin, earliest, self.fail_on_data_loss)
+        asked = planning(self.options)
+        counts = asked.partition_counts()
+        existing = [tp for tp in until if tp.partition < counts.get(tp.topic, 0)]
+        earliest = {tp: r.offset for tp, r in asked.list_offsets(
+            {tp: "earliest" for tp in existing}).items()} if existing else {}
+        begin, until = micro_batch_offsets(begin, until, earliest, self.fail_on_data_loss)
         ranges = plan_ranges(begin, until, _int(self.options, "minPartitions"))
         return [RangePartition(r) for r in ranges]
 

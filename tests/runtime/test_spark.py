@@ -250,6 +250,45 @@ def test_a_stream_readers_triggers_reuse_one_admin_and_report_what_they_found(cl
     assert len(lookups) == 1
 
 
+def test_a_stream_over_a_topic_deleted_and_recreated_reports_the_data_lost(cluster):
+    """As Spark's Kafka source (KafkaMicroBatchStream): when the topic a query reads is
+    recreated with fewer records than were read, the trigger's end is below its start and
+    planning the batch reports the data lost (the query fails), where the end used to be
+    held at the start and the query waited, silently, until the new topic passed the old
+    offsets; with failOnDataLoss=false the batch drops that range and the query goes on
+    from what the new topic holds. A deleted topic's partitions are gone, the same way."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rafka.spark.offsets import SparkSourceError
+    from rafka.spark.source import RafkaStreamReader
+    admin = cluster.admin()
+    admin.create_topics([rafka.NewTopic("recreated", 1, 1)])
+    produce(cluster, "recreated", 10)
+    options = {"cluster": cluster.name, "subscribe": "recreated",
+               "startingOffsets": "earliest", "fetchOffset.retryIntervalMs": "100"}
+    strict = RafkaStreamReader(options)
+    lenient = RafkaStreamReader({**options, "failOnDataLoss": "false"})
+    start = strict.latestOffset(strict.initialOffset(), ReadAllAvailable())
+    assert start == {"recreated": {"0": 10}}
+    admin.delete_topics(["recreated"])
+    wait_until(lambda: "recreated" not in cluster.metadata()["topics"], 60, "deleted")
+    assert strict.latestOffset(start, ReadAllAvailable()) == {}
+    with pytest.raises(SparkSourceError, match=r"\['recreated-0'\] are gone"):
+        strict.partitions(start, {})
+    admin.create_topics([rafka.NewTopic("recreated", 1, 1)])
+    produce(cluster, "recreated", 3)
+    end = strict.latestOffset(start, ReadAllAvailable())
+    assert end == {"recreated": {"0": 3}}
+    with pytest.raises(SparkSourceError, match="Partition recreated-0's offset was changed "
+                                               "from 10 to 3.*failOnDataLoss"):
+        strict.partitions(start, end)
+    assert lenient.partitions(start, end) == []
+    produce(cluster, "recreated", 2, start=3)
+    later = lenient.latestOffset(end, ReadAllAvailable())
+    (part,) = lenient.partitions(end, later)
+    assert (part.range.from_offset, part.range.until_offset) == (3, 5)
+
+
 def test_streaming_write_copies_a_topic_and_data_loss_fails_unless_allowed(spark, cluster,
                                                                            tmp_path):
     admin = cluster.admin()

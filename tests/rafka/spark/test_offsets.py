@@ -7,8 +7,8 @@ from protocols.errors import InvalidTopicError
 from protocols.topics import TopicPartition as TP
 from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
 from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
-                                 from_json, kafka_options, parse_offsets, parse_subscription,
-                                 rate_limit, resolve, to_json)
+                                 from_json, kafka_options, micro_batch_offsets, parse_offsets,
+                                 parse_subscription, rate_limit, resolve, to_json)
 
 COUNTS = {"clicks": 3, "clicks-eu": 2, "orders": 1, "__consumer_offsets": 3}
 
@@ -84,6 +84,47 @@ def test_data_lost_to_retention_fails_unless_told_otherwise():
     with pytest.raises(SparkSourceError, match="failOnDataLoss"):
         check_data_loss(start, earliest, True)
     assert check_data_loss(start, earliest, False) == {TP("t", 0): 5, TP("t", 1): 8}
+
+
+def test_a_micro_batch_reads_new_partitions_from_their_start():
+    """KafkaMicroBatchStream's getOffsetRangesFromResolvedOffsets: partitions added since
+    the batch's start (new partitions, a new topic matching the pattern) from their earliest
+    offset, which is 0 unless records were lost."""
+    start = {TP("t", 0): 4}
+    end = {TP("t", 0): 9, TP("t", 1): 3, TP("u", 0): 2}
+    earliest = {TP("t", 0): 0, TP("t", 1): 0, TP("u", 0): 0}
+    assert micro_batch_offsets(start, end, earliest, True) == (
+        {TP("t", 0): 4, TP("t", 1): 0, TP("u", 0): 0}, end)
+    later = {**earliest, TP("t", 1): 2}
+    with pytest.raises(SparkSourceError, match="Added partition t-1 starts from 2 instead of "
+                                               "0.*failOnDataLoss"):
+        micro_batch_offsets(start, end, later, True)
+    assert micro_batch_offsets(start, end, later, False)[0][TP("t", 1)] == 2
+    # Gone again before the batch was planned: no earliest offset to start from.
+    with pytest.raises(SparkSourceError, match=r"Cannot find earliest offsets of \['u-0'\]"):
+        micro_batch_offsets(start, end, {TP("t", 0): 0, TP("t", 1): 0}, True)
+    assert micro_batch_offsets(start, end, {TP("t", 0): 0, TP("t", 1): 0}, False) == (
+        {TP("t", 0): 4, TP("t", 1): 0}, {TP("t", 0): 9, TP("t", 1): 3})
+
+
+def test_a_micro_batch_reports_deleted_partitions_and_offsets_that_went_back():
+    """A partition in the start but not the end is gone (its topic deleted); an end below
+    the start is a partition truncated or its topic recreated. Both are data loss: the
+    query fails unless failOnDataLoss=false, which reads the rest and drops those ranges
+    (the next batch starts at the end: what the recreated topic holds beyond it)."""
+    start = {TP("t", 0): 4, TP("t", 1): 8, TP("gone", 0): 5}
+    end = {TP("t", 0): 9, TP("t", 1): 3}
+    earliest = {TP("t", 0): 0, TP("t", 1): 0}
+    with pytest.raises(SparkSourceError, match=r"\['gone-0'\] are gone"):
+        micro_batch_offsets(start, end, earliest, True)
+    with pytest.raises(SparkSourceError, match="Partition t-1's offset was changed from 8 to "
+                                               "3, some data may have been missed"):
+        micro_batch_offsets({TP("t", 0): 4, TP("t", 1): 8}, end, earliest, True)
+    assert micro_batch_offsets(start, end, earliest, False) == ({TP("t", 0): 4},
+                                                                {TP("t", 0): 9})
+    # Deleted after the trigger's end was found: no earliest offset now, gone as well.
+    with pytest.raises(SparkSourceError, match=r"\['t-1'\] are gone"):
+        micro_batch_offsets({TP("t", 0): 4, TP("t", 1): 1}, end, {TP("t", 0): 0}, True)
 
 
 def test_offsets_round_trip_through_sparks_json_shape():
