@@ -56,7 +56,7 @@ def admin(options):
 
 
 def planning(options):
-    """What a read's planning asks its partitions and offsets of (``partition_counts()``,
+    """What a read's planning asks its partitions and offsets of (``partition_counts(topics)``,
     ``list_offsets(specs, isolation_level)``), one per process and option set: over the
     Kafka listener given only ``kafka.bootstrap.servers`` on PLAINTEXT, as Spark's Kafka
     source plans (no Ray in Spark's planner processes, which start cold for a session's
@@ -79,7 +79,8 @@ class _RayPlanning:
     def __init__(self, options):
         self.options = options
 
-    def partition_counts(self) -> dict[str, int]:
+    def partition_counts(self, topics=None) -> dict[str, int]:
+        """Every topic's (the controller's metadata holds them all)."""
         from rafka.connectors.range_reader import partition_counts
         return partition_counts(connect(self.options))
 

@@ -69,6 +69,13 @@ class Subscription:
     pattern: str | None = None
     partitions: tuple[TopicPartition, ...] = ()
 
+    def named_topics(self) -> list[str] | None:
+        """The topics to describe, as Spark's Kafka source describes them (Metadata of
+        these only); None for a pattern (every topic)."""
+        if self.pattern is not None:
+            return None
+        return sorted(set(self.topics) | {tp.topic for tp in self.partitions})
+
     def select(self, partitions_per_topic: Mapping[str, int]) -> list[TopicPartition]:
         """The partitions to read, given every topic's partition count."""
         if self.partitions:

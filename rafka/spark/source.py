@@ -129,8 +129,9 @@ class RafkaBatchReader(DataSourceReader):
     def partitions(self):
         options = self.options
         asked = planning(options)
-        partitions = narrow(self.pushed,
-                            parse_subscription(options).select(asked.partition_counts()))
+        subscription = parse_subscription(options)
+        partitions = narrow(self.pushed, subscription.select(
+            asked.partition_counts(subscription.named_topics())))
         earliest, latest = earliest_and_latest(asked, partitions,
                                                _isolation(options))
         start = _starting(options, partitions, earliest, latest, "earliest")
@@ -186,7 +187,8 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Kafka source asks (one ListOffsets round per trigger, not two); none without
         ``earliest``."""
         asked = planning(self.options)
-        partitions = self.subscription.select(asked.partition_counts())
+        partitions = self.subscription.select(
+            asked.partition_counts(self.subscription.named_topics()))
         if not earliest:
             new = []
         elif start is None:
@@ -234,7 +236,7 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict):
         begin, until = from_json(start), from_json(end)
         asked = planning(self.options)
-        counts = asked.partition_counts()
+        counts = asked.partition_counts(self.subscription.named_topics())
         existing = [tp for tp in until if tp.partition < counts.get(tp.topic, 0)]
         earliest = {tp: r.offset for tp, r in asked.list_offsets(
             {tp: "earliest" for tp in existing}).items()} if existing else {}

@@ -250,6 +250,45 @@ def test_a_stream_readers_triggers_reuse_one_admin_and_report_what_they_found(cl
     assert len(lookups) == 1
 
 
+def test_an_idle_trigger_planned_over_the_listener_asks_its_topics_latest_offsets(cluster,
+                                                                                 monkeypatch):
+    """Given only kafka.bootstrap.servers, a trigger asks over the Kafka listener what
+    Spark's Kafka source asks: Metadata of the subscribed topic (not of every topic), then
+    ListOffsets of the latest to each leader, on connections kept across triggers."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from protocols.kafka.api_keys import ApiKey
+    from protocols.topics import TopicPartition
+    from rafka.client.listener_admin import ListenerAdmin
+    from rafka.spark.connection import planning
+    from rafka.spark.source import RafkaStreamReader
+    cluster.admin().create_topics([rafka.NewTopic("idle-by-listener", 3, 1),
+                                   rafka.NewTopic("not-read", 1, 1)])
+    sent = []
+    send = ListenerAdmin._send
+    monkeypatch.setattr(ListenerAdmin, "_send", lambda self, address, api_key, version, values,
+                        deadline: sent.append((api_key, values)) or
+                        send(self, address, api_key, version, values, deadline))
+    options = {"kafka.bootstrap.servers": cluster.bootstrap_servers,
+               "subscribe": "idle-by-listener", "startingOffsets": "earliest"}
+    stream = RafkaStreamReader(options)
+    start = stream.initialOffset()
+    assert start == {"idle-by-listener": {"0": 0, "1": 0, "2": 0}}
+    admin = planning(options)
+    connections = dict(admin._sockets)
+    leaders = {admin._leaders[TopicPartition("idle-by-listener", p)] for p in range(3)}
+    sent.clear()
+    for _ in range(10):
+        assert stream.latestOffset(start, ReadAllAvailable()) == start
+    assert [values for key, values in sent if key == ApiKey.METADATA] == [
+        {"topics": [{"name": "idle-by-listener"}], "allow_auto_topic_creation": False}] * 10
+    asked = [values for key, values in sent if key == ApiKey.LIST_OFFSETS]
+    assert len(asked) == 10 * len(leaders)
+    assert {p["timestamp"] for values in asked for t in values["topics"]
+            for p in t["partitions"]} == {-1}   # the latest only
+    assert admin._sockets == connections
+
+
 def test_a_stream_over_a_topic_deleted_and_recreated_reports_the_data_lost(cluster):
     """As Spark's Kafka source (KafkaMicroBatchStream): when the topic a query reads is
     recreated with fewer records than were read, the trigger's end is below its start and

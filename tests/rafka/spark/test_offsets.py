@@ -30,6 +30,15 @@ def test_exactly_one_of_subscribe_pattern_assign():
         parse_subscription({"assign": "clicks-0"})
 
 
+def test_the_topics_described_are_the_subscriptions_own():
+    """Spark's Kafka source describes the topics it subscribes or is assigned, every topic
+    only for a pattern (a trigger's Metadata stays small on a cluster of many topics)."""
+    assert parse_subscription({"subscribe": "b,a"}).named_topics() == ["a", "b"]
+    assert parse_subscription({"assign": '{"t": [0, 1], "u": [2]}'}).named_topics() == \
+        ["t", "u"]
+    assert parse_subscription({"subscribePattern": "a.*"}).named_topics() is None
+
+
 def test_an_illegal_topic_name_is_kafkas_invalid_topic_exception():
     for options in ({"subscribe": "clicks, bad name!/.."}, {"assign": '{"bad name!/..": [0]}'},
                     {"subscribe": ".."}):
