@@ -179,7 +179,11 @@ def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
             "deleted before all the data in the topic was processed. If you don't want your "
             "streaming query to fail on such cases, set the source option \"failOnDataLoss\" "
             "to \"false\".")
-    log.warning("%s. Some data may have been lost", message)
+    log.warning("%s. Some data may have been lost because they are not available in rafka "
+                "any more; either the data was aged out by rafka or the topic may have been "
+                "deleted before all the data in the topic was processed. If you want your "
+                "streaming query to fail on such cases, set the source option "
+                "\"failOnDataLoss\" to \"true\".", message)
 
 
 def _name(tp: TopicPartition) -> str:

@@ -53,17 +53,17 @@ def _flag(options, name: str, default: bool) -> bool:
     return str(value).lower() == "true"
 
 
-def _int(options, name: str) -> int | None:
+def _int(options, name: str, minimum: int = 1) -> int | None:
     value = options.get(name)
     if value is None:
         return None
+    kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     try:
         n = int(value)
     except ValueError:
-        raise SparkSourceError(f"Option {name} must be a positive integer, got {value!r}") \
-            from None
-    if n <= 0:
-        raise SparkSourceError(f"Option {name} must be a positive integer, got {value!r}")
+        raise SparkSourceError(f"Option {name} must be {kind}, got {value!r}") from None
+    if n < minimum:
+        raise SparkSourceError(f"Option {name} must be {kind}, got {value!r}")
     return n
 
 
@@ -172,7 +172,9 @@ class RafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fail_on_data_loss = _flag(options, "failOnDataLoss", True)
         self.max_rows = _int(options, "maxOffsetsPerTrigger")
         self.fetch_attempts = _int(options, "fetchOffset.numRetries") or 3
-        self.fetch_interval_ms = _int(options, "fetchOffset.retryIntervalMs") or 1000
+        self.fetch_interval_ms = _int(options, "fetchOffset.retryIntervalMs", minimum=0)
+        if self.fetch_interval_ms is None:
+            self.fetch_interval_ms = 1000
         self.subscription = parse_subscription(options)
         _check_consumer_options(options)
         parse_offsets(options.get("startingOffsets"), "latest", option="startingOffsets")

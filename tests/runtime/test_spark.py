@@ -304,7 +304,7 @@ def test_a_stream_over_a_topic_deleted_and_recreated_reports_the_data_lost(clust
     admin.create_topics([rafka.NewTopic("recreated", 1, 1)])
     produce(cluster, "recreated", 10)
     options = {"cluster": cluster.name, "subscribe": "recreated",
-               "startingOffsets": "earliest", "fetchOffset.retryIntervalMs": "100"}
+               "startingOffsets": "earliest", "fetchOffset.retryIntervalMs": "0"}
     strict = RafkaStreamReader(options)
     lenient = RafkaStreamReader({**options, "failOnDataLoss": "false"})
     start = strict.latestOffset(strict.initialOffset(), ReadAllAvailable())

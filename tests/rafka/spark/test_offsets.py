@@ -1,6 +1,8 @@
 """The Spark source's decisions, as Spark's Kafka source makes them (pure: no Spark)."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from protocols.errors import InvalidTopicError
@@ -95,7 +97,7 @@ def test_data_lost_to_retention_fails_unless_told_otherwise():
     assert check_data_loss(start, earliest, False) == {TP("t", 0): 5, TP("t", 1): 8}
 
 
-def test_a_micro_batch_reads_new_partitions_from_their_start():
+def test_a_micro_batch_reads_new_partitions_from_their_start(caplog):
     """KafkaMicroBatchStream's getOffsetRangesFromResolvedOffsets: partitions added since
     the batch's start (new partitions, a new topic matching the pattern) from their earliest
     offset, which is 0 unless records were lost."""
@@ -108,7 +110,9 @@ def test_a_micro_batch_reads_new_partitions_from_their_start():
     with pytest.raises(SparkSourceError, match="Added partition t-1 starts from 2 instead of "
                                                "0.*failOnDataLoss"):
         micro_batch_offsets(start, end, later, True)
-    assert micro_batch_offsets(start, end, later, False)[0][TP("t", 1)] == 2
+    with caplog.at_level(logging.WARNING, logger="rafka.spark.offsets"):
+        assert micro_batch_offsets(start, end, later, False)[0][TP("t", 1)] == 2
+    assert "set the source option \"failOnDataLoss\" to \"true\"" in caplog.text
     # Gone again before the batch was planned: no earliest offset to start from.
     with pytest.raises(SparkSourceError, match=r"Cannot find earliest offsets of \['u-0'\]"):
         micro_batch_offsets(start, end, {TP("t", 0): 0, TP("t", 1): 0}, True)
