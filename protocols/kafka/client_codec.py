@@ -10,12 +10,8 @@ from typing import Any, Mapping
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
-from protocols.kafka.codec import build
+from protocols.kafka.codec import _Chunks, build
 from protocols.kafka.reader import read_entity
-
-
-class _Chunks(list):
-    write = list.append
 
 
 def request_frame(api_key: int, version: int, values: Mapping[str, Any],
