@@ -381,7 +381,8 @@ def main(argv=None) -> int:
     parser.add_argument("--by", choices=("cluster", "bootstrap"), default="cluster",
                         help="how rafka's Spark jobs name the cluster: the cluster option, "
                              "or kafka.bootstrap.servers alone as the peer's jobs do (reads "
-                             "planned over the Kafka listener, no Ray in Spark's planners)")
+                             "planned and read over the Kafka listener, no Ray in Spark's "
+                             "planners and read tasks)")
     args = parser.parse_args(argv)
     if not 0 < args.stream_warmup < args.records:
         parser.error("--stream-warmup must be at least 1 and fewer than --records")

@@ -120,8 +120,9 @@ def main(argv=None) -> int:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--by", choices=("cluster", "bootstrap"), default="cluster",
                         help="how rafka's jobs name the cluster: the cluster option, or a "
-                             "Kafka job's kafka.bootstrap.servers alone (reads planned over "
-                             "the Kafka listener, without Ray in Spark's planners)")
+                             "Kafka job's kafka.bootstrap.servers alone (reads planned and read "
+                             "over the Kafka listener, without Ray in Spark's planners and "
+                             "read tasks)")
     args = parser.parse_args(argv)
     import pyspark.sql.datasource as ds
 

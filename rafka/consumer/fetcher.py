@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import logging
 import time
-from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Callable, Mapping
 
 from actors.replica.channel import API_FETCH
-from protocols.control_records import ABORT, control_record_type
 from protocols.errors import KafkaError, OffsetOutOfRangeError, TopicAuthorizationFailedError
 from protocols.fetch_session_handler import (FINAL_EPOCH, INVALID_SESSION_ID,
                                              FetchSessionHandler)
 from protocols.messages import (ISOLATION_LEVELS, READ_COMMITTED, FetchManyRequest,
                                 FetchRequest, decode_fetch_many_response,
                                 encode_fetch_many_request)
-from protocols.records import (CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
-                               RecordBatch, iter_batches)
 from protocols.topics import TopicPartition
 from protocols.wire import decode
 from rafka.client.metadata import ClientMetadata
@@ -36,67 +32,12 @@ from rafka.client.serde import deserializer
 from rafka.client.throttle_sensor import ThrottleSensor
 from rafka.consumer.arrow_table import arrow_table
 from rafka.consumer.consumer_record import ConsumerRecord
+from rafka.consumer.fetch_buffer import buffer_fetched, take
 from rafka.consumer.subscription_state import PartitionState
 
 log = logging.getLogger(__name__)
 
 _new_record = tuple.__new__
-
-
-@dataclass(eq=False, slots=True)
-class BufferedChunk:
-    """The records of one fetched batch (or, for poll_arrow, of consecutive batches of one
-    leader epoch and timestamp type) not yet polled, kept as columns: a ConsumerRecord is
-    made only when poll hands it out. (ConsumerRecords are tuple subclasses, which CPython's
-    collector tracks for as long as they live: tens of thousands of them waiting in a
-    buffer were promoted to the oldest generation and made every full collection slower, a
-    third of the consumer's time at a million records a second.)"""
-    epoch: int                     # the batch's partition leader epoch
-    timestamp_type: int
-    offsets: list | range         # a range when they run without a gap (Arrow chunks)
-    timestamps: list
-    keys: list
-    values: list
-    headers: list | None           # None: no record has headers
-    # The batch's last offset + 1: where the position goes once the chunk is handed out.
-    # Compaction leaves batches whose last records, or all of them, are gone (Kafka's
-    # cleaner keeps the batch's last offset), so it can lie past the last record; a chunk
-    # with no records at all still moves the position past its batch, as Kafka's fetcher
-    # moves to the batch's nextOffset, else the next fetch would ask for the same batch.
-    next_offset: int
-    start: int = 0                 # the next one to hand out
-    # Kept as Arrow arrays (timestamps, keys, values, headers) once poll_arrow is used: no
-    # Python object per record at all (offsets stay a list: positions are Python ints).
-    arrow: bool = False
-
-
-class SkippedBatches:
-    """Which fetched batches a consumer never hands out (Kafka's CompletedFetch): control
-    batches (transaction markers) always; for read_committed, the transactional batches of
-    a producer whose transaction the fetch answer lists as aborted, from that transaction's
-    first offset until its ABORT marker."""
-
-    def __init__(self, read_committed: bool, aborted: tuple | None):
-        self.read_committed = read_committed
-        # (first offset, producer id), oldest first: each joins ``producers`` when reached.
-        self.pending = sorted((first, pid) for pid, first in (aborted or ()))
-        self.producers: set[int] = set()
-
-    def __call__(self, batch: RecordBatch, header) -> bool:
-        control = bool(header.attributes & CONTROL_MASK)
-        if self.read_committed and header.producer_id >= 0:
-            last = header.base_offset + header.last_offset_delta
-            pending = self.pending
-            while pending and pending[0][0] <= last:
-                self.producers.add(pending.pop(0)[1])
-            if control:
-                record = next(iter(batch.records()), None)
-                if record is not None and control_record_type(record.key) == ABORT:
-                    self.producers.discard(header.producer_id)
-            elif header.attributes & TRANSACTIONAL_MASK \
-                    and header.producer_id in self.producers:
-                return True
-        return control
 
 
 @dataclass(eq=False)
@@ -307,112 +248,18 @@ class Fetcher:
             if result.error is not None:
                 self._backoff(tp, st, result.error)
                 continue
-            self._buffer(tp, st, result.records, result.fetch_offset,
-                         result.aborted_transactions)
-
-    def _buffer(self, tp: TopicPartition, st: PartitionState, records: bytes,
-                fetch_offset: int, aborted: tuple | None = None) -> None:
-        key_de, value_de = self._key_de, self._value_de
-        check_crcs = self.config["check.crcs"]
-        as_arrow = self.arrow and key_de is None and value_de is None
-        before = st.buffered_records()
-        group: list = []   # consecutive batches for one Arrow chunk: same epoch and type
-        skip = SkippedBatches(self._isolation == READ_COMMITTED, aborted)
-        for batch in iter_batches(records):
-            if check_crcs:
-                batch.ensure_valid()
-            header = batch.header()
-            next_offset = header.base_offset + header.last_offset_delta + 1
-            if next_offset <= fetch_offset:
-                continue
-            if skip(batch, header):
-                # A marker, or a batch of an aborted transaction: never handed out, but the
-                # position moves past it (Kafka's fetcher moves to its nextOffset).
-                if group:
-                    self._buffer_arrow(st, group, fetch_offset)
-                    group = []
-                st.buffered.append(BufferedChunk(header.partition_leader_epoch, 0, [], [], [],
-                                                 [], None, next_offset))
-                continue
-            if as_arrow:
-                if group and (group[0][1].partition_leader_epoch != header.partition_leader_epoch
-                              or (group[0][1].attributes ^ header.attributes)
-                              & TIMESTAMP_TYPE_MASK):
-                    self._buffer_arrow(st, group, fetch_offset)
-                    group = []
-                group.append((batch, header, next_offset))
-                continue
-            offsets, timestamps, keys, values, headers = batch.record_columns()
-            if offsets and offsets[0] < fetch_offset:   # the fetch began inside the batch
-                i = bisect_left(offsets, fetch_offset)
-                offsets, timestamps, keys, values = (offsets[i:], timestamps[i:], keys[i:],
-                                                     values[i:])
-                headers = headers[i:] if headers is not None else None
-            if key_de is not None:
-                keys = list(map(key_de, keys))
-            if value_de is not None:
-                values = list(map(value_de, values))
-            st.buffered.append(BufferedChunk(
-                header.partition_leader_epoch,
-                1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
-                offsets, timestamps, keys, values, headers, next_offset))
-        if group:
-            self._buffer_arrow(st, group, fetch_offset)
-        st.last_fetched = st.buffered_records() - before
-
-    @staticmethod
-    def _buffer_arrow(st: PartitionState, group: list, fetch_offset: int) -> None:
-        """Consecutive batches of one leader epoch and timestamp type as one Arrow chunk,
-        decoded together (``RecordBatch.arrow_columns_of``: one numpy pass for all)."""
-        columns = RecordBatch.arrow_columns_of([batch for batch, _, _ in group])
-        header, next_offset = group[0][1], group[-1][2]
-        array = columns["offset"].to_numpy()
-        offsets, i = range(next_offset, next_offset), 0
-        if len(array):
-            first, last = int(array[0]), int(array[-1])
-            # A batch's offsets run without a gap unless compaction removed some: then a
-            # range stands for them (no Python int per record).
-            offsets = (range(first, last + 1) if last - first + 1 == len(array)
-                       else array.tolist())
-            i = bisect_left(offsets, fetch_offset) if offsets[0] < fetch_offset else 0
-        headers = columns.get("headers")
-        st.buffered.append(BufferedChunk(
-            header.partition_leader_epoch,
-            1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
-            offsets[i:], columns["timestamp"].slice(i), columns["key"].slice(i),
-            columns["value"].slice(i), None if headers is None else headers.slice(i),
-            next_offset, arrow=True))
-
-    def _take(self, parts: dict[TopicPartition, PartitionState], limit: int):
-        """Up to ``limit`` buffered records, from the assigned unpaused partitions in order:
-        ``(topic, partition, chunk, start, end)`` pieces, positions moved past them."""
-        taken = 0
-        for (topic, partition), st in parts.items():
-            buffered = st.buffered
-            while buffered and not st.paused:
-                c = buffered[0]
-                start = c.start
-                if start < len(c.offsets):
-                    if taken >= limit:
-                        break
-                    end = min(len(c.offsets), start + limit - taken)
-                    taken += end - start
-                    yield topic, partition, c, start, end
-                else:   # no record left in it (compaction): only the position moves
-                    end = start
-                if end >= len(c.offsets):
-                    buffered.popleft()
-                    st.position = c.next_offset
-                else:
-                    c.start = end
-                    st.position = c.offsets[end - 1] + 1
-                if c.epoch > st.last_epoch:
-                    st.last_epoch = c.epoch
+            buffer_fetched(st, result.records, result.fetch_offset,
+                           result.aborted_transactions,
+                           read_committed=self._isolation == READ_COMMITTED,
+                           check_crcs=self.config["check.crcs"],
+                           as_arrow=self.arrow and self._key_de is None
+                           and self._value_de is None,
+                           key_de=self._key_de, value_de=self._value_de)
 
     def drain_buffered(self, parts: dict[TopicPartition, PartitionState]
                        ) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
-        for topic, partition, c, start, end in self._take(parts, self.config["max.poll.records"]):
+        for topic, partition, c, start, end in take(parts, self.config["max.poll.records"]):
             n = end - start
             timestamps, keys, values, headers = c.timestamps, c.keys, c.values, c.headers
             if c.arrow:   # buffered for poll_arrow: this poll takes them as Python objects
@@ -436,7 +283,7 @@ class Fetcher:
     def drain_arrow(self, parts: dict[TopicPartition, PartitionState], limit: int,
                     headers: bool):
         """``drain_buffered``'s records as Arrow columns; None when nothing is buffered."""
-        pieces = list(self._take(parts, limit))
+        pieces = list(take(parts, limit))
         return arrow_table(pieces, headers) if pieces else None
 
     def close_sessions(self, timeout_s: float) -> None:

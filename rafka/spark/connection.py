@@ -1,6 +1,7 @@
 """How a Spark Python worker (the planner or an executor) reaches the rafka cluster its
-options name: through Ray, one connection per worker process, reused by its tasks; a read's
-planning, given only Kafka's ``kafka.bootstrap.servers``, over the Kafka listener."""
+options name: through Ray, one connection per worker process, reused by its tasks; a read
+given only Kafka's ``kafka.bootstrap.servers`` (planned and read), over the Kafka
+listener."""
 from __future__ import annotations
 
 import gc
@@ -10,6 +11,7 @@ from typing import Any
 _clusters: dict[tuple, Any] = {}
 _admins: dict[tuple, Any] = {}
 _listener_admins: dict[tuple, Any] = {}
+_listener_fetchers: dict[tuple, Any] = {}
 
 
 def bootstrap_servers(options) -> str | None:
@@ -55,24 +57,44 @@ def admin(options):
     return _admins[key]
 
 
+def _over_listener(options) -> tuple[str, str] | None:
+    """(bootstrap servers, client.id) when the options name the cluster by a PLAINTEXT
+    listener alone (a job moved from ``format("kafka")``): its reads then go over the Kafka
+    listener, as Spark's Kafka source reads, and Spark's Python workers need no Ray."""
+    from rafka.consumer.config import CONSUMER_CONFIG
+    from rafka.spark.offsets import consumer_options
+    servers = bootstrap_servers(options)
+    config = CONSUMER_CONFIG.parse(consumer_options(options))
+    if servers is None or config["security.protocol"].upper() != "PLAINTEXT":
+        return None
+    return servers, config["client.id"]
+
+
 def planning(options):
     """What a read's planning asks its partitions and offsets of (``partition_counts(topics)``,
     ``list_offsets(specs, isolation_level)``), one per process and option set: over the
     Kafka listener given only ``kafka.bootstrap.servers`` on PLAINTEXT, as Spark's Kafka
     source plans (no Ray in Spark's planner processes, which start cold for a session's
     first job of each kind), else this process's ``admin(options)`` through Ray."""
-    from rafka.consumer.config import CONSUMER_CONFIG
-    from rafka.spark.offsets import consumer_options
-    servers = bootstrap_servers(options)
-    config = CONSUMER_CONFIG.parse(consumer_options(options))
-    if servers is None or config["security.protocol"].upper() != "PLAINTEXT":
+    key = _over_listener(options)
+    if key is None:
         return _RayPlanning(options)
-    key = (servers, config["client.id"])
     if key not in _listener_admins:
         from rafka.client.listener_admin import ListenerAdmin
-        _listener_admins[key] = ListenerAdmin(
-            servers, client_id=config["client.id"] or "rafka-spark-planner")
+        _listener_admins[key] = ListenerAdmin(key[0], client_id=key[1] or "rafka-spark-planner")
     return _listener_admins[key]
+
+
+def listener_fetcher(options):
+    """This process's ``ListenerFetcher`` for a read whose planning went over the listener
+    (``planning``), reused by the worker's tasks; None when the read goes through Ray."""
+    key = _over_listener(options)
+    if key is None:
+        return None
+    if key not in _listener_fetchers:
+        from rafka.client.listener_fetcher import ListenerFetcher
+        _listener_fetchers[key] = ListenerFetcher(key[0], client_id=key[1] or "rafka-spark")
+    return _listener_fetchers[key]
 
 
 class _RayPlanning:

@@ -14,9 +14,10 @@ Spark's Python workers (the planner and the executors) reach the cluster through
 (``rafka.Cluster.connect``): options ``cluster`` (the rafka cluster's name, default
 ``default``) and ``rayAddress`` (default ``RAY_ADDRESS``, else the local Ray instance). A
 Kafka job's ``kafka.bootstrap.servers`` without ``cluster`` names the cluster by its
-listeners instead, and a read is then planned over the listener as Spark's Kafka source
-plans it (``rafka.spark.connection.planning``). The decisions (offsets, ranges, limits) are
-``rafka.spark.offsets``'; this module moves records.
+listeners instead, and a read is then planned and read over the listener as Spark's Kafka
+source plans and reads it (``rafka.spark.connection.planning``, ``listener_fetcher``). The
+decisions (offsets, ranges, limits) are ``rafka.spark.offsets``'; this module moves
+records.
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 
 from protocols.topics import TopicPartition
 from rafka.connectors.offset_ranges import OffsetRange, plan_ranges
-from rafka.connectors.range_reader import earliest_and_latest, read_tables
-from rafka.spark.connection import connect, planning
+from rafka.connectors.range_reader import (earliest_and_latest, read_tables,
+                                           read_tables_over_listener)
+from rafka.spark.connection import connect, listener_fetcher, planning
 from rafka.spark.filters import Pushed, narrow, narrow_ranges, push
 from rafka.spark.offsets import (SparkSourceError, check_data_loss, consumer_options,
                                  from_json, micro_batch_offsets, parse_offsets,
@@ -106,12 +108,20 @@ def read_partition(options, partition, include_headers: bool) -> Iterator:
 
 
 def read_range(options, r: OffsetRange, include_headers: bool) -> Iterator:
-    """One offset range, read with a consumer on this Spark worker, as Arrow record batches
-    in the source's schema (Spark takes them without a Python object per row)."""
+    """One offset range, read on this Spark worker as Arrow record batches in the source's
+    schema (Spark takes them without a Python object per row): over the Kafka listener when
+    the read was planned over it (``connection.listener_fetcher``), else with a consumer
+    through Ray."""
     import pyarrow as pa
     timeout_s = float(options.get("fetchTimeoutMs", 120_000)) / 1000
-    for table in read_tables(connect(options), r, timeout_s, headers=include_headers,
-                             config=consumer_options(options)):
+    fetcher = listener_fetcher(options)
+    if fetcher is not None:   # by the Kafka listener: no Ray in this worker
+        tables = read_tables_over_listener(fetcher, r, timeout_s, headers=include_headers,
+                                           config=consumer_options(options))
+    else:
+        tables = read_tables(connect(options), r, timeout_s, headers=include_headers,
+                             config=consumer_options(options))
+    for table in tables:
         # Spark's TimestampType is microseconds since the epoch, in UTC.
         table = table.set_column(5, "timestamp",
                                  table["timestamp"].cast(pa.timestamp("us", tz="UTC")))

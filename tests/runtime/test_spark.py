@@ -389,7 +389,12 @@ preload()
 before = set(sys.modules)
 import rafka
 from protocols.topics import TopicPartition
+from rafka.connectors.offset_ranges import OffsetRange
 from rafka.spark.connection import connect
+from rafka.spark.source import read_range
+# A read task of a job naming the cluster by kafka.bootstrap.servers (over the listener).
+assert sum(b.num_rows for b in read_range({"kafka.bootstrap.servers": sys.argv[3]},
+                                          OffsetRange(sys.argv[2], 0, 0, 20), True)) == 20
 cluster = connect({"cluster": sys.argv[1]})
 consumer = rafka.Consumer(cluster, {"auto.offset.reset": "none", "enable.auto.commit": False})
 tp = TopicPartition(sys.argv[2], 0)
@@ -405,7 +410,8 @@ with rafka.Producer(cluster, {"transactional.id": "first-task"}) as producer:
     producer.begin_transaction()
     producer.send_batch(sys.argv[2], [b"t"] * 5, keys=[b"k"] * 5)
     producer.commit_transaction()
-watched = ("rafka", "actors", "storage", "protocols", "ray", "pydantic", "pyarrow", "pandas")
+watched = ("rafka", "actors", "storage", "protocols", "ray", "pydantic", "pyarrow", "pandas",
+           "kio")
 print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in watched))
 """
 
@@ -426,7 +432,8 @@ def test_the_daemon_preloads_everything_a_first_task_of_the_format_imports(clust
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address,
                PYTHONPATH=str(repo))
-    run = subprocess.run([sys.executable, "-c", _FIRST_TASK, cluster.name, "first-task"],
+    run = subprocess.run([sys.executable, "-c", _FIRST_TASK, cluster.name, "first-task",
+                          cluster.bootstrap_servers],
                          env=env, cwd=str(repo), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     from rafka.spark.daemon import AFTER_FORK
@@ -448,23 +455,30 @@ options = {"kafka.bootstrap.servers": sys.argv[1], "subscribe": sys.argv[2],
            "startingOffsets": json.dumps({sys.argv[2]: {"0": 1, "1": -2, "2": -2}})}
 source = RafkaFilteringDataSource(options)
 reader = source.reader(source.schema())
+partitions = reader.partitions()
 print(json.dumps(sorted((r.range.partition, r.range.from_offset, r.range.until_offset)
-                        for r in reader.partitions())))
+                        for r in partitions)))
 stream = RafkaStreamReader({**options, "startingOffsets": "earliest"})
 start = stream.initialOffset()
 print(json.dumps([start, stream.latestOffset(start, ReadAllAvailable())]))
+# What Spark's tasks then do with the planned partitions, in this process too.
+print(json.dumps(sorted([p.range.partition, offset, value.decode()] for p in partitions
+                        for batch in reader.read(p) for offset, value in zip(
+                            batch.column("offset").to_pylist(),
+                            batch.column("value").to_pylist()))))
 print("ray" in sys.modules)
 """
 
 
-def test_a_read_given_only_kafka_bootstrap_servers_is_planned_over_the_listener(spark,
-                                                                                cluster):
+def test_a_read_given_only_kafka_bootstrap_servers_is_planned_and_read_over_the_listener(
+        spark, cluster):
     """A job moved from format("kafka") keeps its kafka.bootstrap.servers and names no
     cluster: the rafka cluster is the one listening there, and a read is planned as
-    Spark's Kafka source plans it, with Metadata and ListOffsets over the listener. Spark
-    starts its planner processes cold for a session's first job of each kind; planned this
-    way they never import Ray (~0.6 s of each: the import, the connection, the controller's
-    actor class). The tasks read through Ray as before."""
+    Spark's Kafka source plans it, with Metadata and ListOffsets over the listener, and
+    read as its tasks read, with Fetch to each leader. Spark starts its planner processes
+    cold for a session's first job of each kind; planned this way they never import Ray
+    (~0.6 s of each: the import, the connection, the controller's actor class), and the
+    tasks need no Ray connection."""
     import subprocess
     import sys
     from pathlib import Path
@@ -475,10 +489,13 @@ def test_a_read_given_only_kafka_bootstrap_servers_is_planned_over_the_listener(
         [sys.executable, "-c", _PLAN_BY_LISTENER, cluster.bootstrap_servers, "by-listener"],
         capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[2]))
     assert planned.returncode == 0, planned.stderr[-3000:]
-    ranges, offsets, ray_imported = planned.stdout.strip().splitlines()
+    ranges, offsets, rows, ray_imported = planned.stdout.strip().splitlines()
     assert json.loads(ranges) == [[0, 1, 10], [1, 0, 10], [2, 0, 10]]
     assert json.loads(offsets) == [{"by-listener": {"0": 0, "1": 0, "2": 0}},
                                    {"by-listener": {"0": 10, "1": 10, "2": 10}}]
+    assert json.loads(rows) == sorted([m.partition, m.offset, f"v{i}"]
+                                      for i, m in enumerate(acked)
+                                      if (m.partition, m.offset) != (0, 0))
     assert ray_imported == "False"
     df = (spark.read.format("rafka")
           .option("kafka.bootstrap.servers", cluster.bootstrap_servers)

@@ -41,7 +41,7 @@ from protocols.errors import (KafkaError, NotEnoughReplicasError, NotLeaderOrFol
 from protocols.messages import FetchManyRequest, FetchRequest
 from protocols.records import (CONTROL_MASK, TRANSACTIONAL_MASK, Record, encode_batch,
                                iter_batches)
-from rafka.consumer.fetcher import SkippedBatches
+from rafka.consumer.fetch_buffer import SkippedBatches
 from rafka.producer.transaction_manager import should_retry
 from tests.sim.cluster import TOPIC
 

@@ -10,6 +10,7 @@ from protocols.control_records import ABORT, COMMIT, EndTransactionMarker, end_t
 from protocols.records import Record, encode_batch
 from protocols.topics import TopicPartition
 from rafka.consumer.config import CONSUMER_CONFIG
+from rafka.consumer.fetch_buffer import buffer_fetched
 from rafka.consumer.fetcher import Fetcher
 from rafka.consumer.subscription_state import PartitionState
 
@@ -39,10 +40,10 @@ ABORTED = ((7, 1),)
 def polled(isolation: str, arrow: bool, aborted=ABORTED) -> tuple[list[str], int]:
     fetcher = Fetcher(CONSUMER_CONFIG.parse({"isolation.level": isolation}), None,
                       lambda tp, st: None)
-    fetcher.arrow = arrow
     st = PartitionState(position=0)
     parts = {TP: st}
-    fetcher._buffer(TP, st, RECORDS, 0, aborted)
+    buffer_fetched(st, RECORDS, 0, aborted, read_committed=isolation == "read_committed",
+                   as_arrow=arrow)
     if arrow:
         table = fetcher.drain_arrow(parts, 1_000, headers=False)
         got = [v.decode() for v in table["value"].to_pylist()]
@@ -65,5 +66,5 @@ def test_read_uncommitted_skips_only_markers(arrow):
 def test_a_fetch_ending_in_markers_still_moves_the_position():
     fetcher = Fetcher(CONSUMER_CONFIG.parse({}), None, lambda tp, st: None)
     st = PartitionState(position=4)
-    fetcher._buffer(TP, st, marker(4, 7, ABORT) + marker(5, 8, COMMIT), 4)
+    buffer_fetched(st, marker(4, 7, ABORT) + marker(5, 8, COMMIT), 4)
     assert fetcher.drain_buffered({TP: st}) == [] and st.position == 6
