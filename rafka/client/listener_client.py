@@ -1,7 +1,8 @@
 """A client of a cluster's Kafka listeners, for a process that should not pay for Ray:
 its connections (one per broker, kept), the brokers and partition leaders it learnt from
 Metadata, and a request's frame out and its answer in (``protocols.kafka.client_codec``).
-``ListenerAdmin`` (Metadata, ListOffsets) and the range reader (Fetch) ask through it.
+``ListenerAdmin`` (ListOffsets), ``ListenerFetcher`` (Fetch) and ``ListenerProducer``
+(InitProducerId, Produce) ask through it.
 
 PLAINTEXT listeners only (SASL and TLS are what rafka's clients through Ray do).
 """
@@ -135,11 +136,14 @@ class ListenerClient:
             if sock is None:
                 raise ConnectionError(f"{address[0]}:{address[1]}: not connected")
             size = struct.unpack(">i", _recv(sock, 4, deadline))[0]
-            header, body = parse_response(_recv(sock, size, deadline), api_key, version)
-            if int(header.correlation_id) != correlation_id:
+            frame = _recv(sock, size, deadline)
+            # Every response header begins with it: checked before the body is read as the
+            # answer expected (an answer left unread by a failed call is another API's).
+            answered = struct.unpack_from(">i", frame)[0] if size >= 4 else None
+            if answered != correlation_id:
                 raise ConnectionError(f"{address[0]}:{address[1]} answered correlation id "
-                                      f"{int(header.correlation_id)}, not {correlation_id}")
-        return body
+                                      f"{answered}, not {correlation_id}")
+            return parse_response(frame, api_key, version)[1]
 
     @contextmanager
     def _dropped_on_failure(self, address: tuple[str, int]):

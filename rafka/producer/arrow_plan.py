@@ -1,15 +1,19 @@
 """How ``send_batch`` cuts many records given as Arrow columns into batches: each record's
 partition (the one given, else murmur2 of its key, else the sticky partition, a whole batch
 at a time), then whole batches of about ``batch.size`` per partition, records in their given
-order. Plain numpy and pyarrow: no I/O."""
+order, each encoded column by column. Plain numpy and pyarrow: no I/O. Shared by
+``Producer.send_batch`` and the producer over the Kafka listener."""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocols.errors import KafkaError
+from protocols.arrow_records import as_headers, encode_bodies, header_field
+from protocols.errors import KafkaError, RecordTooLargeError
 from protocols.partitioner import StickyPartitionCache, partitions_for_keys
+from protocols.records import MemoryRecordsBuilder
+from rafka.producer.accumulator import RECORD_OVERHEAD
 
 
 def rows(array, indices: np.ndarray):
@@ -87,3 +91,43 @@ def encode_groups(plan: list[tuple[int, np.ndarray]], sizes: np.ndarray,
         groups[-1].append((p, indices))
         held += size
     return groups
+
+
+def encoded_header_field(headers, count: int):
+    """The records' headers as ``arrow_records`` encodes them in a record (its header
+    count and headers), or None when no record has any."""
+    header_array = as_headers(headers, count)
+    return None if header_array is None else header_field(header_array)
+
+
+def record_sizes(value_array, key_array, encoded_headers, max_request_size: int
+                 ) -> np.ndarray:
+    """Each record's size as a batch holds it (at most: its varints counted at their
+    longest), RecordTooLargeError for the first past ``max.request.size``, in Kafka's
+    words."""
+    sizes = RECORD_OVERHEAD + np.maximum(
+        pc.fill_null(pc.binary_length(value_array), 0).to_numpy(), 0)
+    if key_array is not None:
+        sizes = sizes + pc.fill_null(pc.binary_length(key_array), 0).to_numpy()
+    if encoded_headers is not None:   # RECORD_OVERHEAD counts one byte of them
+        sizes = sizes + pc.binary_length(encoded_headers).to_numpy() - 1
+    if len(sizes) and int(sizes.max()) > max_request_size:
+        first = int(np.argmax(sizes > max_request_size))
+        raise RecordTooLargeError(
+            f"The message at index {first} is {int(sizes[first])} bytes when serialized "
+            f"which is larger than {max_request_size}, the value of max.request.size.")
+    return sizes
+
+
+def encoded_batches(plan: list[tuple[int, np.ndarray]], sizes: np.ndarray, value_array,
+                    key_array, stamps: np.ndarray, encoded_headers):
+    """``(partition, record indices, MemoryRecordsBuilder)`` of each of ``plan``'s batches,
+    in order; the records of a run of batches (``encode_groups``) encoded in one pass
+    (``arrow_records.encode_bodies``)."""
+    for group in encode_groups(plan, sizes):
+        order = np.concatenate([indices for _, indices in group])
+        bodies = encode_bodies(rows(value_array, order), rows(key_array, order),
+                               stamps[order], None, [len(indices) for _, indices in group],
+                               now_ms=0, encoded_headers=rows(encoded_headers, order))
+        for (p, indices), body in zip(group, bodies):
+            yield p, indices, MemoryRecordsBuilder.from_encoded(body)

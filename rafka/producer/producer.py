@@ -30,20 +30,18 @@ from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from protocols.arrow_records import (as_binary, as_headers, encode_bodies, header_field,
-                                     timestamp_column)
+from protocols.arrow_records import as_binary, timestamp_column
 from protocols.errors import (IllegalStateError, InvalidConfigError, KafkaError,
                               KafkaTimeoutError, RecordTooLargeError)
 from protocols.partitioner import StickyPartitionCache, partition_for_key
-from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TRANSACTION_KEY_TYPE, TopicPartition
 from rafka.client.metadata import ClientMetadata
 from rafka.client.ray_door import RayDoor
 from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
-from rafka.producer.arrow_plan import encode_groups, plan_batches, rows
+from rafka.producer.arrow_plan import (encoded_batches, encoded_header_field, plan_batches,
+                                       record_sizes)
 from rafka.producer.config import PRODUCER_CONFIG
 from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.producer.sender_thread import SenderThread, now_ms
@@ -220,20 +218,8 @@ class Producer:
                        [(k, self._value_ser(v))
                         for k, v in (h.items() if hasattr(h, "items") else h)]
                        for h in headers]
-        header_array = as_headers(headers, count)
-        sizes = RECORD_OVERHEAD + np.maximum(
-            pc.fill_null(pc.binary_length(value_array), 0).to_numpy(), 0)
-        if key_array is not None:
-            sizes = sizes + pc.fill_null(pc.binary_length(key_array), 0).to_numpy()
-        encoded_headers = None if header_array is None else header_field(header_array)
-        if encoded_headers is not None:   # RECORD_OVERHEAD counts one byte of them
-            sizes = sizes + pc.binary_length(encoded_headers).to_numpy() - 1
-        if count and int(sizes.max()) > self._max_request_size:
-            first = int(np.argmax(sizes > self._max_request_size))
-            raise RecordTooLargeError(
-                f"The message at index {first} is {int(sizes[first])} bytes when serialized "
-                f"which is larger than {self._max_request_size}, the value of "
-                "max.request.size.")
+        encoded_headers = encoded_header_field(headers, count)
+        sizes = record_sizes(value_array, key_array, encoded_headers, self._max_request_size)
         partitions = self.metadata.cached_partitions(topic) or \
             self.metadata.partitions_for(topic, self._max_block_ms)
         plan = plan_batches(topic, partitions, partition, key_array, sizes,
@@ -241,27 +227,20 @@ class Producer:
                             max_request_size=self._max_request_size,
                             ignore_keys=self._ignore_keys, sticky=self.sticky)
         parts = []
-        for group in encode_groups(plan, sizes):
-            # The group's records in batch order, encoded in one pass (``encode_bodies``).
-            order = np.concatenate([indices for _, indices in group])
-            bodies = encode_bodies(rows(value_array, order), rows(key_array, order),
-                                   stamps[order], None,
-                                   [len(indices) for _, indices in group], now_ms=0,
-                                   encoded_headers=rows(encoded_headers, order))
-            for (p, indices), body in zip(group, bodies):
-                tp = self._tps.get((topic, p))
-                if tp is None:
-                    tp = self._tps[(topic, p)] = TopicPartition(topic, p)
-                builder = MemoryRecordsBuilder.from_encoded(body)
-                with self._lock:
-                    if self._txn is not None:
-                        self._txn.check_send()
-                        self._txn.maybe_add_partition(tp)
-                    if not self.accumulator.has_room_for(builder.size_in_bytes):
-                        self._wait_for_room(builder.size_in_bytes)
-                    batch = self.accumulator.append_built(tp, builder)
-                    self._cond.notify_all()
-                parts.append((batch.result, p, indices, None))
+        for p, indices, builder in encoded_batches(plan, sizes, value_array, key_array, stamps,
+                                                   encoded_headers):
+            tp = self._tps.get((topic, p))
+            if tp is None:
+                tp = self._tps[(topic, p)] = TopicPartition(topic, p)
+            with self._lock:
+                if self._txn is not None:
+                    self._txn.check_send()
+                    self._txn.maybe_add_partition(tp)
+                if not self.accumulator.has_room_for(builder.size_in_bytes):
+                    self._wait_for_room(builder.size_in_bytes)
+                batch = self.accumulator.append_built(tp, builder)
+                self._cond.notify_all()
+            parts.append((batch.result, p, indices, None))
         return BatchSendFuture(topic, count, stamps, parts)
 
     def _wait_for_room(self, size: int) -> None:

@@ -1,7 +1,7 @@
 """How a Spark Python worker (the planner or an executor) reaches the rafka cluster its
-options name: through Ray, one connection per worker process, reused by its tasks; a read
-given only Kafka's ``kafka.bootstrap.servers`` (planned and read), over the Kafka
-listener."""
+options name: through Ray, one connection per worker process, reused by its tasks; a job
+given only Kafka's ``kafka.bootstrap.servers`` (its planning, reads and writes), over the
+Kafka listener."""
 from __future__ import annotations
 
 import gc
@@ -12,6 +12,7 @@ _clusters: dict[tuple, Any] = {}
 _admins: dict[tuple, Any] = {}
 _listener_admins: dict[tuple, Any] = {}
 _listener_fetchers: dict[tuple, Any] = {}
+_listener_producers: dict[tuple, Any] = {}
 
 
 def bootstrap_servers(options) -> str | None:
@@ -95,6 +96,23 @@ def listener_fetcher(options):
         from rafka.client.listener_fetcher import ListenerFetcher
         _listener_fetchers[key] = ListenerFetcher(key[0], client_id=key[1] or "rafka-spark")
     return _listener_fetchers[key]
+
+
+def listener_producer(options, config: dict):
+    """This process's ``ListenerProducer`` with these producer configs, for a write that
+    names the cluster by a PLAINTEXT ``kafka.bootstrap.servers`` alone, kept for the
+    worker's next tasks as Spark keeps its Kafka producers (one per configuration per
+    executor); None when the write goes through Ray."""
+    from rafka.producer.config import PRODUCER_CONFIG
+    servers = bootstrap_servers(options)
+    if servers is None or \
+            PRODUCER_CONFIG.parse(config)["security.protocol"].upper() != "PLAINTEXT":
+        return None
+    key = (servers, tuple(sorted((k, str(v)) for k, v in config.items())))
+    if key not in _listener_producers:
+        from rafka.client.listener_producer import ListenerProducer
+        _listener_producers[key] = ListenerProducer(servers, config)
+    return _listener_producers[key]
 
 
 class _RayPlanning:

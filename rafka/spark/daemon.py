@@ -51,12 +51,15 @@ PRELOAD = ("pandas", "pyarrow.compute", "pyarrow.json", "ray", "ray.util.seriali
            # and what a client of a secured cluster imports (SASL, TLS, its ACL errors)
            "protocols.kafka.jaas", "protocols.kafka.scram", "protocols.kafka.ssl_context",
            "protocols.kafka.acl",
-           # and what a read by kafka.bootstrap.servers imports instead of Ray's connection:
+           # and what a job by kafka.bootstrap.servers imports instead of Ray's connection:
            # Kafka's client codec (kio) and the schemas of its requests
            "rafka.client.listener_admin", "rafka.client.listener_fetcher",
+           "rafka.client.listener_producer",
            "kio.schema.metadata.v12.request", "kio.schema.metadata.v12.response",
            "kio.schema.list_offsets.v5.request", "kio.schema.list_offsets.v5.response",
-           "kio.schema.fetch.v12.request", "kio.schema.fetch.v12.response")
+           "kio.schema.fetch.v12.request", "kio.schema.fetch.v12.response",
+           "kio.schema.produce.v9.request", "kio.schema.produce.v9.response",
+           "kio.schema.init_producer_id.v4.request", "kio.schema.init_producer_id.v4.response")
 
 # Imported by each worker after the fork, never by the daemon: the modules that make Ray actor
 # classes (``@ray.remote`` on a class draws a random ActorClassID) and those importing them.

@@ -2,7 +2,10 @@
 
 Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter`` and, for
 streaming, ``DataSourceStreamArrowWriter``); ``rafka.connectors.arrow_sink`` sends each batch to
-``Producer.send_batch`` in groups (its columns are Spark's Kafka sink's). The ``topic``
+``Producer.send_batch`` in groups (its columns are Spark's Kafka sink's): a producer through
+Ray, or, for a job naming the cluster by a PLAINTEXT ``kafka.bootstrap.servers`` alone,
+``rafka.client.listener_producer`` over the Kafka listener (kept per worker, as Spark keeps
+its Kafka producers). The ``topic``
 option, when given, overrides the ``topic`` column (Spark's rule). The options prefixed
 ``kafka.`` are producer configs; ``acks`` defaults to ``all``. Every record is acknowledged
 before its task ends: the first failed record fails the task (at least once, as Spark's
@@ -24,7 +27,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from rafka.connectors.arrow_sink import TOPIC_REQUIRED, send_rows, split_rows
 from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
-from rafka.spark.connection import connect
+from rafka.spark.connection import connect, listener_producer
 from rafka.spark.offsets import SparkSourceError, kafka_options
 
 # Spark's KafkaWriter: the types each attribute may have (by Spark's simpleString).
@@ -104,7 +107,11 @@ def write_batches(options, batches, default_prefix: str | None = None) -> Commit
         return Committed(write_exactly_once(connect(options), producer_config(options),
                                             _task(options, default_prefix), batches,
                                             topic_option))
-    producer = rafka.Producer(connect(options), producer_config(options))
+    config = producer_config(options)
+    # By kafka.bootstrap.servers alone: Produce over the listener, the producer kept for
+    # the worker's next tasks; else a producer through Ray, for this task.
+    kept = listener_producer(options, config)
+    producer = kept if kept is not None else rafka.Producer(connect(options), config)
     count = 0
     futures = []
     try:
@@ -117,8 +124,13 @@ def write_batches(options, batches, default_prefix: str | None = None) -> Commit
         producer.flush()
         for f in futures:
             f.result(0)      # raise the first failed record's error: the task fails
+    except BaseException:
+        if kept is not None:
+            kept.discard()   # nothing of this task is left for the next to send
+        raise
     finally:
-        producer.close()
+        if kept is None:
+            producer.close()
     return Committed(count)
 
 

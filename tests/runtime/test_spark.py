@@ -395,12 +395,17 @@ from rafka.spark.source import read_range
 # A read task of a job naming the cluster by kafka.bootstrap.servers (over the listener).
 assert sum(b.num_rows for b in read_range({"kafka.bootstrap.servers": sys.argv[3]},
                                           OffsetRange(sys.argv[2], 0, 0, 20), True)) == 20
+# and a write task's (Produce over the listener)
+import pyarrow as pa
+from rafka.spark.sink import write_batches
+assert write_batches({"kafka.bootstrap.servers": sys.argv[3], "topic": sys.argv[2]},
+                     iter([pa.record_batch({"value": pa.array([b"w"])})])).records == 1
 cluster = connect({"cluster": sys.argv[1]})
 consumer = rafka.Consumer(cluster, {"auto.offset.reset": "none", "enable.auto.commit": False})
 tp = TopicPartition(sys.argv[2], 0)
 consumer.assign([tp])
 consumer.seek(tp, 0)
-assert len(consumer.poll_arrow(10_000, headers=True)) == 20
+assert len(consumer.poll_arrow(10_000, headers=True)) == 21   # and the one written
 consumer.close()
 with rafka.Producer(cluster) as producer:
     producer.send_batch(sys.argv[2], [b"v"] * 5, keys=[b"k"] * 5,
@@ -466,19 +471,24 @@ print(json.dumps(sorted([p.range.partition, offset, value.decode()] for p in par
                         for batch in reader.read(p) for offset, value in zip(
                             batch.column("offset").to_pylist(),
                             batch.column("value").to_pylist()))))
+# And what a write task does with its rows (Spark's Arrow writer hands it record batches).
+import pyarrow as pa
+from rafka.spark.sink import write_batches
+rows = pa.record_batch({"key": pa.array([b"k1", None]), "value": pa.array([b"w1", b"w2"])})
+print(write_batches({**options, "topic": sys.argv[2]}, iter([rows])).records)
 print("ray" in sys.modules)
 """
 
 
-def test_a_read_given_only_kafka_bootstrap_servers_is_planned_and_read_over_the_listener(
+def test_a_job_given_only_kafka_bootstrap_servers_plans_reads_and_writes_over_the_listener(
         spark, cluster):
     """A job moved from format("kafka") keeps its kafka.bootstrap.servers and names no
     cluster: the rafka cluster is the one listening there, and a read is planned as
     Spark's Kafka source plans it, with Metadata and ListOffsets over the listener, and
-    read as its tasks read, with Fetch to each leader. Spark starts its planner processes
-    cold for a session's first job of each kind; planned this way they never import Ray
-    (~0.6 s of each: the import, the connection, the controller's actor class), and the
-    tasks need no Ray connection."""
+    read and written as its tasks read and write, with Fetch and Produce to each leader.
+    Spark starts its planner processes cold for a session's first job of each kind;
+    planned this way they never import Ray (~0.6 s of each: the import, the connection, the
+    controller's actor class), and the tasks need no Ray connection."""
     import subprocess
     import sys
     from pathlib import Path
@@ -489,22 +499,25 @@ def test_a_read_given_only_kafka_bootstrap_servers_is_planned_and_read_over_the_
         [sys.executable, "-c", _PLAN_BY_LISTENER, cluster.bootstrap_servers, "by-listener"],
         capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[2]))
     assert planned.returncode == 0, planned.stderr[-3000:]
-    ranges, offsets, rows, ray_imported = planned.stdout.strip().splitlines()
+    ranges, offsets, rows, written, ray_imported = planned.stdout.strip().splitlines()
     assert json.loads(ranges) == [[0, 1, 10], [1, 0, 10], [2, 0, 10]]
     assert json.loads(offsets) == [{"by-listener": {"0": 0, "1": 0, "2": 0}},
                                    {"by-listener": {"0": 10, "1": 10, "2": 10}}]
     assert json.loads(rows) == sorted([m.partition, m.offset, f"v{i}"]
                                       for i, m in enumerate(acked)
                                       if (m.partition, m.offset) != (0, 0))
+    assert written == "2"
     assert ray_imported == "False"
     df = (spark.read.format("rafka")
           .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
           .option("subscribe", "by-listener").load())
-    assert sorted((r.partition, r.offset, r.value) for r in df.collect()) == sorted(
+    got = sorted((r.partition, r.offset, r.value) for r in df.collect())
+    assert [r for r in got if r[2].startswith(b"v")] == sorted(
         (m.partition, m.offset, f"v{i}".encode()) for i, m in enumerate(acked))
-    # Written the same way: the sink's tasks find the cluster by its listeners too.
+    assert sorted(r[2] for r in got if r[2].startswith(b"w")) == [b"w1", b"w2"]
+    # Written the same way, by Spark's tasks.
     (df.select("key", "value").write.format("rafka")
      .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
      .option("topic", "by-listener").mode("append").save())
     assert sum(r.offset for r in cluster.admin().list_offsets(
-        {("by-listener", p): "latest" for p in range(3)}).values()) == 60
+        {("by-listener", p): "latest" for p in range(3)}).values()) == 64
