@@ -18,14 +18,13 @@ from protocols.kafka.api_keys import ApiKey
 from protocols.messages import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP
 from protocols.topics import TopicPartition
 from rafka.admin import ListOffsetsResult
-from rafka.client.listener_client import (BACKOFF_S, ListenerClient, parse_bootstrap,
-                                          retriable)
+from rafka.client.listener_client import (BACKOFF_S, CONSUMER_REPLICA_ID, ListenerClient,
+                                          parse_bootstrap, retriable)
 from rafka.client.retry import retry_until
 
 __all__ = ["ListenerAdmin", "parse_bootstrap"]
 
 LIST_OFFSETS_VERSION = 5   # the last one without flexible fields; rafka 1-6, Kafka 4 1-10
-CONSUMER_REPLICA_ID = -1   # a consumer's ListOffsets: the high watermark, not the log's end
 
 
 class ListenerAdmin(ListenerClient):

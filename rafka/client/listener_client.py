@@ -21,6 +21,7 @@ from protocols.kafka.client_codec import parse_response, request_frame
 from protocols.topics import TopicPartition
 
 METADATA_VERSION = 12      # served by rafka (0-13) and Kafka 4 (4-13)
+CONSUMER_REPLICA_ID = -1   # a consumer's request: up to the high watermark, not the log's end
 BACKOFF_S = 0.05
 # Kafka's socket.connection.setup.timeout.ms: a listener that does not accept is left for
 # the next one well before the call's own timeout.

@@ -15,10 +15,9 @@ from protocols.errors import (LeaderNotAvailableError, NetworkError,
                               UnknownTopicOrPartitionError, error_for_code)
 from protocols.kafka.api_keys import ApiKey
 from protocols.topics import TopicPartition
-from rafka.client.listener_client import ListenerClient
+from rafka.client.listener_client import CONSUMER_REPLICA_ID, ListenerClient
 
 FETCH_VERSION = 12
-CONSUMER_REPLICA_ID = -1
 NO_SESSION, FINAL_EPOCH = 0, -1   # a full fetch outside any fetch session (KIP-227)
 
 

@@ -32,11 +32,10 @@ from protocols.topics import TopicPartition
 from rafka.client.listener_client import ListenerClient
 from rafka.producer.arrow_plan import (encoded_batches, encoded_header_field, plan_batches,
                                        record_sizes)
-from rafka.producer.config import PRODUCER_CONFIG
+from rafka.producer.config import ACKS, PRODUCER_CONFIG, idempotence
 
 PRODUCE_VERSION = 9
 INIT_PRODUCER_ID_VERSION = 4
-_ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
 
 
 class SentBatch:
@@ -84,21 +83,8 @@ class ListenerProducer(ListenerClient):
         if c["transactional.id"]:
             raise InvalidConfigError("transactional.id is not supported by a producer over "
                                      "the listener")
-        self.acks = _ACKS[c["acks"]]
-        # Kafka's rule: idempotence asked for and acks other than all is an error; left at
-        # its default, it is off.
-        self.idempotent = c["enable.idempotence"]
-        if self.idempotent and self.acks != -1:
-            if "enable.idempotence" in given:
-                raise InvalidConfigError("Must set acks to all in order to use the idempotent "
-                                         "producer.")
-            self.idempotent = False
-        elif self.idempotent and c["max.in.flight.requests.per.connection"] > 5:
-            # The leader keeps the last 5 batches' sequences of a producer.
-            if "enable.idempotence" in given:
-                raise InvalidConfigError("Must set max.in.flight.requests.per.connection to "
-                                         "at most 5 to use the idempotent producer.")
-            self.idempotent = False
+        self.acks = ACKS[c["acks"]]
+        self.idempotent = idempotence(c, given)
         self._batch_size = (min(c["batch.size"], c["max.request.size"])
                             if "batch.size" in given else c["max.request.size"])
         self._sticky = StickyPartitionCache()
@@ -110,7 +96,7 @@ class ListenerProducer(ListenerClient):
 
     # ---- the producer's calls ---------------------------------------------------------------
     def send_batch(self, topic: str, values, keys=None, partition: int | None = None,
-                   headers=None, timestamps=None) -> SentBatch:
+                   timestamps=None, headers=None) -> SentBatch:
         """Queue the records (``Producer.send_batch``'s arguments: Arrow arrays or
         sequences of bytes; ``headers`` per record or Spark's headers column); sent by
         ``flush``, or at once when what is queued passes ``buffer.memory``."""

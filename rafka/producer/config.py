@@ -5,6 +5,7 @@ producer and its columnar encoder (pyarrow, pandas: ~0.3 s of a cold process).""
 from __future__ import annotations
 
 from protocols.config import ConfigDef, at_least, between, one_of
+from protocols.errors import InvalidConfigError
 from rafka.client.ray_door import define_sasl
 
 PRODUCER_CONFIG = define_sasl(
@@ -32,3 +33,26 @@ PRODUCER_CONFIG = define_sasl(
     .define("transactional.id", "string", None, nullable=True)
     .define("transaction.timeout.ms", "int", 60_000, at_least(1))
 )
+
+
+ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
+
+
+def idempotence(config, given: set[str]) -> bool:
+    """Whether a producer with these parsed settings is idempotent, by Kafka's rules: on
+    by default, turned off when acks is not all or more than 5 requests may be in flight
+    (the leader keeps a producer's last 5 batches' sequences), an error when
+    ``enable.idempotence`` was set (``given``: the names set) and either holds."""
+    if not config["enable.idempotence"]:
+        return False
+    if ACKS[config["acks"]] != -1:
+        if "enable.idempotence" in given:
+            raise InvalidConfigError("Must set acks to all in order to use the idempotent "
+                                     "producer.")
+        return False
+    if config["max.in.flight.requests.per.connection"] > 5:
+        if "enable.idempotence" in given:
+            raise InvalidConfigError("Must set max.in.flight.requests.per.connection to at "
+                                     "most 5 to use the idempotent producer.")
+        return False
+    return True

@@ -42,7 +42,7 @@ from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
 from rafka.producer.arrow_plan import (encoded_batches, encoded_header_field, plan_batches,
                                        record_sizes)
-from rafka.producer.config import PRODUCER_CONFIG
+from rafka.producer.config import ACKS, PRODUCER_CONFIG, idempotence
 from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.producer.sender_thread import SenderThread, now_ms
 from rafka.producer.transaction_manager import State as TxnState
@@ -51,27 +51,12 @@ from rafka.producer.transactions import Transactions, coordinator_client
 
 log = logging.getLogger(__name__)
 
-_ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
-
-
 class Producer:
     def __init__(self, cluster, config: Mapping[str, Any] | None = None, **kwargs: Any):
         c = self.config = PRODUCER_CONFIG.parse(config, **kwargs)
         given = {PRODUCER_CONFIG.normalize_name(k) for k in {**(config or {}), **kwargs}}
-        self.acks = _ACKS[c["acks"]]
-        self.idempotent = c["enable.idempotence"]
-        if self.idempotent:
-            # Kafka's rules for an idempotent producer, stated only if the user set them.
-            if self.acks != -1:
-                if "enable.idempotence" in given:
-                    raise InvalidConfigError("Must set acks to all in order to use the "
-                                             "idempotent producer.")
-                self.idempotent = False
-            elif c["max.in.flight.requests.per.connection"] > 5:
-                if "enable.idempotence" in given:
-                    raise InvalidConfigError("Must set max.in.flight.requests.per.connection "
-                                             "to at most 5 to use the idempotent producer.")
-                self.idempotent = False
+        self.acks = ACKS[c["acks"]]
+        self.idempotent = idempotence(c, given)
         self.transactional_id = c["transactional.id"] or None
         if self.transactional_id is not None and not self.idempotent:
             raise InvalidConfigError("Cannot set a transactional.id without also enabling "
