@@ -1,8 +1,9 @@
 """A client of a cluster's Kafka listeners, for a process that should not pay for Ray:
 its connections (one per broker, kept), the brokers and partition leaders it learnt from
 Metadata, and a request's frame out and its answer in (``protocols.kafka.client_codec``).
-``ListenerAdmin`` (ListOffsets), ``ListenerFetcher`` (Fetch) and ``ListenerProducer``
-(InitProducerId, Produce) ask through it.
+``ListenerAdmin`` (ListOffsets, OffsetFetch), ``ListenerFetcher`` (Fetch) and
+``ListenerProducer`` (InitProducerId, Produce, and a transaction's calls) ask through it;
+a group's or a transactional id's coordinator is found with FindCoordinator.
 
 PLAINTEXT listeners only (SASL and TLS are what rafka's clients through Ray do).
 """
@@ -14,13 +15,15 @@ import time
 from contextlib import contextmanager
 from typing import Iterable
 
-from protocols.errors import InvalidConfigError, KafkaError, NetworkError, \
-    UnknownTopicOrPartitionError, error_for_code
+from protocols.errors import (CoordinatorNotAvailableError, InvalidConfigError, KafkaError,
+                              NetworkError, NotCoordinatorError, UnknownTopicOrPartitionError,
+                              error_for_code)
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.client_codec import parse_response, request_frame
 from protocols.topics import TopicPartition
 
 METADATA_VERSION = 12      # served by rafka (0-13) and Kafka 4 (4-13)
+FIND_COORDINATOR_VERSION = 4   # one request, a list of keys (KIP-699)
 CONSUMER_REPLICA_ID = -1   # a consumer's request: up to the high watermark, not the log's end
 BACKOFF_S = 0.05
 # Kafka's socket.connection.setup.timeout.ms: a listener that does not accept is left for
@@ -61,6 +64,7 @@ class ListenerClient:
         self._brokers: dict[int, tuple[str, int]] = {}
         self._leaders: dict[TopicPartition, int] = {}
         self._counts: dict[str, int] = {}
+        self._coordinators: dict[tuple[int, str], int] = {}   # (key type, key): node id
 
     def close(self) -> None:
         for sock in self._sockets.values():
@@ -78,20 +82,7 @@ class ListenerClient:
         names = None if topics is None else sorted(set(topics))
         values = {"topics": None if names is None else [{"name": n} for n in names],
                   "allow_auto_topic_creation": False}
-        body = None
-        errors: list[str] = []
-        # The brokers it knows, then the bootstrap ones (a known broker may have left).
-        for address in dict.fromkeys([*self._brokers.values(), *self.bootstrap]):
-            try:
-                correlation_id = self._send(address, ApiKey.METADATA, METADATA_VERSION,
-                                            values, deadline)
-                body = self._receive(address, ApiKey.METADATA, METADATA_VERSION,
-                                     correlation_id, deadline)
-                break
-            except OSError as e:
-                errors.append(f"{address[0]}:{address[1]}: {e}")
-        if body is None:
-            raise NetworkError(f"No Kafka listener answered Metadata ({'; '.join(errors)})")
+        body = self._ask_any(ApiKey.METADATA, METADATA_VERSION, values, deadline)
         self._brokers = {int(b.node_id): (b.host, int(b.port)) for b in body.brokers}
         counts = {}
         for topic in body.topics:
@@ -157,6 +148,65 @@ class ListenerClient:
             if sock is not None:
                 sock.close()
             raise
+
+    def _coordinator(self, key_type: int, key: str, deadline: float) -> tuple[str, int]:
+        """The address of ``key``'s coordinator (a group's, or a transactional id's), asked
+        of any broker with FindCoordinator and kept until it moves."""
+        node = self._coordinators.get((key_type, key))
+        if node is not None and node in self._brokers:
+            return self._brokers[node]
+        found = self._ask_any(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
+                              {"key_type": key_type, "coordinator_keys": [key]},
+                              deadline).coordinators[0]
+        if found.error_code.value != 0:
+            raise error_for_code(found.error_code.value,
+                                 f"FindCoordinator of {key!r}: {found.error_message}")
+        node = int(found.node_id)
+        self._brokers[node] = (found.host, int(found.port))
+        self._coordinators[(key_type, key)] = node
+        return self._brokers[node]
+
+    def _ask_any(self, api_key: int, version: int, values: dict, deadline: float):
+        """The answer of the first broker that gives one: those it knows, then the
+        bootstrap ones (a known broker may have left); NetworkError when none did."""
+        errors: list[str] = []
+        for address in dict.fromkeys([*self._brokers.values(), *self.bootstrap]):
+            try:
+                correlation_id = self._send(address, api_key, version, values, deadline)
+                return self._receive(address, api_key, version, correlation_id, deadline)
+            except OSError as e:
+                errors.append(f"{address[0]}:{address[1]}: {e}")
+        name = ApiKey(api_key).name.title().replace("_", "")
+        raise NetworkError(f"No Kafka listener answered {name} ({'; '.join(errors)})")
+
+    def _coordinator_request(self, key_type: int, key: str, api_key: int, version: int,
+                             values: dict, error_of, deadline: float, backoff_s: float,
+                             retry=retriable):
+        """``(body, error)``: the request asked of ``key``'s coordinator, and asked again
+        after ``backoff_s`` while the answer's error (``error_of(body)``: None, or the
+        KafkaError it holds) is one to ``retry`` and ``deadline`` allows; a coordinator
+        that moved or did not answer is looked up again. The body is None when no answer
+        came."""
+        while True:
+            body = None
+            try:
+                address = self._coordinator(key_type, key, deadline)
+                correlation_id = self._send(address, api_key, version, values, deadline)
+                body = self._receive(address, api_key, version, correlation_id, deadline)
+                error = error_of(body)
+            except OSError as e:       # no answer: a timeout, a connection lost
+                error = NetworkError(f"{ApiKey(api_key).name} to the coordinator of {key!r}: "
+                                     f"{e or type(e).__name__}")
+            except KafkaError as e:    # FindCoordinator's own error
+                error = e
+            if error is None:
+                return body, None
+            if body is None or isinstance(error, (NotCoordinatorError,
+                                                  CoordinatorNotAvailableError)):
+                self._coordinators.pop((key_type, key), None)
+            if not retry(error) or time.monotonic() + backoff_s >= deadline:
+                return body, error
+            time.sleep(backoff_s)
 
     def _forget(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:

@@ -11,10 +11,15 @@ any answer is read, until each is acknowledged. Idempotent unless told otherwise
 Kafka's producer (``enable.idempotence`` with ``acks=all``): a producer id from
 InitProducerId and a sequence per partition, so a batch sent again after a lost answer or a
 leader change is written once. Retriable errors are retried for ``delivery.timeout.ms``.
+With ``transactional.id``, Kafka's transactional producer (``init_transactions``,
+``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
+``abort_transaction``; the coordinators' calls in ``rafka.client.listener_transactions``): a
+Spark task's exactly-once write by ``kafka.bootstrap.servers`` alone.
 PLAINTEXT only (``rafka.client.listener_client``).
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from itertools import islice
@@ -22,20 +27,24 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from protocols.arrow_records import as_binary, timestamp_column
-from protocols.errors import (DuplicateSequenceNumberError, InvalidConfigError, KafkaError,
-                              KafkaTimeoutError, NetworkError, OutOfOrderSequenceNumberError,
-                              error_for_code)
+from protocols.errors import (DuplicateSequenceNumberError, IllegalStateError,
+                              InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
+                              OutOfOrderSequenceNumberError, error_for_code)
 from protocols.kafka.api_keys import ApiKey
 from protocols.partitioner import StickyPartitionCache
 from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.client.listener_client import ListenerClient
+from rafka.client.listener_transactions import ListenerTransactions
 from rafka.producer.arrow_plan import (encoded_batches, encoded_header_field, plan_batches,
                                        record_sizes)
 from rafka.producer.config import ACKS, PRODUCER_CONFIG, idempotence
+from rafka.producer.transaction_manager import State, TransactionAbortedError
 
 PRODUCE_VERSION = 9
 INIT_PRODUCER_ID_VERSION = 4
+
+log = logging.getLogger(__name__)
 
 
 class SentBatch:
@@ -67,8 +76,9 @@ class _Batch:
     builder: MemoryRecordsBuilder
     sent: SentBatch
     records: bytes | None = None   # built once, with its sequence, then sent as it is
-    # When it was first sent: delivery.timeout.ms runs from then (``send_batch`` only
-    # queues, so a task still reading its input does not use up its batches' time).
+    # When a flush round first could send it: delivery.timeout.ms runs from then
+    # (``send_batch`` only queues, so a task still reading its input does not use up its
+    # batches' time).
     first_sent: float | None = None
 
 
@@ -80,11 +90,12 @@ class ListenerProducer(ListenerClient):
         given = {PRODUCER_CONFIG.normalize_name(k) for k in (config or {})}
         super().__init__(bootstrap_servers, c["request.timeout.ms"] / 1000,
                          c["client.id"] or "rafka-producer")
-        if c["transactional.id"]:
-            raise InvalidConfigError("transactional.id is not supported by a producer over "
-                                     "the listener")
         self.acks = ACKS[c["acks"]]
         self.idempotent = idempotence(c, given)
+        self.transactional_id = c["transactional.id"] or None
+        if self.transactional_id is not None and not self.idempotent:
+            raise InvalidConfigError("Cannot set a transactional.id without also enabling "
+                                     "idempotence.")
         self._batch_size = (min(c["batch.size"], c["max.request.size"])
                             if "batch.size" in given else c["max.request.size"])
         self._sticky = StickyPartitionCache()
@@ -93,6 +104,8 @@ class ListenerProducer(ListenerClient):
         self._producer_id, self._epoch = -1, -1
         self._sequences: dict[TopicPartition, int] = {}
         self._counted_at: dict[str, float] = {}   # when each topic's partitions were counted
+        self._txn = None if self.transactional_id is None else \
+            ListenerTransactions(self, self.transactional_id, c["transaction.timeout.ms"])
 
     # ---- the producer's calls ---------------------------------------------------------------
     def send_batch(self, topic: str, values, keys=None, partition: int | None = None,
@@ -101,6 +114,8 @@ class ListenerProducer(ListenerClient):
         sequences of bytes; ``headers`` per record or Spark's headers column); sent by
         ``flush``, or at once when what is queued passes ``buffer.memory``."""
         c = self.config
+        if self._txn is not None:
+            self._txn.txn.check_send()
         value_array = as_binary(values)
         count = len(value_array)
         if count == 0:
@@ -119,6 +134,8 @@ class ListenerProducer(ListenerClient):
         for p, _, builder in encoded_batches(plan, sizes, value_array, key_array, stamps,
                                              encoded_headers):
             tp = TopicPartition(topic, p)
+            if self._txn is not None:
+                self._txn.txn.maybe_add_partition(tp)
             self._queued.setdefault(tp, deque()).append(_Batch(tp, builder, sent))
             self._queued_bytes += builder.size_in_bytes
         if self._queued_bytes > c["buffer.memory"]:
@@ -134,30 +151,101 @@ class ListenerProducer(ListenerClient):
             while self._queued:
                 self._send_round(c)
         except BaseException as e:
+            if self._txn is not None and self._txn.txn.state is not State.FATAL_ERROR:
+                # The transaction can only abort now (its sequences may have a gap, which
+                # the abort's new epoch closes).
+                self._txn.txn.on_batch_failed(e if isinstance(e, KafkaError)
+                                              else KafkaError(repr(e)))
             self.discard(e)
             raise
 
     def discard(self, cause: BaseException | None = None) -> None:
         """Drop what is queued and not acknowledged (a write that failed): its calls fail
-        with ``cause``. The sequences may then have a gap, so the next batch starts a new
-        producer id; the connections are closed (answers may be left unread on them)."""
+        with ``cause``; the connections are closed (answers may be left unread on them).
+        The sequences may then have a gap, so the next batch starts a new producer id (a
+        transactional producer's abort bumps its epoch instead)."""
         error = cause if cause is not None else KafkaError(
             "Not acknowledged: the write was abandoned")
+        if self._txn is not None and self._queued and self._txn.txn.state in (
+                State.IN_TRANSACTION, State.COMMITTING_TRANSACTION):
+            # Records of the transaction were dropped: it must not commit without them.
+            self._txn.txn.on_batch_failed(
+                error if isinstance(error, KafkaError) else KafkaError(repr(error)),
+                sequenced=any(b.records is not None for q in self._queued.values() for b in q))
+        self._fail_queued(error)
+        if self._txn is None:
+            self._producer_id, self._epoch = -1, -1
+            self._sequences.clear()
+        super().close()
+
+    def close(self) -> None:
+        """Send what is queued (as Kafka's producer's close does), then close; a
+        transactional producer's open transaction is aborted instead, and a commit under
+        way finished, as Kafka's producer does (``ListenerTransactions.close``)."""
+        try:
+            if self._txn is None:
+                self.flush()
+                return
+            try:
+                self._txn.close(10.0)
+            except (KafkaError, OSError) as e:
+                log.warning("transactional id %s: the transaction could not be ended on "
+                            "close: %r", self.transactional_id, e)
+            self._fail_queued(KafkaError("Producer closed forcefully"))
+        finally:
+            super().close()
+
+    # ---- transactions (Kafka's KafkaProducer transactional API) ---------------------------
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its coordinator: a producer id and a new
+        epoch, fencing every older producer with the same id (its open transaction is
+        aborted, or completed if it was committing). ``timeout`` in seconds (default
+        max.block.ms)."""
+        self._transactions().init(timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping, group_metadata: Any,
+                                    timeout: float | None = None) -> None:
+        """Commit the group's ``offsets`` (``{tp: offset or OffsetAndMetadata}``) in this
+        transaction: they count only if it commits. ``group_metadata``: the consumer's
+        ``ConsumerGroupMetadata`` (its group's coordinator then refuses the offsets of a
+        member the group has moved past: CommitFailedError), or a group id."""
+        from rafka.consumer.coordinator import ConsumerGroupMetadata
+        group = group_metadata if isinstance(group_metadata, ConsumerGroupMetadata) \
+            else ConsumerGroupMetadata(str(group_metadata))
+        self._transactions().send_offsets(offsets, group, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it; raises the error that
+        made it abortable (then call ``abort_transaction``)."""
+        self._transactions().commit(timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent are dropped (their calls fail with
+        TransactionAbortedError), those sent are never shown to read_committed readers."""
+        self._transactions().abort(timeout)
+
+    def _transactions(self) -> ListenerTransactions:
+        if self._txn is None:
+            raise IllegalStateError("Transactional method invoked on a non-transactional "
+                                    "producer.")
+        return self._txn
+
+    def _fail_queued(self, error: BaseException | None) -> None:
+        error = error if error is not None else TransactionAbortedError(
+            "Failing batch since transaction was aborted")
         for q in self._queued.values():
             for b in q:
                 b.sent._done(error)
         self._queued.clear()
         self._queued_bytes = 0
-        self._producer_id, self._epoch = -1, -1
-        self._sequences.clear()
-        super().close()
 
-    def close(self) -> None:
-        """Send what is queued (as Kafka's producer's close does), then close."""
-        try:
-            self.flush()
-        finally:
-            super().close()
+    def _use_producer_id(self, producer_id: int, epoch: int) -> None:
+        """The transaction's producer id and epoch (a new epoch starts the sequences)."""
+        self._producer_id, self._epoch = producer_id, epoch
+        self._sequences.clear()
 
     # ---- a round of requests ----------------------------------------------------------------
     def _send_round(self, c) -> None:
@@ -165,14 +253,22 @@ class ListenerProducer(ListenerClient):
         now = time.monotonic()
         for q in self._queued.values():
             b = q[0]
-            if b.first_sent is not None and \
-                    now - b.first_sent > c["delivery.timeout.ms"] / 1000:
+            if b.first_sent is None:
+                # Its time runs from the first round that could send it (a leader not known
+                # yet, a partition not yet in the transaction: it still expires).
+                b.first_sent = now
+            elif now - b.first_sent > c["delivery.timeout.ms"] / 1000:
                 raise KafkaTimeoutError(
                     f"Expiring {b.builder.count} record(s) for {b.tp.topic}-{b.tp.partition}:"
                     f"{int((now - b.first_sent) * 1000)} ms has passed since batch creation")
         request_timeout_s = c["request.timeout.ms"] / 1000
         deadline = now + request_timeout_s
-        if self.idempotent and self._producer_id < 0:
+        txn = self._txn
+        if txn is not None:
+            txn.raise_if_failed()
+            txn.add_partitions(deadline)   # their batches wait until they are in it
+            txn.raise_if_failed()          # as AddPartitionsToTxn may have answered
+        elif self.idempotent and self._producer_id < 0:
             self._init_producer_id(deadline)
             if self._producer_id < 0:   # no broker could give one yet
                 time.sleep(c["retry.backoff.ms"] / 1000)
@@ -191,7 +287,7 @@ class ListenerProducer(ListenerClient):
         requests: dict[int, list[list[_Batch]]] = {}
         for tp, q in self._queued.items():
             leader = self._leaders.get(tp)
-            if leader not in self._brokers:
+            if leader not in self._brokers or (txn is not None and not txn.partition_ready(tp)):
                 continue
             mine = requests.setdefault(leader, [])
             for k, b in enumerate(islice(q, in_flight)):
@@ -282,10 +378,11 @@ class ListenerProducer(ListenerClient):
                     self._sequences[b.tp] = (sequence + b.builder.count) & 0x7FFFFFFF
                 b.records = b.builder.build(
                     compression=c["compression.type"], producer_id=self._producer_id,
-                    producer_epoch=self._epoch, base_sequence=sequence)
+                    producer_epoch=self._epoch, base_sequence=sequence,
+                    transactional=self._txn is not None)
             by_topic.setdefault(b.tp.topic, []).append(
                 {"index": b.tp.partition, "records": b.records})
-        return {"transactional_id": None, "acks": self.acks,
+        return {"transactional_id": self.transactional_id, "acks": self.acks,
                 "timeout": c["request.timeout.ms"],
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]}
 
@@ -294,23 +391,18 @@ class ListenerProducer(ListenerClient):
         transactional id)."""
         values = {"transactional_id": None, "transaction_timeout": 60_000,
                   "producer_id": -1, "producer_epoch": -1}
-        for address in dict.fromkeys([*self._brokers.values(), *self.bootstrap]):
-            try:
-                correlation_id = self._send(address, ApiKey.INIT_PRODUCER_ID,
-                                            INIT_PRODUCER_ID_VERSION, values, deadline)
-                body = self._receive(address, ApiKey.INIT_PRODUCER_ID,
-                                     INIT_PRODUCER_ID_VERSION, correlation_id, deadline)
-            except OSError:
-                continue
-            code = body.error_code.value
-            if code != 0:
-                error = error_for_code(code, "InitProducerId")
-                if error.retriable:
-                    return   # asked again next round
-                raise error
-            self._producer_id, self._epoch = int(body.producer_id), int(body.producer_epoch)
-            self._sequences.clear()
-            return
+        try:
+            body = self._ask_any(ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION, values,
+                                 deadline)
+        except NetworkError:
+            return   # asked again next round
+        code = body.error_code.value
+        if code != 0:
+            error = error_for_code(code, "InitProducerId")
+            if error.retriable:
+                return
+            raise error
+        self._use_producer_id(int(body.producer_id), int(body.producer_epoch))
 
     def _partition_count(self, topic: str, deadline: float) -> int:
         """The topic's partition count, asked again once ``metadata.max.age.ms`` old (a

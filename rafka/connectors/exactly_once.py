@@ -19,13 +19,17 @@ therefore leave each row in the log once. This holds as long as a re-run task is
 same rows as the first run of that task (Spark replays a micro-batch from its offset log
 with the same plan; a plan whose partitioning is not deterministic is outside it).
 ``sequence`` is Spark's batch id + 1 for a streaming query, and 1 for a one-off job.
+
+The same steps run through Ray (``write_exactly_once``: ``rafka.Producer`` and
+``rafka.Admin``) or over the Kafka listener (``write_over_listener``: a Spark job naming the
+cluster by ``kafka.bootstrap.servers`` alone, whose tasks have no Ray).
 """
 from __future__ import annotations
 
 import itertools
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from protocols.topics import TopicPartition
 from rafka.connectors.arrow_sink import send_rows, split_rows
@@ -50,33 +54,54 @@ class ExactlyOnceTask:
         return TopicPartition(self.prefix, self.task)
 
 
-def already_written(cluster, task: ExactlyOnceTask, config: Mapping[str, Any] | None = None
-                    ) -> bool:
-    """Whether the task's rows of this sequence are committed (the marker, read stable);
-    ``config``: the client settings to ask with (its SASL ones sign in at the Ray door)."""
-    with cluster.admin(config) as admin:
-        done = admin.list_consumer_group_offsets(
-            task.group_id, [task.marker], require_stable=True).get(task.marker)
+def already_written(admin, task: ExactlyOnceTask) -> bool:
+    """Whether the task's rows of this sequence are committed (the marker, read stable by
+    ``admin``: ``rafka.Admin`` or ``ListenerAdmin``)."""
+    done = admin.list_consumer_group_offsets(
+        task.group_id, [task.marker], require_stable=True).get(task.marker)
     return done is not None and done.offset >= task.sequence
 
 
 def write_exactly_once(cluster, config: Mapping[str, Any], task: ExactlyOnceTask,
                        tables: Iterable, topic: str | None) -> int:
+    """``write_in_transaction`` through Ray: ``config`` the client settings (its SASL ones
+    sign in at the Ray door)."""
+    import rafka
+    return write_in_transaction(lambda c: rafka.Producer(cluster, c),
+                                lambda: cluster.admin(config), config, task, tables, topic)
+
+
+def write_over_listener(bootstrap_servers: str, config: Mapping[str, Any],
+                        task: ExactlyOnceTask, tables: Iterable, topic: str | None) -> int:
+    """``write_in_transaction`` over the cluster's Kafka listener (PLAINTEXT), no Ray."""
+    from rafka.client.listener_admin import ListenerAdmin
+    from rafka.client.listener_producer import ListenerProducer
+    return write_in_transaction(
+        lambda c: ListenerProducer(bootstrap_servers, c),
+        lambda: ListenerAdmin(bootstrap_servers, client_id=config.get("client.id") or
+                              "rafka-exactly-once"), config, task, tables, topic)
+
+
+def write_in_transaction(producer_of: Callable[[Mapping[str, Any]], Any],
+                         admin_of: Callable[[], Any], config: Mapping[str, Any],
+                         task: ExactlyOnceTask, tables: Iterable, topic: str | None) -> int:
     """The task's rows (Arrow tables or record batches, the sinks' columns) in one
     transaction with its marker; the number of records this attempt wrote (0 when an
-    earlier attempt or run had written them)."""
-    import rafka
+    earlier attempt or run had written them). ``producer_of(config)``: a producer of these
+    settings (its transactional id the task's); ``admin_of()``: an admin to read the marker
+    with, closed after."""
     from protocols.messages import OffsetAndMetadata
 
     tables = iter(tables)
     first = next((t for t in tables if t.num_rows), None)
     if first is None:
         return 0        # nothing to write, in this run as in any other
-    producer = rafka.Producer(cluster, {**config, "transactional.id": task.transactional_id})
+    producer = producer_of({**config, "transactional.id": task.transactional_id})
     try:
         producer.init_transactions()
-        if already_written(cluster, task, config):
-            return 0
+        with admin_of() as admin:
+            if already_written(admin, task):
+                return 0
         producer.begin_transaction()
         count = 0
         for table in itertools.chain((first,), tables):

@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from protocols.errors import (ConcurrentTransactionsError, IllegalStateError,
+from protocols.errors import (ConcurrentTransactionsError, FencedInstanceIdError,
+                              IllegalGenerationError, IllegalStateError,
                               InvalidProducerEpochError, InvalidProducerIdMappingError,
                               InvalidTxnStateError, KafkaError, ProducerFencedError,
-                              TransactionalIdAuthorizationFailedError)
+                              TransactionalIdAuthorizationFailedError, UnknownMemberIdError)
 from protocols.topics import TopicPartition
 from rafka.client.retry import is_retriable
 
@@ -69,6 +70,17 @@ def coordinator_error(answer):
     if isinstance(answer, InvalidProducerEpochError):
         return ProducerFencedError(str(answer))
     return answer
+
+
+def offset_commit_error(error, group_id: str):
+    """TxnOffsetCommit's error as the application is given it: a member the group has moved
+    past (KIP-447's fencing by generation) is Kafka's CommitFailedException."""
+    if isinstance(error, (UnknownMemberIdError, IllegalGenerationError,
+                          FencedInstanceIdError)):
+        from rafka.consumer.coordinator import CommitFailedError
+        return CommitFailedError(f"Transaction offset commit failed: the group {group_id} "
+                                 f"has moved past this member ({error.name}): {error}")
+    return error
 
 
 def should_retry(error: KafkaError) -> bool:
@@ -213,6 +225,9 @@ class TransactionManager:
                                     f"(currentState= {self.state.value})")
 
     def on_offsets_added(self, error: KafkaError | None) -> None:
+        """AddOffsetsToTxn's answer (None: the coordinator now knows the transaction, so
+        its end must be told, whatever TxnOffsetCommit then answers: Kafka's
+        transactionStarted), or TxnOffsetCommit's error."""
         if error is None:
             self.started = True
         else:
@@ -228,11 +243,19 @@ class TransactionManager:
         return self.started
 
     def begin_abort(self) -> bool:
-        """abort_transaction: whether EndTxn is to be asked."""
+        """abort_transaction: whether EndTxn is to be asked. Not when the coordinator forgot
+        the producer id (INVALID_PRODUCER_ID_MAPPING): it would refuse EndTxn the same way,
+        and the new InitProducerId after the abort ends the transaction (Kafka's
+        beginCompletingTransaction)."""
         if self.state is S.FATAL_ERROR:
             raise self._error_state()
         self._transition(S.ABORTING_TRANSACTION)
-        return self.started
+        return self.started and not isinstance(self.last_error, InvalidProducerIdMappingError)
+
+    def bump_pending(self) -> bool:
+        """An abort finished but its new epoch (KIP-360) was not given yet: a retried
+        abort asks InitProducerId again."""
+        return self.state is S.INITIALIZING and self.producer_id >= 0
 
     def on_end(self, error: KafkaError | None) -> bool:
         """EndTxn's answer (None when none was asked). True when it is to be asked again;

@@ -10,13 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from protocols.errors import (FencedInstanceIdError, IllegalGenerationError, KafkaError,
-                              KafkaTimeoutError, UnknownMemberIdError)
+from protocols.errors import KafkaError, KafkaTimeoutError
 from protocols.messages import offsets_to_commit
 from protocols.topics import GROUP_KEY_TYPE
 from rafka.client.coordinator_client import CoordinatorClient
 from rafka.producer.transaction_manager import (State, TransactionManager, coordinator_error,
-                                                should_retry)
+                                                offset_commit_error, should_retry)
 
 
 def coordinator_client(cluster, metadata, key: str, config: Mapping[str, Any],
@@ -53,7 +52,7 @@ class Transactions:
 
     def send_offsets(self, offsets: Mapping, group_metadata: Any,
                      timeout: float | None) -> None:
-        from rafka.consumer.coordinator import CommitFailedError, ConsumerGroupMetadata
+        from rafka.consumer.coordinator import ConsumerGroupMetadata
         txn = self.txn
         meta = group_metadata if isinstance(group_metadata, ConsumerGroupMetadata) \
             else ConsumerGroupMetadata(str(group_metadata))
@@ -64,23 +63,21 @@ class Transactions:
         error = self._call(self.client, "add_offsets_to_txn", deadline, self.transactional_id,
                            producer_id, epoch, meta.group_id)
         if error is None:
+            with self.producer._lock:
+                txn.on_offsets_added(None)   # its end must be told from now on
             rows = [(tp.topic, tp.partition, om.offset, om.leader_epoch, om.metadata)
                     for tp, om in offsets_to_commit(offsets).items()]
             error = self._call(self._group_client(meta.group_id), "txn_commit_offsets",
                                deadline, self.transactional_id, meta.group_id, producer_id,
                                epoch, meta.member_id, meta.generation_id, rows,
                                meta.group_instance_id)
-            if isinstance(error, (UnknownMemberIdError, IllegalGenerationError,
-                                  FencedInstanceIdError)):
-                error = CommitFailedError(
-                    f"Transaction offset commit failed: the group {meta.group_id} has moved "
-                    f"past this member ({error.name}): {error}")
+            error = offset_commit_error(error, meta.group_id)
         if isinstance(error, KafkaError) and should_retry(error):
             raise KafkaTimeoutError(f"Timeout expired while sending offsets to the "
                                     f"transaction: {error}")   # the call may be made again
-        with self.producer._lock:
-            txn.on_offsets_added(error)
         if error is not None:
+            with self.producer._lock:
+                txn.on_offsets_added(error)
             raise error
 
     def commit(self, timeout: float | None) -> None:
@@ -92,6 +89,12 @@ class Transactions:
 
     def abort(self, timeout: float | None) -> None:
         deadline = self._deadline(timeout)
+        with self.producer._lock:
+            bump = self.txn.bump_pending()
+            expected = (self.txn.producer_id, self.txn.producer_epoch)
+        if bump:   # aborted, but its new epoch timed out: asked again
+            self._init_producer_id(expected, deadline)
+            return
         with self.producer._cond:
             needs_end = self.txn.begin_abort()
             self.producer._cond.notify_all()      # the sender fails what is not yet sent

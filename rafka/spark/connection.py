@@ -98,15 +98,25 @@ def listener_fetcher(options):
     return _listener_fetchers[key]
 
 
-def listener_producer(options, config: dict):
-    """This process's ``ListenerProducer`` with these producer configs, for a write that
-    names the cluster by a PLAINTEXT ``kafka.bootstrap.servers`` alone, kept for the
-    worker's next tasks as Spark keeps its Kafka producers (one per configuration per
-    executor); None when the write goes through Ray."""
+def writes_over_listener(options, config: dict) -> str | None:
+    """The bootstrap servers of a write that names the cluster by a PLAINTEXT
+    ``kafka.bootstrap.servers`` alone (``config``: its producer configs): it then goes over
+    the Kafka listener, with no Ray in Spark's workers; None when it goes through Ray."""
     from rafka.producer.config import PRODUCER_CONFIG
     servers = bootstrap_servers(options)
     if servers is None or \
             PRODUCER_CONFIG.parse(config)["security.protocol"].upper() != "PLAINTEXT":
+        return None
+    return servers
+
+
+def listener_producer(options, config: dict):
+    """This process's ``ListenerProducer`` with these producer configs, for a write over
+    the listener (``writes_over_listener``), kept for the worker's next tasks as Spark keeps
+    its Kafka producers (one per configuration per executor); None when the write goes
+    through Ray."""
+    servers = writes_over_listener(options, config)
+    if servers is None:
         return None
     key = (servers, tuple(sorted((k, str(v)) for k, v in config.items())))
     if key not in _listener_producers:

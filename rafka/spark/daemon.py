@@ -59,7 +59,13 @@ PRELOAD = ("pandas", "pyarrow.compute", "pyarrow.json", "ray", "ray.util.seriali
            "kio.schema.list_offsets.v5.request", "kio.schema.list_offsets.v5.response",
            "kio.schema.fetch.v12.request", "kio.schema.fetch.v12.response",
            "kio.schema.produce.v9.request", "kio.schema.produce.v9.response",
-           "kio.schema.init_producer_id.v4.request", "kio.schema.init_producer_id.v4.response")
+           "kio.schema.init_producer_id.v4.request", "kio.schema.init_producer_id.v4.response",
+           # and an exactlyOnce write's transaction
+           "rafka.connectors.exactly_once", *(
+               f"kio.schema.{api}.{side}" for api in (
+                   "find_coordinator.v4", "add_partitions_to_txn.v3", "add_offsets_to_txn.v3",
+                   "txn_offset_commit.v3", "end_txn.v3", "offset_fetch.v8")
+               for side in ("request", "response")))
 
 # Imported by each worker after the fork, never by the daemon: the modules that make Ray actor
 # classes (``@ray.remote`` on a class draws a random ActorClassID) and those importing them.

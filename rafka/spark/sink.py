@@ -12,7 +12,8 @@ before its task ends: the first failed record fails the task (at least once, as 
 Kafka sink).
 
 With ``exactlyOnce=true`` each task writes its rows in a transaction with a marker of what
-it wrote (``rafka.connectors.exactly_once``): a task retried, a zombie attempt, or a
+it wrote (``rafka.connectors.exactly_once``; over the listener too, for a job named by
+``kafka.bootstrap.servers`` alone): a task retried, a zombie attempt, or a
 micro-batch run again after a driver restart from its checkpoint writes nothing twice. The
 transactional ids and the marker's group are named ``transactionalIdPrefix`` (default
 ``rafka-spark-<query id>`` for a streaming query, whose id its checkpoint keeps, and
@@ -26,8 +27,9 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 
 from rafka.connectors.arrow_sink import TOPIC_REQUIRED, send_rows, split_rows
-from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
-from rafka.spark.connection import connect, listener_producer
+from rafka.connectors.exactly_once import (ExactlyOnceTask, write_exactly_once,
+                                           write_over_listener)
+from rafka.spark.connection import connect, listener_producer, writes_over_listener
 from rafka.spark.offsets import SparkSourceError, kafka_options
 
 # Spark's KafkaWriter: the types each attribute may have (by Spark's simpleString).
@@ -103,11 +105,14 @@ def write_batches(options, batches, default_prefix: str | None = None) -> Commit
     import rafka
 
     topic_option = options.get("topic")
-    if exactly_once(options):
-        return Committed(write_exactly_once(connect(options), producer_config(options),
-                                            _task(options, default_prefix), batches,
-                                            topic_option))
     config = producer_config(options)
+    if exactly_once(options):
+        task = _task(options, default_prefix)
+        servers = writes_over_listener(options, config)
+        if servers is not None:
+            return Committed(write_over_listener(servers, config, task, batches, topic_option))
+        return Committed(write_exactly_once(connect(options), config, task, batches,
+                                            topic_option))
     # By kafka.bootstrap.servers alone: Produce over the listener, the producer kept for
     # the worker's next tasks; else a producer through Ray, for this task.
     kept = listener_producer(options, config)

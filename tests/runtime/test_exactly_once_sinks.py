@@ -1,7 +1,9 @@
 """Exactly-once writes (issue 41, step 5) on a real cluster: a write task run again after
-it committed writes nothing, a new attempt fences a zombie one, a Spark micro-batch run again
-from its checkpoint after a driver restart writes nothing twice (and, as the control, does
-without the option), and Ray Data's write_topic given the same prefix twice."""
+it committed writes nothing, a new attempt fences a zombie one (through Ray, and over the
+Kafka listener as a job named by kafka.bootstrap.servers alone writes), a Spark micro-batch
+run again from its checkpoint after a driver restart writes nothing twice (and, as the
+control, does without the option), and Ray Data's write_topic given the same prefix
+twice."""
 from __future__ import annotations
 
 import json
@@ -13,7 +15,8 @@ import pytest
 import rafka
 from protocols.errors import ProducerFencedError
 from protocols.topics import TopicPartition
-from rafka.connectors.exactly_once import ExactlyOnceTask, write_exactly_once
+from rafka.connectors.exactly_once import (ExactlyOnceTask, write_exactly_once,
+                                           write_over_listener)
 from tests.runtime.conftest import collect
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -35,45 +38,61 @@ def rows(start: int, n: int) -> pa.Table:
                      "value": [f"v{i}".encode() for i in range(start, start + n)]})
 
 
-def test_a_task_run_again_after_its_commit_writes_nothing(cluster):
-    cluster.admin().create_topics([rafka.NewTopic("eo-retry", 2, 3)])
-    task = ExactlyOnceTask("eo-retry-sink", 0, 1)
-    assert write_exactly_once(cluster, {}, task, [rows(0, 50), rows(50, 50)], "eo-retry") == 100
+def _writer(how: str, cluster):
+    """``write_exactly_once`` through Ray, or the same over the Kafka listener."""
+    if how == "ray":
+        return lambda *args: write_exactly_once(cluster, *args)
+    return lambda *args: write_over_listener(cluster.bootstrap_servers, *args)
+
+
+@pytest.mark.parametrize("how", ["ray", "listener"])
+def test_a_task_run_again_after_its_commit_writes_nothing(cluster, how):
+    topic = f"eo-retry-{how}"
+    cluster.admin().create_topics([rafka.NewTopic(topic, 2, 3)])
+    write = _writer(how, cluster)
+    task = ExactlyOnceTask(f"{topic}-sink", 0, 1)
+    assert write({}, task, [rows(0, 50), rows(50, 50)], topic) == 100
     # The executor died after the commit, before Spark or Ray heard of it: run again.
-    assert write_exactly_once(cluster, {}, task, [rows(0, 50), rows(50, 50)], "eo-retry") == 0
+    assert write({}, task, [rows(0, 50), rows(50, 50)], topic) == 0
     # The next micro-batch of the same task writes.
-    later = ExactlyOnceTask("eo-retry-sink", 0, 2)
-    assert write_exactly_once(cluster, {}, later, [rows(100, 10)], "eo-retry") == 10
-    values = committed_values(cluster, "eo-retry", 2, 110)
+    later = ExactlyOnceTask(f"{topic}-sink", 0, 2)
+    assert write({}, later, [rows(100, 10)], topic) == 10
+    values = committed_values(cluster, topic, 2, 110)
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(110))
 
 
-def test_a_new_attempt_fences_a_zombie_attempt(cluster):
-    cluster.admin().create_topics([rafka.NewTopic("eo-zombie", 1, 3)])
-    task = ExactlyOnceTask("eo-zombie-sink", 3, 1)
+@pytest.mark.parametrize("how", ["ray", "listener"])
+def test_a_new_attempt_fences_a_zombie_attempt(cluster, how):
+    topic = f"eo-zombie-{how}"
+    cluster.admin().create_topics([rafka.NewTopic(topic, 1, 3)])
+    task = ExactlyOnceTask(f"{topic}-sink", 3, 1)
     zombie = rafka.Producer(cluster, {"transactional.id": task.transactional_id})
     zombie.init_transactions()
     zombie.begin_transaction()
-    zombie.send("eo-zombie", b"zombie").result(30)
+    zombie.send(topic, b"zombie").result(30)
     # Spark gave up on the slow attempt and started another.
-    assert write_exactly_once(cluster, {}, task, [rows(0, 20)], "eo-zombie") == 20
+    assert _writer(how, cluster)({}, task, [rows(0, 20)], topic) == 20
     with pytest.raises(ProducerFencedError):
         zombie.commit_transaction()
     zombie.close()
-    assert sorted(committed_values(cluster, "eo-zombie", 1, 20)) == \
+    assert sorted(committed_values(cluster, topic, 1, 20)) == \
         sorted(f"v{i}".encode() for i in range(20))
 
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("exactly_once", [True, False])
+@pytest.mark.parametrize("exactly_once,by", [(True, "cluster"), (False, "cluster"),
+                                              (True, "bootstrap")])
 def test_spark_micro_batch_run_again_from_its_checkpoint(spark_session, cluster, tmp_path,
-                                                        exactly_once):
+                                                        exactly_once, by):
     """The driver dies after the batch's tasks committed and before the batch's commit
     reached the checkpoint (its commits/ file removed): on restart Spark runs the batch
     again. With exactlyOnce nothing is written twice; without, everything is (the control:
-    Spark's own Kafka sink duplicates the same way)."""
-    suffix = "eo" if exactly_once else "alo"
+    Spark's own Kafka sink duplicates the same way). A job naming the cluster by
+    kafka.bootstrap.servers alone writes its transactions over the Kafka listener."""
+    suffix = ("eo" if exactly_once else "alo") + ("" if by == "cluster" else "-bs")
+    options = ({"cluster": cluster.name} if by == "cluster" else
+               {"kafka.bootstrap.servers": cluster.bootstrap_servers})
     src, dst = f"spark-{suffix}-src", f"spark-{suffix}-dst"
     cluster.admin().create_topics([rafka.NewTopic(src, 3, 3), rafka.NewTopic(dst, 3, 3)])
     with rafka.Producer(cluster) as producer:
@@ -82,10 +101,10 @@ def test_spark_micro_batch_run_again_from_its_checkpoint(spark_session, cluster,
     checkpoint = tmp_path / "checkpoint"
 
     def run() -> None:
-        query = (spark_session.readStream.format("rafka").option("cluster", cluster.name)
+        query = (spark_session.readStream.format("rafka").options(**options)
                  .option("subscribe", src).option("startingOffsets", "earliest").load()
                  .selectExpr("key", "value")
-                 .writeStream.format("rafka").option("cluster", cluster.name)
+                 .writeStream.format("rafka").options(**options)
                  .option("topic", dst).option("exactlyOnce", str(exactly_once).lower())
                  .option("checkpointLocation", str(checkpoint))
                  .trigger(availableNow=True).start())

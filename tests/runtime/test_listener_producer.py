@@ -2,7 +2,9 @@
 partition's leader, idempotent as Kafka's producer), what a Spark task writes with given
 only ``kafka.bootstrap.servers``: the same records in the same partitions as
 ``Producer.send_batch`` through Ray, each once even when an answer is lost or a leader
-moves, Kafka's errors."""
+moves, Kafka's errors; and Kafka's transactional producer over the listener (what a Spark
+task's exactly-once write uses): committed records and offsets seen together, aborted ones
+never, a zombie fenced."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -10,10 +12,14 @@ import pyarrow.compute as pc
 import pytest
 
 import rafka
-from protocols.errors import InvalidConfigError, KafkaTimeoutError, RecordTooLargeError
+from protocols.errors import (IllegalStateError, InvalidConfigError, KafkaError,
+                              KafkaTimeoutError, ProducerFencedError, RecordTooLargeError)
 from protocols.kafka.api_keys import ApiKey
 from protocols.topics import TopicPartition
+from rafka.client.listener_admin import ListenerAdmin
 from rafka.client.listener_producer import ListenerProducer
+from rafka.consumer.coordinator import CommitFailedError, ConsumerGroupMetadata
+from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 SHARE_CLUSTER = True   # each test its own topics
@@ -173,3 +179,163 @@ def test_kafkas_errors(cluster):
         producer.flush()
     assert cluster.admin().list_offsets({("lp-errors", 0): "latest"})[
         TopicPartition("lp-errors", 0)].offset == 3
+
+
+def _settled(cluster, topic: str, partitions: int) -> dict:
+    """The topic's last stable offsets once no transaction is open in it (EndTxn is
+    answered before its markers are written: the LSO reaches the end just after)."""
+    admin = cluster.admin()
+    specs = {(topic, p): "latest" for p in range(partitions)}
+    return wait_until(lambda: (lambda stable: stable == admin.list_offsets(specs) and stable)(
+        admin.list_offsets(specs, "read_committed")), 30, f"no transaction open in {topic}")
+
+
+def _committed(cluster, topic: str, partitions: int) -> list[bytes]:
+    """What read_committed readers see of the topic once no transaction is open in it."""
+    stable = _settled(cluster, topic, partitions)
+    consumer = rafka.Consumer(cluster, {"isolation.level": "read_committed",
+                                        "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got: list[bytes] = []
+    try:
+        while any(consumer.position(tp) < r.offset for tp, r in stable.items()):
+            got += [r.value for r in consumer.poll(500)]
+    finally:
+        consumer.close()
+    return got
+
+
+def test_transactions_commit_abort_and_offsets_as_kafkas_producer(cluster):
+    """KIP-98 over the listener: a committed transaction's records and its group offsets
+    are seen together, an aborted one's records never (by read_committed readers), and the
+    producer goes on with the next transaction; its batches are sent only once their
+    partitions are in the transaction (AddPartitionsToTxn)."""
+    cluster.admin().create_topics([rafka.NewTopic("lp-txn", 3, 3)])
+    servers = cluster.bootstrap_servers
+    with ListenerProducer(servers, {"transactional.id": "lp-txn-1",
+                                    "batch.size": 2048}) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        sent = producer.send_batch("lp-txn", [b"a%d" % i for i in range(300)],
+                                   [b"k%d" % (i % 17) for i in range(300)])
+        producer.send_offsets_to_transaction({("lp-txn-src", 0): 42}, "lp-txn-group")
+        with ListenerAdmin(servers) as admin:
+            # Pending in the open transaction: not the group's yet.
+            assert admin.list_consumer_group_offsets("lp-txn-group", [("lp-txn-src", 0)]) == {}
+        producer.commit_transaction()
+        assert sent.result() == 300
+        producer.begin_transaction()
+        aborted = producer.send_batch("lp-txn", [b"b%d" % i for i in range(100)])
+        producer.flush()
+        producer.send_offsets_to_transaction({("lp-txn-src", 0): 99}, "lp-txn-group")
+        producer.abort_transaction()
+        assert aborted.result() == 100   # written, then aborted: never shown
+        producer.begin_transaction()
+        producer.send_batch("lp-txn", [b"c%d" % i for i in range(10)], partition=1)
+        producer.commit_transaction()
+    with ListenerAdmin(servers) as admin:
+        offsets = admin.list_consumer_group_offsets("lp-txn-group", [("lp-txn-src", 0)],
+                                                    require_stable=True)
+    assert offsets[TopicPartition("lp-txn-src", 0)].offset == 42
+    assert sorted(_committed(cluster, "lp-txn", 3)) == sorted(
+        [b"a%d" % i for i in range(300)] + [b"c%d" % i for i in range(10)])
+
+
+def test_a_new_instance_fences_the_old_and_close_aborts_an_open_transaction(cluster):
+    """init_transactions by a second producer of the same transactional id aborts the
+    first's open transaction and fences it (PRODUCER_FENCED on its commit); a producer
+    closed inside a transaction aborts it, so read_committed readers are not held back for
+    transaction.timeout.ms."""
+    cluster.admin().create_topics([rafka.NewTopic("lp-fence", 2, 3)])
+    servers = cluster.bootstrap_servers
+    old = ListenerProducer(servers, {"transactional.id": "lp-fence-1"})
+    old.init_transactions()
+    old.begin_transaction()
+    old.send_batch("lp-fence", [b"zombie"] * 5)
+    old.flush()
+    new = ListenerProducer(servers, {"transactional.id": "lp-fence-1"})
+    new.init_transactions()
+    with pytest.raises(ProducerFencedError):
+        old.commit_transaction()
+    old.close()
+    # Fenced with records still queued: close drops them and does not raise.
+    older = ListenerProducer(servers, {"transactional.id": "lp-fence-2"})
+    older.init_transactions()
+    older.begin_transaction()
+    queued = older.send_batch("lp-fence", [b"never sent"] * 2)
+    ListenerProducer(servers, {"transactional.id": "lp-fence-2"}).init_transactions()
+    with pytest.raises(ProducerFencedError):
+        older.send_offsets_to_transaction({("lp-fence-src", 0): 1}, "lp-fence-group")
+    older.close()
+    with pytest.raises(KafkaError):
+        queued.result()
+    new.begin_transaction()
+    new.send_batch("lp-fence", [b"new"] * 3)
+    new.commit_transaction()
+    new.begin_transaction()
+    new.send_batch("lp-fence", [b"left open"] * 4)
+    new.flush()
+    new.close()
+    assert sorted(_committed(cluster, "lp-fence", 2)) == [b"new"] * 3   # nothing left open
+
+
+def test_a_failed_batch_discard_or_refused_offsets_make_the_transaction_abort(cluster):
+    """A batch the broker refuses (MESSAGE_TOO_LARGE for one record) fails the commit; the
+    abort then starts a new epoch (KIP-360: the failed batch left a gap in its sequence)
+    and the next transaction commits. Records dropped by ``discard`` leave the transaction
+    abortable, not committable without them. Offsets refused for a member the group has
+    moved past fail with CommitFailedError, and the abort ends what AddOffsetsToTxn began."""
+    cluster.admin().create_topics([rafka.NewTopic("lp-txn-fail", 2, 3,
+                                                  config={"max.message.bytes": "2000"})])
+    producer = ListenerProducer(cluster.bootstrap_servers, {"transactional.id": "lp-fail-1"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_batch("lp-txn-fail", [b"fine"] * 5, partition=0)
+    producer.send_batch("lp-txn-fail", [b"x" * 3000], partition=1)
+    with pytest.raises(RecordTooLargeError):
+        producer.commit_transaction()
+    epoch = producer._epoch
+    producer.abort_transaction()
+    assert producer._epoch == epoch + 1
+    producer.begin_transaction()
+    producer.send_batch("lp-txn-fail", [b"next"] * 3, partition=1)
+    producer.commit_transaction()
+
+    producer.begin_transaction()
+    producer.send_batch("lp-txn-fail", [b"dropped"] * 4)
+    producer.discard()
+    with pytest.raises(KafkaError):
+        producer.commit_transaction()
+    producer.abort_transaction()
+
+    producer.begin_transaction()
+    producer.send_batch("lp-txn-fail", [b"refused offsets"] * 2)
+    stale = ConsumerGroupMetadata("lp-fail-group", generation_id=7, member_id="gone")
+    with pytest.raises(CommitFailedError):
+        producer.send_offsets_to_transaction({("lp-fail-src", 0): 5}, stale)
+    producer.abort_transaction()
+    producer.close()
+    # "fine" was in the transaction the failed batch aborted.
+    assert sorted(_committed(cluster, "lp-txn-fail", 2)) == [b"next"] * 3
+
+
+def test_transactional_misuse_fails_as_kafkas_producer(cluster):
+    servers = cluster.bootstrap_servers
+    with pytest.raises(InvalidConfigError, match="Cannot set a transactional.id without also "
+                                                 "enabling idempotence."):
+        ListenerProducer(servers, {"transactional.id": "x", "enable.idempotence": False})
+    with ListenerProducer(servers) as plain:
+        with pytest.raises(IllegalStateError, match="Transactional method invoked on a "
+                                                    "non-transactional producer."):
+            plain.init_transactions()
+    producer = ListenerProducer(servers, {"transactional.id": "lp-misuse"})
+    with pytest.raises(IllegalStateError, match="Cannot perform a 'send' before completing "
+                                                "a call to initTransactions"):
+        producer.send_batch("lp-misuse", [b"a"])
+    with pytest.raises(IllegalStateError, match="Cannot call beginTransaction before "
+                                                "completing a call to initTransactions"):
+        producer.begin_transaction()
+    producer.init_transactions()
+    with pytest.raises(IllegalStateError, match="Cannot call send in state READY"):
+        producer.send_batch("lp-misuse", [b"a"])
+    producer.close()

@@ -8,6 +8,7 @@ import pytest
 
 import rafka
 from protocols.partitioner import partition_for_key
+from protocols.topics import TopicPartition
 from tests.runtime.helpers import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -476,6 +477,13 @@ import pyarrow as pa
 from rafka.spark.sink import write_batches
 rows = pa.record_batch({"key": pa.array([b"k1", None]), "value": pa.array([b"w1", b"w2"])})
 print(write_batches({**options, "topic": sys.argv[2]}, iter([rows])).records)
+# An exactlyOnce write: its transaction over the listener too (Spark's TaskContext, which
+# names the task, is not there outside a Spark task: the task given instead).
+import rafka.spark.sink
+from rafka.connectors.exactly_once import ExactlyOnceTask
+rafka.spark.sink._task = lambda options, prefix: ExactlyOnceTask(f"{sys.argv[2]}-eo", 0, 1)
+print(write_batches({**options, "topic": f"{sys.argv[2]}-eo", "exactlyOnce": "true"},
+                    iter([rows])).records)
 print("ray" in sys.modules)
 """
 
@@ -493,21 +501,26 @@ def test_a_job_given_only_kafka_bootstrap_servers_plans_reads_and_writes_over_th
     import sys
     from pathlib import Path
 
-    cluster.admin().create_topics([rafka.NewTopic("by-listener", 3, 2)])
+    cluster.admin().create_topics([rafka.NewTopic("by-listener", 3, 2),
+                                   rafka.NewTopic("by-listener-eo", 1, 2)])
     acked = produce(cluster, "by-listener", 30, partitions=3)
     planned = subprocess.run(
         [sys.executable, "-c", _PLAN_BY_LISTENER, cluster.bootstrap_servers, "by-listener"],
         capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[2]))
     assert planned.returncode == 0, planned.stderr[-3000:]
-    ranges, offsets, rows, written, ray_imported = planned.stdout.strip().splitlines()
+    ranges, offsets, rows, written, written_once, ray_imported = \
+        planned.stdout.strip().splitlines()
     assert json.loads(ranges) == [[0, 1, 10], [1, 0, 10], [2, 0, 10]]
     assert json.loads(offsets) == [{"by-listener": {"0": 0, "1": 0, "2": 0}},
                                    {"by-listener": {"0": 10, "1": 10, "2": 10}}]
     assert json.loads(rows) == sorted([m.partition, m.offset, f"v{i}"]
                                       for i, m in enumerate(acked)
                                       if (m.partition, m.offset) != (0, 0))
-    assert written == "2"
+    assert written == written_once == "2"
     assert ray_imported == "False"
+    # The transaction committed: its records and its commit marker.
+    assert cluster.admin().list_offsets({("by-listener-eo", 0): "latest"}, "read_committed")[
+        TopicPartition("by-listener-eo", 0)].offset == 3
     df = (spark.read.format("rafka")
           .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
           .option("subscribe", "by-listener").load())
