@@ -10,7 +10,9 @@ batch per partition in a request, Kafka's rule since v3), every leader's request
 any answer is read, until each is acknowledged. Idempotent unless told otherwise, as
 Kafka's producer (``enable.idempotence`` with ``acks=all``): a producer id from
 InitProducerId and a sequence per partition, so a batch sent again after a lost answer or a
-leader change is written once. Retriable errors are retried for ``delivery.timeout.ms``.
+leader change is written once. Retriable errors are retried for ``delivery.timeout.ms``; a
+batch the broker finds too large (a topic's smaller ``max.message.bytes``) is split in two
+and sent again, each half with its records' sequences, as Kafka's sender splits it.
 With ``transactional.id``, Kafka's transactional producer (``init_transactions``,
 ``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
 ``abort_transaction``; the coordinators' calls in ``rafka.client.listener_transactions``): a
@@ -29,7 +31,8 @@ from typing import Any, Mapping
 from protocols.arrow_records import as_binary, timestamp_column
 from protocols.errors import (DuplicateSequenceNumberError, IllegalStateError,
                               InvalidConfigError, KafkaError, KafkaTimeoutError, NetworkError,
-                              OutOfOrderSequenceNumberError, error_for_code)
+                              OutOfOrderSequenceNumberError, RecordTooLargeError,
+                              error_for_code)
 from protocols.kafka.api_keys import ApiKey
 from protocols.partitioner import StickyPartitionCache
 from protocols.records import MemoryRecordsBuilder
@@ -76,6 +79,7 @@ class _Batch:
     builder: MemoryRecordsBuilder
     sent: SentBatch
     records: bytes | None = None   # built once, with its sequence, then sent as it is
+    sequence: int | None = None    # its first record's, once given (idempotence)
     # When a flush round first could send it: delivery.timeout.ms runs from then
     # (``send_batch`` only queues, so a task still reading its input does not use up its
     # batches' time).
@@ -345,6 +349,11 @@ class ListenerProducer(ListenerClient):
                     continue
                 if code == OutOfOrderSequenceNumberError.code and b.tp in refused:
                     continue   # behind a batch to be sent again: sent again after it
+                if code == RecordTooLargeError.code and b.builder.count > 1:
+                    self._split(b)
+                    refused.add(b.tp)
+                    progress = True
+                    continue
                 message = p.error_message if p is not None else None
                 error = error_for_code(code, f"Produce to {b.tp.topic}-{b.tp.partition} at "
                                              f"broker {leader}"
@@ -355,6 +364,32 @@ class ListenerProducer(ListenerClient):
                 self._forget([b.tp])   # its leader learnt again; the same bytes sent again
         if not progress:
             time.sleep(c["retry.backoff.ms"] / 1000)
+
+    def _split(self, b: _Batch) -> None:
+        """The broker refused ``b`` as too large (MESSAGE_TOO_LARGE; Kafka's
+        splitAndReenqueue): its records go back in its place as two batches, each record
+        keeping its sequence, so the partition's order and idempotence hold; halved again
+        if still too large."""
+        log.info("splitting a batch of %d records for %s-%d the broker found too large",
+                 b.builder.count, b.tp.topic, b.tp.partition)
+        records = b.builder.records()
+        half = len(records) // 2
+        parts = []
+        for start, chunk in ((0, records[:half]), (half, records[half:])):
+            builder = MemoryRecordsBuilder()
+            for _delta, timestamp, key, value, headers in chunk:
+                builder.append(timestamp, key, value, headers)
+            parts.append(_Batch(b.tp, builder, b.sent, first_sent=b.first_sent,
+                                sequence=None if b.sequence is None
+                                else (b.sequence + start) & 0x7FFFFFFF))
+        q = self._queued[b.tp]
+        i = q.index(b)
+        del q[i]
+        q.insert(i, parts[1])
+        q.insert(i, parts[0])
+        b.sent._pending += 1
+        self._queued_bytes += sum(p.builder.size_in_bytes for p in parts) \
+            - b.builder.size_in_bytes
 
     def _acknowledged(self, b: _Batch) -> None:
         q = self._queued[b.tp]
@@ -372,13 +407,13 @@ class ListenerProducer(ListenerClient):
             if b.first_sent is None:
                 b.first_sent = now
             if b.records is None:
-                sequence = -1
-                if self.idempotent:
-                    sequence = self._sequences.get(b.tp, 0)
-                    self._sequences[b.tp] = (sequence + b.builder.count) & 0x7FFFFFFF
+                if self.idempotent and b.sequence is None:
+                    b.sequence = self._sequences.get(b.tp, 0)
+                    self._sequences[b.tp] = (b.sequence + b.builder.count) & 0x7FFFFFFF
                 b.records = b.builder.build(
                     compression=c["compression.type"], producer_id=self._producer_id,
-                    producer_epoch=self._epoch, base_sequence=sequence,
+                    producer_epoch=self._epoch,
+                    base_sequence=-1 if b.sequence is None else b.sequence,
                     transactional=self._txn is not None)
             by_topic.setdefault(b.tp.topic, []).append(
                 {"index": b.tp.partition, "records": b.records})

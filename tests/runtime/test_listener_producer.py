@@ -133,6 +133,28 @@ def test_a_lost_answer_or_a_moved_leader_writes_each_batch_once(cluster):
     assert values == [b"%d" % i for i in range(1000)] + [b"x"] + [b"%d" % i for i in range(500)]
 
 
+def test_a_batch_too_large_for_the_topic_is_split_and_sent_again_in_order(cluster):
+    """Batches are cut at max.request.size (1 MiB) unless batch.size is set; a topic whose
+    max.message.bytes is smaller refuses them (MESSAGE_TOO_LARGE), and each is halved and
+    sent again, as Kafka's sender splits it, until it fits: every record once, in order,
+    with the sequences of an idempotent producer still following."""
+    cluster.admin().create_topics([rafka.NewTopic("lp-split", 2, 2,
+                                                  config={"max.message.bytes": "20000"})])
+    values = [b"%05d-" % i + b"s" * (i % 200) for i in range(4000)]
+    with ListenerProducer(cluster.bootstrap_servers) as producer:
+        first = producer.send_batch("lp-split", values[:3000], partition=0)
+        second = producer.send_batch("lp-split", values[3000:], partition=1)
+        producer.flush()
+        assert (first.result(), second.result()) == (3000, 1000)
+        again = producer.send_batch("lp-split", [b"after"] * 10, partition=0)
+        producer.flush()
+        assert again.result() == 10
+    table = _table(cluster, "lp-split", 2, 4010)
+    by_partition = {p: table.filter(pc.equal(table["partition"], p))["value"].to_pylist()
+                    for p in (0, 1)}
+    assert by_partition == {0: values[:3000] + [b"after"] * 10, 1: values[3000:]}
+
+
 def test_a_producer_kept_after_a_failed_write_starts_clean(cluster):
     """A Spark worker keeps its producer for its next tasks: a write that failed part way
     (a record too large for the topic's max.message.bytes: MESSAGE_TOO_LARGE) leaves
