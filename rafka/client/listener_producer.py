@@ -146,22 +146,24 @@ class ListenerProducer(ListenerClient):
             self.flush()
         return sent
 
-    def flush(self) -> None:
+    def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until each batch is acknowledged (or, acks=0,
         written to its leader's socket); the first batch that fails raises its error
-        (what is queued behind it is dropped: its sequences would no longer follow)."""
+        (what is queued behind it is dropped: its sequences would no longer follow, and a
+        transaction it was in can only abort). ``timeout`` (seconds): KafkaTimeoutError
+        when it passes, what is queued kept to be sent by the next call."""
         c = self.config
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while self._queued:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
                 self._send_round(c)
         except BaseException as e:
-            if self._txn is not None and self._txn.txn.state is not State.FATAL_ERROR:
-                # The transaction can only abort now (its sequences may have a gap, which
-                # the abort's new epoch closes).
-                self._txn.txn.on_batch_failed(e if isinstance(e, KafkaError)
-                                              else KafkaError(repr(e)))
             self.discard(e)
             raise
+        if self._queued:
+            raise KafkaTimeoutError(f"Flush did not finish within {timeout} s")
 
     def discard(self, cause: BaseException | None = None) -> None:
         """Drop what is queued and not acknowledged (a write that failed): its calls fail
@@ -170,12 +172,17 @@ class ListenerProducer(ListenerClient):
         transactional producer's abort bumps its epoch instead)."""
         error = cause if cause is not None else KafkaError(
             "Not acknowledged: the write was abandoned")
-        if self._txn is not None and self._queued and self._txn.txn.state in (
-                State.IN_TRANSACTION, State.COMMITTING_TRANSACTION):
-            # Records of the transaction were dropped: it must not commit without them.
-            self._txn.txn.on_batch_failed(
-                error if isinstance(error, KafkaError) else KafkaError(repr(error)),
-                sequenced=any(b.records is not None for q in self._queued.values() for b in q))
+        if self._txn is not None and self._queued:
+            # Records of the transaction were dropped: it must not commit without them, and
+            # a sent one left a gap in its partition's sequence that only the abort's new
+            # epoch closes.
+            txn = self._txn.txn
+            sequenced = any(b.sequence is not None for q in self._queued.values() for b in q)
+            if txn.state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION):
+                txn.on_batch_failed(error if isinstance(error, KafkaError)
+                                    else KafkaError(repr(error)), sequenced)
+            elif txn.state is State.ABORTABLE_ERROR and sequenced:
+                txn.epoch_bump_required = True
         self._fail_queued(error)
         if self._txn is None:
             self._producer_id, self._epoch = -1, -1
@@ -247,9 +254,13 @@ class ListenerProducer(ListenerClient):
         self._queued_bytes = 0
 
     def _use_producer_id(self, producer_id: int, epoch: int) -> None:
-        """The transaction's producer id and epoch (a new epoch starts the sequences)."""
+        """The producer id and epoch (a new epoch starts the sequences: a batch still
+        queued is given its sequence, and built, again)."""
         self._producer_id, self._epoch = producer_id, epoch
         self._sequences.clear()
+        for q in self._queued.values():
+            for b in q:
+                b.sequence = b.records = None
 
     # ---- a round of requests ----------------------------------------------------------------
     def _send_round(self, c) -> None:

@@ -142,7 +142,8 @@ class ListenerTransactions:
     def commit(self, timeout: float | None) -> None:
         deadline = self._deadline(timeout)
         if self.txn.state is not State.COMMITTING_TRANSACTION:   # else: EndTxn asked again
-            self.producer.flush()
+            # KafkaTimeoutError when it takes longer: the call may be made again.
+            self.producer.flush(max(0.0, deadline - time.monotonic()))
         # EndTxn gets at least a request's time, however long the flush took.
         deadline = max(deadline, time.monotonic() + self._request_timeout_s)
         self._end(self.txn.begin_commit(), True, deadline)

@@ -309,16 +309,22 @@ class Producer:
         unsent after that fail."""
         if self._closed:
             return
-        if self._txn is not None and self._txn.state in (
+        txn = self._txn
+        if txn is not None and (txn.state in (
                 TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
-                TxnState.ABORTING_TRANSACTION):
-            # As Kafka's producer does on close: an open transaction is aborted rather than
-            # left to transaction.timeout.ms, holding back read_committed consumers.
+                TxnState.ABORTING_TRANSACTION, TxnState.COMMITTING_TRANSACTION)
+                or txn.bump_pending()):
+            # As Kafka's producer does on close: a commit under way is finished, an open
+            # transaction aborted rather than left to transaction.timeout.ms, holding back
+            # read_committed consumers.
             try:
-                self._txn_calls.abort(10.0 if timeout is None else timeout)
+                if txn.state is TxnState.COMMITTING_TRANSACTION:
+                    self._txn_calls.commit(10.0 if timeout is None else timeout)
+                else:
+                    self._txn_calls.abort(10.0 if timeout is None else timeout)
             except KafkaError as e:
-                log.warning("transactional id %s: the open transaction could not be aborted "
-                            "on close: %r", self.transactional_id, e)
+                log.warning("transactional id %s: the transaction could not be ended on "
+                            "close: %r", self.transactional_id, e)
         try:
             self.flush(timeout)
         except KafkaTimeoutError:

@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from protocols.errors import (ConcurrentTransactionsError, FencedInstanceIdError,
-                              IllegalGenerationError, IllegalStateError,
+from protocols.errors import (ConcurrentTransactionsError, IllegalGenerationError, IllegalStateError,
                               InvalidProducerEpochError, InvalidProducerIdMappingError,
                               InvalidTxnStateError, KafkaError, ProducerFencedError,
-                              TransactionalIdAuthorizationFailedError, UnknownMemberIdError)
+                              TransactionalIdAuthorizationFailedError, UnknownMemberIdError,
+                              UnknownProducerIdError)
 from protocols.topics import TopicPartition
 from rafka.client.retry import is_retriable
 
@@ -74,9 +74,9 @@ def coordinator_error(answer):
 
 def offset_commit_error(error, group_id: str):
     """TxnOffsetCommit's error as the application is given it: a member the group has moved
-    past (KIP-447's fencing by generation) is Kafka's CommitFailedException."""
-    if isinstance(error, (UnknownMemberIdError, IllegalGenerationError,
-                          FencedInstanceIdError)):
+    past (KIP-447's fencing by generation) is Kafka's CommitFailedException (a fenced static
+    member's FENCED_INSTANCE_ID stays itself, as Kafka's TxnOffsetCommitHandler has it)."""
+    if isinstance(error, (UnknownMemberIdError, IllegalGenerationError)):
         from rafka.consumer.coordinator import CommitFailedError
         return CommitFailedError(f"Transaction offset commit failed: the group {group_id} "
                                  f"has moved past this member ({error.name}): {error}")
@@ -140,7 +140,7 @@ class TransactionManager:
         if isinstance(error, FATAL):
             self._transition(S.FATAL_ERROR, error)
             return
-        if isinstance(error, InvalidProducerIdMappingError):
+        if isinstance(error, (InvalidProducerIdMappingError, UnknownProducerIdError)):
             # The coordinator forgot the id (transactional.id.expiration.ms): a new
             # InitProducerId after the abort gets it again (KIP-360).
             self.epoch_bump_required = True
@@ -162,6 +162,12 @@ class TransactionManager:
             raise answer
         self.producer_id, self.producer_epoch = int(answer[0]), int(answer[1])
         self.epoch_bump_required = False
+        # A new epoch starts with no transaction (an abort whose EndTxn was not answered
+        # may come here: what it had added is the coordinator's to end, not this one's).
+        self.partitions.clear()
+        self.pending_partitions.clear()
+        self.new_partitions.clear()
+        self.started = False
         self._transition(S.READY)
 
     # ---- the transaction -------------------------------------------------------------------
@@ -250,7 +256,8 @@ class TransactionManager:
         if self.state is S.FATAL_ERROR:
             raise self._error_state()
         self._transition(S.ABORTING_TRANSACTION)
-        return self.started and not isinstance(self.last_error, InvalidProducerIdMappingError)
+        return self.started and not isinstance(self.last_error, (InvalidProducerIdMappingError,
+                                                                 UnknownProducerIdError))
 
     def bump_pending(self) -> bool:
         """An abort finished but its new epoch (KIP-360) was not given yet: a retried
@@ -273,6 +280,11 @@ class TransactionManager:
             return False
         if should_retry(error):
             return True
+        if isinstance(error, (InvalidProducerIdMappingError, UnknownProducerIdError)):
+            # The coordinator forgot the producer id: the abort skips EndTxn and a new
+            # InitProducerId ends the transaction (Kafka's abortableErrorIfPossible).
+            self.epoch_bump_required = True
+            self.last_error = error
         if isinstance(error, FATAL):
             self._transition(S.FATAL_ERROR, error)
         elif self.state is S.COMMITTING_TRANSACTION:

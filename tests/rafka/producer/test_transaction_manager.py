@@ -7,16 +7,18 @@ from __future__ import annotations
 import pytest
 
 from protocols.errors import (ConcurrentTransactionsError, CoordinatorNotAvailableError,
+                              FencedInstanceIdError, IllegalGenerationError,
                               IllegalStateError, InvalidProducerEpochError,
                               InvalidProducerIdMappingError, KafkaError,
                               NotCoordinatorError, ProducerFencedError,
                               TopicAuthorizationFailedError,
-                              TransactionalIdAuthorizationFailedError)
+                              TransactionalIdAuthorizationFailedError, UnknownMemberIdError)
 from protocols.topics import TopicPartition
 from rafka.producer.sender import SenderState
 from rafka.producer.accumulator import RecordAccumulator
+from rafka.consumer.coordinator import CommitFailedError
 from rafka.producer.transaction_manager import (State, TransactionManager, coordinator_error,
-                                                should_retry)
+                                                offset_commit_error, should_retry)
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -209,6 +211,45 @@ def test_forgotten_producer_id_is_abortable_and_bumps():
     txn = in_transaction(TP0)
     txn.fail(InvalidProducerIdMappingError("expired"))
     assert txn.state is State.ABORTABLE_ERROR and txn.epoch_bump_required
+
+
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_end_txn_answering_a_forgotten_producer_id_aborts_without_end_txn_then_bumps(ending):
+    """EndTxnHandler's INVALID_PRODUCER_ID_MAPPING (abortableErrorIfPossible): the abort
+    that follows does not ask EndTxn again (the coordinator would refuse it the same way)
+    and a new InitProducerId, with the current id and epoch, ends the transaction."""
+    txn = in_transaction(TP0)
+    txn.begin_commit() if ending == "commit" else txn.begin_abort()
+    with pytest.raises(InvalidProducerIdMappingError):
+        txn.on_end(InvalidProducerIdMappingError("expired"))
+    assert txn.epoch_bump_required
+    assert txn.begin_abort() is False
+    txn.on_end(None)
+    assert txn.state is State.INITIALIZING and txn.bump_pending()
+    txn.on_init((13, 2))
+    assert txn.state is State.READY and not txn.bump_pending()
+
+
+def test_a_new_epoch_starts_with_no_transaction():
+    """init_transactions after an abort whose EndTxn went unanswered: the partitions and
+    offsets of that transaction are the coordinator's to end; the next transaction adds
+    its partitions again (and asks EndTxn only if it adds any)."""
+    txn = in_transaction(TP0)
+    txn.begin_abort()
+    assert txn.begin_init() == (13, 1)
+    txn.on_init((13, 2))
+    txn.begin_transaction()
+    txn.maybe_add_partition(TP0)
+    assert not txn.send_allowed(TP0) and txn.partitions_to_add() == [TP0]
+    assert txn.begin_commit() is False
+
+
+def test_offset_commit_errors_as_kafkas_txn_offset_commit_handler():
+    assert isinstance(offset_commit_error(UnknownMemberIdError("gone"), "g"), CommitFailedError)
+    assert isinstance(offset_commit_error(IllegalGenerationError("old"), "g"),
+                      CommitFailedError)
+    fenced = FencedInstanceIdError("static member replaced")
+    assert offset_commit_error(fenced, "g") is fenced
 
 
 def test_fatal_end_txn_answer_is_raised_and_sticks():
