@@ -8,6 +8,7 @@ a fixed seed, so every run and every peer gets the same bytes.
 """
 from __future__ import annotations
 
+import time
 import uuid
 
 import numpy as np
@@ -22,10 +23,13 @@ def value_sizes(rng: np.random.Generator, count: int) -> np.ndarray:
     return np.clip(rng.lognormal(np.log(230), 0.75, count), MIN_VALUE, MAX_VALUE).astype(int)
 
 
-def realistic_stream(count: int, seed: int = 40, start_ms: int = 1_790_000_000_000
-                     ) -> pa.Table:
+def realistic_stream(count: int, seed: int = 40, start_ms: int | None = None) -> pa.Table:
     """``count`` records as an Arrow table: key, value (binary), headers (Spark's
-    ``array<struct<key: string, value: binary>>``, null for most), timestamp (int64 ms)."""
+    ``array<struct<key: string, value: binary>>``, null for most), timestamp (int64 ms).
+    ``start_ms``: the first timestamp; by default the stream ends about now. Timestamps
+    older than a topic's ``retention.ms`` (7 days) are deleted by the next retention pass
+    (Kafka's first comes 30 s after a broker starts), so a fixed date goes stale: Kafka
+    4.3.1 deleted the peer's copy of a stream dated 2026-09 under its Spark job."""
     rng = np.random.default_rng(seed)
     pool = max(1, count // 20)
     ids = [f"user-{n}".encode() for n in rng.integers(0, 10_000_000, pool // 2 + 1)]
@@ -46,6 +50,8 @@ def realistic_stream(count: int, seed: int = 40, start_ms: int = 1_790_000_000_0
         n = int(rng.integers(1, 4))
         headers[i] = [("trace-id", rng.bytes(8).hex().encode()), ("source", b"web-frontend"),
                       ("schema", b"events.v3")][:n]
+    if start_ms is None:
+        start_ms = time.time_ns() // 1_000_000 - count // 10 - 50
     stamps = start_ms + np.arange(count, dtype=np.int64) // 10 + rng.integers(0, 50, count)
     return pa.table({"key": pa.array(keys, pa.binary()),
                      "value": pa.array(values, pa.binary()),

@@ -221,7 +221,7 @@ class BrokerActor:
                 [(f"{key}:checkpoint", b["replica.high.watermark.checkpoint.interval.ms"], me,
                   "checkpoint"),
                  (f"{key}:log_maintenance", b["log.retention.check.interval.ms"], me,
-                  "log_maintenance"),
+                  "log_maintenance", b["log.initial.task.delay.ms"]),
                  (f"{key}:isr_expiry", max(1, b["replica.lag.time.max.ms"] // 2), me,
                   "isr_expiry"),
                  (f"{key}:report_metrics", report_interval_ms(), me, "report_metrics"),

@@ -213,9 +213,10 @@ async def node_timer(namespace: str) -> Any:
                               lifetime="detached", max_restarts=-1)
 
 
-async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
+async def keep_scheduled(namespace: str, tasks: list[tuple],
                          running: Callable[[], bool]) -> None:
-    """Keep ``tasks`` (key, period_ms, target, method) scheduled on this node's timer while
+    """Keep ``tasks`` (key, period_ms, target, method[, initial_delay_ms]: the first call
+    that long after scheduling, by default one period) scheduled on this node's timer while
     ``running()``: scheduled now, and again whenever the timer's process died and Ray
     started it again (empty). A timer killed for good (the cluster shutting down) ends it."""
     timer = await node_timer(namespace)
@@ -225,8 +226,10 @@ async def keep_scheduled(namespace: str, tasks: list[tuple[str, int, Any, str]],
             # Calls to a timer Ray is restarting wait for it; to one killed for good (the
             # cluster shutting down) they fail at once.
             await asyncio.gather(*[
-                timer.schedule_periodic.remote(period_ms, target, method, key=key)
-                for key, period_ms, target, method in tasks])
+                timer.schedule_periodic.remote(period_ms, target, method, key=key,
+                                               initial_delay_ms=initial_delay_ms)
+                for key, period_ms, target, method, initial_delay_ms in
+                (tuple(task) + (None,) * (5 - len(task)) for task in tasks)])
         except ActorUnavailableError:
             await asyncio.sleep(RESCHEDULE_DELAY_S)  # restarting: try again
             continue

@@ -279,7 +279,9 @@ def test_send_batch_partitions_as_send_does_and_poll_arrow_reads_spark_columns(c
     # (Spark's Kafka columns): keys by murmur2, null keys sticky per whole batch, an explicit
     # partition, and the per-record metadata in the order given.
     import pyarrow as pa
-    cluster.admin().create_topics([rafka.NewTopic("cols", 3, 2), rafka.NewTopic("cols2", 3, 2)])
+    # Timestamps from 1970: kept (retention.ms -1) past the brokers' retention passes.
+    cluster.admin().create_topics([rafka.NewTopic(t, 3, 2, config={"retention.ms": -1})
+                                   for t in ("cols", "cols2")])
     keys = [f"user-{i % 7}".encode() for i in range(500)]
     with rafka.Producer(cluster, {"acks": "all", "batch.size": 4096,
                                   "compression.type": "lz4"}) as producer:

@@ -337,6 +337,25 @@ def test_a_stopped_and_restarted_cluster_recovers_topics_and_records(ray_session
         c.shutdown()
 
 
+def test_the_first_retention_pass_comes_log_initial_task_delay_ms_after_the_start(
+        ray_session, tmp_path):
+    # Kafka's log.initial.task.delay.ms: a broker's first pass of retention (with the
+    # deletions, flushes and cleaning beside it) that long after it starts, then every
+    # log.retention.check.interval.ms (its default here, 300 s: no second pass in this test).
+    # Records stamped two hours ago under a one-hour retention.ms go at that first pass.
+    with cluster_with(tmp_path, {"log.initial.task.delay.ms": 20_000}) as c:
+        c.admin().create_topics([rafka.NewTopic("aged", 1, 2, config={"retention.ms": 3_600_000})])
+        tp = ("aged", 0)
+        with rafka.Producer(c, acks="all") as producer:
+            two_hours_ago = int(time.time() * 1000) - 7_200_000
+            for i in range(5):
+                producer.send("aged", b"%d" % i, timestamp=two_hours_ago + i).result(30)
+        with rafka.Consumer(c) as consumer:
+            assert consumer.end_offsets([tp]) == {tp: 5}
+            wait_until(lambda: consumer.beginning_offsets([tp]) == {tp: 5}, timeout_s=60,
+                       what="the first retention pass deleting the expired records")
+
+
 def test_connect_from_a_ray_task_and_bad_cluster_config(cluster):
     cluster.admin().create_topics([rafka.NewTopic("seen", 1, 1)])
 

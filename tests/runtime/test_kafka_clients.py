@@ -447,7 +447,8 @@ def test_kcat_three_member_group_commits_and_rebalances_when_one_leaves(cluster,
 def test_offsets_for_times_from_kafka_python_aiokafka_and_kcat(cluster, kcat):
     import aiokafka
     from kafka import KafkaConsumer, TopicPartition
-    cluster.admin().create_topics([rafka.NewTopic("times", 1, 2)])
+    # Timestamps from 1970: kept (retention.ms -1) past the brokers' retention passes.
+    cluster.admin().create_topics([rafka.NewTopic("times", 1, 2, config={"retention.ms": -1})])
     with rafka.Producer(cluster, {"acks": "all"}) as producer:
         for i in range(10):
             producer.send("times", b"%d" % i, timestamp=1_000_000 + 1000 * i)

@@ -47,7 +47,9 @@ def test_send_batch_writes_what_the_producer_through_ray_writes(cluster):
     """Keyed records by murmur2 and key-less ones stickily, headers, null values, given
     timestamps, a given partition; small batches (batch.size) so that each leader gets
     several requests in flight."""
-    cluster.admin().create_topics([rafka.NewTopic(t, 4, 2) for t in ("lp-ray", "lp-listener")])
+    # Old timestamps: kept (retention.ms -1) past the brokers' retention passes.
+    cluster.admin().create_topics([rafka.NewTopic(t, 4, 2, config={"retention.ms": -1})
+                                   for t in ("lp-ray", "lp-listener")])
     config = {"batch.size": 8192}
     with rafka.Producer(cluster, config) as producer:
         producer.send_batch("lp-ray", VALUES, KEYS, timestamps=STAMPS,

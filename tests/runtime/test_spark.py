@@ -138,7 +138,8 @@ def test_filters_on_partition_offset_and_timestamp_narrow_what_is_read(spark, cl
     # bound starts each partition where the time index says; the planned input partitions
     # show it. Spark's own Kafka source reads everything and filters after.
     import datetime as dt
-    cluster.admin().create_topics([rafka.NewTopic("tsf", 3, 2)])
+    # Timestamps from 1970: kept (retention.ms -1) past the brokers' retention passes.
+    cluster.admin().create_topics([rafka.NewTopic("tsf", 3, 2, config={"retention.ms": -1})])
     sizes, base = {0: 5, 1: 20, 2: 20}, {0: 1_000_000, 1: 2_000_000, 2: 3_000_000}
     with rafka.Producer(cluster, acks="all") as producer:
         for p, n in sizes.items():
