@@ -3,8 +3,9 @@
 Keys are user ids (``user-<n>``, 6-12 bytes) or UUIDs (36 bytes), half each, drawn from a
 pool so that keys repeat; values are JSON objects of 100 B to 2 KiB, skewed toward small
 (log-normal, median ~230 B, mean ~310 B); a tenth of the records carry 1-3 headers
-(``trace-id``, ``source``, ``schema``); timestamps rise with jitter, as events' do. Made with
-a fixed seed, so every run and every peer gets the same bytes.
+(``trace-id``, ``source``, ``schema``); timestamps rise with jitter, as events' do, ending
+about when the stream is made. Made with a fixed seed, so every run and every peer gets the
+same keys, values and headers (the timestamps move with the clock).
 """
 from __future__ import annotations
 

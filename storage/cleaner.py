@@ -151,6 +151,7 @@ class Cleaner:
     def clean(self, log_: Log, first_dirty_offset: int | None = None,
               now_ms: int | None = None) -> CleanerStats:
         now = log_.clock() if now_ms is None else now_ms
+        truncations = log_.truncations
         r = cleanable_range(log_, first_dirty_offset, now)
         stats = CleanerStats(first_dirty_offset=r.first_dirty_offset,
                              end_offset=r.first_dirty_offset)
@@ -161,7 +162,11 @@ class Cleaner:
         horizon = now - log_.config.delete_retention_ms
         to_clean = [s for s in self._segments_below(log_, map_end)]
         for group in self._group_by_size(log_, to_clean):
-            self._clean_group(log_, group, offset_map, r.first_dirty_offset, horizon, stats)
+            if not self._clean_group(log_, group, offset_map, r.first_dirty_offset, horizon,
+                                     stats, truncations):
+                # Truncated meanwhile: the pass stops, and the next starts where this did.
+                stats.end_offset = r.first_dirty_offset
+                break
         return stats
 
     @staticmethod
@@ -226,7 +231,8 @@ class Cleaner:
         return groups
 
     def _clean_group(self, log_: Log, group: list[LogSegment], offset_map: dict[bytes, int],
-                     first_dirty: int, horizon: int, stats: CleanerStats) -> None:
+                     first_dirty: int, horizon: int, stats: CleanerStats,
+                     truncations: int) -> bool:
         base = group[0].base_offset
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             segment_file(log_.dir, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
@@ -262,11 +268,15 @@ class Cleaner:
         except BaseException:
             cleaned.close_handlers()
             raise
-        log_.replace_segments([cleaned], group)
+        if not log_.replace_segments([cleaned], group, truncations):
+            log.info("%s: truncated while segments %s were cleaned: the copy dropped",
+                     log_.dir, [s.base_offset for s in group])
+            return False
         stats.segments_cleaned += len(group)
         stats.groups.append([s.base_offset for s in group])
         log.info("%s: cleaned segments %s into %d bytes", log_.dir,
                  [s.base_offset for s in group], cleaned.size)
+        return True
 
     @staticmethod
     def _filter_batch(batch: RecordBatch, offset_map: dict[bytes, int], first_dirty: int,

@@ -117,6 +117,8 @@ class Log:
         self._lock = threading.RLock()
         self._segments = LogSegments()
         self._pending_deletions: list[tuple[int, list[Path]]] = []
+        # Truncations so far: a clean begun before one must not swap its copy in.
+        self.truncations = 0
         self._random = random.Random()
         self.log_start_offset = 0
         self._log_end_offset = 0
@@ -509,6 +511,7 @@ class Log:
             if target_offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
+            self.truncations += 1
             doomed = [s for s in self._segments if s.base_offset > target_offset]
             for s in doomed:
                 self._segments.remove(s)
@@ -533,6 +536,7 @@ class Log:
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Drop every segment and restart the log, empty, at ``new_offset``."""
         with self._lock:
+            self.truncations += 1
             self._schedule_deletion(self._segments.clear())
             self._segments.add(self._new_segment(new_offset))
             self.leader_epoch_cache.clear_and_flush()
@@ -665,12 +669,20 @@ class Log:
         return self._new_segment(base_offset, suffix=CLEANED_SUFFIX)
 
     @_writes("replacing segments of")
-    def replace_segments(self, new_segments: list[LogSegment],
-                         old_segments: list[LogSegment]) -> None:
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment],
+                         truncations: int | None = None) -> bool:
         """Swap cleaned segments (files suffixed ``.cleaned``) in for ``old_segments``,
         crash-safely: .cleaned -> .swap, old -> .deleted, .swap -> final name. A crash
-        between any two steps is completed or rolled back by ``_load``."""
+        between any two steps is completed or rolled back by ``_load``. ``truncations``:
+        the log's count when the cleaner began; if it was truncated since (a follower's
+        truncation can reach below the high watermark), the copy is deleted instead, as
+        it may hold records the truncation removed (Kafka aborts such a clean). Whether
+        it was swapped in."""
         with self._lock:
+            if truncations is not None and truncations != self.truncations:
+                for seg in new_segments:
+                    seg.delete()
+                return False
             new_segments = sorted(new_segments, key=lambda s: s.base_offset)
             for seg in new_segments:
                 seg.change_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
@@ -685,6 +697,7 @@ class Log:
             for seg in new_segments:
                 seg.change_suffixes(SWAP_SUFFIX, "")
                 self._segments.add(seg)
+            return True
 
     # ==== flushing ========================================================================
     @_writes("flushing")

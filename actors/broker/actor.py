@@ -226,7 +226,9 @@ class BrokerActor:
                   "isr_expiry"),
                  (f"{key}:report_metrics", report_interval_ms(), me, "report_metrics"),
                  (f"{key}:share_quota_usage", QUOTA_WINDOW_SIZE_SECONDS * 1000, me,
-                  "share_quota_usage")],
+                  "share_quota_usage")]
+                + ([(f"{key}:log_cleaning", max(1, b["log.cleaner.backoff.ms"]), me,
+                     "log_cleaning")] if b["log.cleaner.enable"] else []),
                 lambda: not self._stopping))
             self.boot_step = "registering with the controller"
             await self.lifecycle.join()
@@ -494,8 +496,12 @@ class BrokerActor:
             lambda host: host.checkpoint_states.remote())
 
     async def log_maintenance(self) -> None:
-        """log.retention.check.interval.ms: retention, delayed deletions, flush, cleaning."""
+        """log.retention.check.interval.ms: retention, delayed deletions, flush."""
         await self.replica_manager.on_every_host(lambda host: host.log_maintenance.remote())
+
+    async def log_cleaning(self) -> None:
+        """log.cleaner.backoff.ms: the cleaner compacts the logs that are due."""
+        await self.replica_manager.on_every_host(lambda host: host.log_cleaning.remote())
 
     async def isr_expiry(self) -> None:
         await self.replica_manager.on_every_host(lambda host: host.isr_expiry.remote())

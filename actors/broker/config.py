@@ -84,9 +84,13 @@ BROKER_CONFIG = (
     .define("num.replica.hosts", "int", 0, at_least(0))
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("log.retention.check.interval.ms", "long", 300_000, at_least(1))
-    # Kafka's: the first retention pass (with the deletions, flushes and cleaning that run
-    # beside it) that long after the broker starts, then every check interval.
+    # Kafka's: the first retention pass (with the deletions and flushes that run beside it)
+    # that long after the broker starts, then every check interval.
     .define("log.initial.task.delay.ms", "long", 30_000, at_least(0))
+    # Kafka's cleaner: compacted logs looked at every log.cleaner.backoff.ms (Kafka's
+    # threads sleep that long when no log is due), none at all when disabled.
+    .define("log.cleaner.enable", "boolean", True)
+    .define("log.cleaner.backoff.ms", "long", 15_000, at_least(0))
     .define("controlled.shutdown.enable", "boolean", True)
     .define("controlled.shutdown.max.retries", "int", 3, at_least(0))
     .define("controlled.shutdown.retry.backoff.ms", "long", 5000, at_least(0))

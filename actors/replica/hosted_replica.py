@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -106,6 +107,9 @@ class HostedReplica:
                                                  ALTER_PARTITION_TIMEOUT_MS)
         self._alter_task: asyncio.Task | None = None
         self._closed = False
+        # Held by a retention or cleaning pass over this log (in a worker thread): ``stop``
+        # waits for it before closing or removing the files under it.
+        self._log_work = threading.Lock()
 
     # ---- control (from the broker) ---------------------------------------------------------
     def become(self, m: LeaderAndIsr) -> KafkaError | None:
@@ -129,7 +133,15 @@ class HostedReplica:
         self.fetchers.unfollow(self.replica.topic, self.replica.partition)
         self.replica.make_offline()
         state = self.checkpoint_state()
-        self.log.close()
+        # A pass under way finishes first (Kafka's abortAndPauseCleaning waits likewise):
+        # its reads of closed files, or its writes into a removed directory, would take
+        # the log directory offline. Passes begun after it see the replica closed.
+        if not self._log_work.acquire(blocking=False):
+            await asyncio.to_thread(self._log_work.acquire)
+        try:
+            self.log.close()
+        finally:
+            self._log_work.release()
         if not delete:
             if self.metadata_file.dirty:
                 await asyncio.to_thread(self.flush_metadata)
@@ -170,22 +182,32 @@ class HostedReplica:
         self.log.update_config(LogConfig.from_props(topic_config,
                                                     broker=self.broker_log_config))
 
-    def log_maintenance(self) -> dict:
-        """One pass of the broker's scheduled log work: retention, delayed deletions,
-        flush by time, compaction. The host runs it in a worker thread, never on its event
-        loop (compaction takes seconds); the log's lock orders it with appends."""
-        if self._closed:
-            return {}
-        now = wall_ms()
-        deleted = self.log.delete_old_segments(now)
-        self.log.delete_pending_segments()
-        self.log.flush_if_due(now)
-        cleaned = 0
-        if self.cleaner.needs_cleaning(self.log, self.first_dirty_offset, now):
+    def log_maintenance(self) -> int:
+        """One pass of the broker's scheduled log work (log.retention.check.interval.ms):
+        retention, delayed deletions, flush by time; the segments deleted. The host runs it
+        in a worker thread, never on its event loop; the log's lock orders it with appends."""
+        with self._log_work:
+            if self._closed:
+                return 0
+            now = wall_ms()
+            deleted = self.log.delete_old_segments(now)
+            self.log.delete_pending_segments()
+            self.log.flush_if_due(now)
+            return deleted
+
+    def log_cleaning(self) -> bool:
+        """The cleaner's look at this log (every log.cleaner.backoff.ms): compacted when
+        it is due (min.cleanable.dirty.ratio, the compaction lags). In a worker thread too
+        (compaction takes seconds); whether it cleaned."""
+        with self._log_work:
+            if self._closed:
+                return False
+            now = wall_ms()
+            if not self.cleaner.needs_cleaning(self.log, self.first_dirty_offset, now):
+                return False
             stats = self.cleaner.clean(self.log, self.first_dirty_offset, now)
             self.first_dirty_offset = stats.end_offset
-            cleaned = 1
-        return {"deleted_segments": deleted, "cleaned": cleaned}
+            return True
 
     async def maybe_shrink_isr(self) -> None:
         """The broker's ISR-expiry task (every replica.lag.time.max.ms / 2)."""

@@ -13,8 +13,8 @@ A host that dies takes only its replicas down: the broker starts it again and th
 from their files as after a crash (``ReplicaManager._host_died``).
 
 Per-replica methods take the topic-partition first (``actors.replica.locate`` binds it for
-callers); batch methods (``checkpoint_states``, ``log_maintenance``, ``isr_expiry``,
-``stop_all``) cover every replica of the host in one call.
+callers); batch methods (``checkpoint_states``, ``log_maintenance``, ``log_cleaning``,
+``isr_expiry``, ``stop_all``) cover every replica of the host in one call.
 """
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ class ReplicaHostActor:
         # Files to write soon, off the event loop (``_flush_soon``), and the task writing them.
         self._to_flush: list[Callable[[], None]] = []
         self._flusher: asyncio.Task | None = None
+        self._log_passes = asyncio.Lock()   # retention's and the cleaner's, one at a time
         self.verifier = TxnVerifier(namespace, broker_id)
         self._group_coordinator = None   # this broker's, for markers on __consumer_offsets
         # Where follower hosts fetch from, and producers and consumers send their requests
@@ -318,31 +319,42 @@ class ReplicaHostActor:
         return [(tp.topic, tp.partition, r.checkpoint_state())
                 for tp, r in self.replicas.items()]
 
-    async def log_maintenance(self) -> dict:
-        """log.retention.check.interval.ms for every replica here, in a worker thread. Back
-        on the event loop, a replica whose log start moved is looked at again: as a leader,
-        by the fetch sessions that parked it; as a follower, by its fetcher."""
+    async def log_maintenance(self) -> int:
+        """log.retention.check.interval.ms for every replica here, in a worker thread (the
+        segments deleted). Back on the event loop, a replica whose log start moved is looked
+        at again: as a leader, by the fetch sessions that parked it; as a follower, by its
+        fetcher."""
         replicas = list(self.replicas.values())
         starts = [r.log.log_start_offset for r in replicas]
-        totals = await asyncio.to_thread(self._log_maintenance_pass, replicas)
+        deleted = await self._log_pass(replicas, HostedReplica.log_maintenance,
+                                       "log maintenance")
         for r, start in zip(replicas, starts):
             if r.log.log_start_offset != start:
                 r.replica.wake_fetchers()
                 self.fetchers.partition_changed(r.replica.topic, r.replica.partition)
-        return totals
+        return deleted
 
-    @staticmethod
-    def _log_maintenance_pass(replicas: list[HostedReplica]) -> dict:
-        totals = {"deleted_segments": 0, "cleaned": 0}
-        for r in replicas:
-            try:
-                for key, value in r.log_maintenance().items():
-                    totals[key] += value
-            except OSError as e:  # the cleaner's own files: the directory failed
-                r.log_dir_failed(f"Error while cleaning {r.replica.name}: {e}")
-            except Exception:  # a replica stopped meanwhile, or a bad segment: the rest go on
-                log.exception("log maintenance of %s failed", r.replica.name)
-        return totals
+    async def log_cleaning(self) -> int:
+        """The cleaner's pass over every replica here (log.cleaner.backoff.ms), in a worker
+        thread: the logs compacted."""
+        return await self._log_pass(list(self.replicas.values()), HostedReplica.log_cleaning,
+                                    "cleaning")
+
+    async def _log_pass(self, replicas: list[HostedReplica], work, what: str) -> int:
+        """``work(replica)`` for each, in a worker thread, never two passes at once on this
+        host (retention and the cleaner each change a log's segments)."""
+        def run() -> int:
+            total = 0
+            for r in replicas:
+                try:
+                    total += work(r)
+                except OSError as e:   # the log's own files: the directory failed
+                    r.log_dir_failed(f"Error in {what} of {r.replica.name}: {e}")
+                except Exception:  # a replica stopped meanwhile, or a bad segment: go on
+                    log.exception("%s of %s failed", what, r.replica.name)
+            return total
+        async with self._log_passes:
+            return await asyncio.to_thread(run)
 
     async def isr_expiry(self) -> None:
         for r in list(self.replicas.values()):

@@ -340,20 +340,71 @@ def test_a_stopped_and_restarted_cluster_recovers_topics_and_records(ray_session
 def test_the_first_retention_pass_comes_log_initial_task_delay_ms_after_the_start(
         ray_session, tmp_path):
     # Kafka's log.initial.task.delay.ms: a broker's first pass of retention (with the
-    # deletions, flushes and cleaning beside it) that long after it starts, then every
+    # deletions and flushes beside it) that long after it starts, then every
     # log.retention.check.interval.ms (its default here, 300 s: no second pass in this test).
-    # Records stamped two hours ago under a one-hour retention.ms go at that first pass.
-    with cluster_with(tmp_path, {"log.initial.task.delay.ms": 20_000}) as c:
-        c.admin().create_topics([rafka.NewTopic("aged", 1, 2, config={"retention.ms": 3_600_000})])
-        tp = ("aged", 0)
+    # Records stamped two hours ago under a one-hour retention.ms, written while retention
+    # was ten minutes away, go at the first pass after a restart.
+    data, tp = tmp_path / "data", ("aged", 0)
+    c = rafka.Cluster.start(3, data, dict(FAST, **{"log.initial.task.delay.ms": 600_000}),
+                            name="aged")
+    try:
+        c.admin().create_topics([rafka.NewTopic("aged", 1, 2,
+                                                config={"retention.ms": 3_600_000})])
         with rafka.Producer(c, acks="all") as producer:
             two_hours_ago = int(time.time() * 1000) - 7_200_000
             for i in range(5):
                 producer.send("aged", b"%d" % i, timestamp=two_hours_ago + i).result(30)
         with rafka.Consumer(c) as consumer:
-            assert consumer.end_offsets([tp]) == {tp: 5}
+            assert (consumer.beginning_offsets([tp]), consumer.end_offsets([tp])) == \
+                ({tp: 0}, {tp: 5})
+    finally:
+        c.shutdown()
+    c = rafka.Cluster.start(3, data, dict(FAST, **{"log.initial.task.delay.ms": 2000}),
+                            name="aged")
+    try:
+        with rafka.Consumer(c) as consumer:
             wait_until(lambda: consumer.beginning_offsets([tp]) == {tp: 5}, timeout_s=60,
                        what="the first retention pass deleting the expired records")
+    finally:
+        c.shutdown()
+
+
+def _write_keyed_to_a_compacted_topic(c, topic: str) -> dict[int, bytes]:
+    """200 records over 5 keys, a batch each, in 1 KiB segments: due for cleaning at once
+    (min.cleanable.dirty.ratio 0.01); what the leader holds then."""
+    c.admin().create_topics([rafka.NewTopic(topic, 1, 2, config={
+        "cleanup.policy": "compact", "segment.bytes": 1024,
+        "min.cleanable.dirty.ratio": 0.01})])
+    with rafka.Producer(c, {"batch.size": 64, "acks": "all"}) as producer:
+        for f in [producer.send(topic, f"v{i}".encode(), key=f"k{i % 5}".encode())
+                  for i in range(200)]:
+            f.result(30)
+    return read_all(c.leader(topic, 0)[1])
+
+
+def test_the_cleaner_compacts_every_log_cleaner_backoff_ms_apart_from_retention(
+        ray_session, tmp_path):
+    # Kafka's cleaner threads look for a log to clean every log.cleaner.backoff.ms (15 s,
+    # the default here) whatever retention does: here its first pass is ten minutes away.
+    with cluster_with(tmp_path, {"log.initial.task.delay.ms": 600_000}) as c:
+        _write_keyed_to_a_compacted_topic(c, "table")
+
+        def compacted():
+            values = read_all(c.leader("table", 0)[1])
+            return values if len(values) < 200 else None
+        values = wait_until(compacted, 60, "the cleaner's first look at the log")
+        # Each key's last value is kept (here the last 5 records, in the active segment).
+        assert set(values.values()) >= {f"v{i}".encode() for i in range(195, 200)}
+
+
+def test_no_log_is_compacted_when_log_cleaner_enable_is_false(ray_session, tmp_path):
+    # Retention passes run meanwhile (every 100 ms): they do not compact either.
+    with cluster_with(tmp_path, {"log.cleaner.enable": False, "log.cleaner.backoff.ms": 100,
+                                 "log.initial.task.delay.ms": 0,
+                                 "log.retention.check.interval.ms": 100}) as c:
+        _write_keyed_to_a_compacted_topic(c, "table")
+        time.sleep(3)   # thirty of the cleaner's periods, were it running
+        assert len(read_all(c.leader("table", 0)[1])) == 200
 
 
 def test_connect_from_a_ray_task_and_bad_cluster_config(cluster):

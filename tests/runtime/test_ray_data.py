@@ -61,8 +61,7 @@ def test_a_compacted_topic_is_read_to_its_end_and_counted_as_the_records_left(ra
     from tests.runtime.conftest import cluster_with
     from tests.runtime.helpers import wait_until
 
-    with cluster_with(tmp_path, {"log.retention.check.interval.ms": 300,
-                                       "log.initial.task.delay.ms": 0}) as cluster:
+    with cluster_with(tmp_path, {"log.cleaner.backoff.ms": 300}) as cluster:
         cluster.admin().create_topics([rafka.NewTopic("table", 1, 2, config={
             "cleanup.policy": "compact", "segment.bytes": 1024,
             "min.cleanable.dirty.ratio": 0.01})])

@@ -225,3 +225,23 @@ def test_nothing_from_an_open_transaction_on_is_cleaned(tmp_path, clock):
     assert cleanable_range(log, None, clock()).first_uncleanable_offset == 1
     Cleaner().clean(log)
     assert [o for o, _, _ in all_records(log)] == [0, 1, 2]
+
+
+def test_a_clean_overtaken_by_a_truncation_swaps_nothing_in(tmp_path, clock):
+    # A follower's truncation can reach below the high watermark (after an unclean leader
+    # election) while the cleaner copies the segments it cuts. Kafka aborts such a clean
+    # (LogManager.truncateTo -> abortAndPauseCleaning); here the copy, which holds records
+    # the truncation removed, is deleted instead of swapped in, and the pass claims nothing.
+    log = filled(tmp_path, clock)
+
+    def truncate_once(step: str) -> None:
+        if step == "clean.writing" and log.log_end_offset > 2:
+            log.truncate_to(2)
+    log.fault_injector = truncate_once
+    stats = Cleaner().clean(log)
+    log.fault_injector = None
+    assert [(o, k, v) for o, k, v in all_records(log)] == [(0, b"k0", b"v0"), (1, b"k1", b"v0")]
+    assert log.log_end_offset == 2
+    assert (stats.segments_cleaned, stats.end_offset) == (0, stats.first_dirty_offset)
+    assert not [p for p in log.dir.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    assert put(log, "k9", "new") == 2
