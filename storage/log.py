@@ -670,7 +670,7 @@ class Log:
 
     @_writes("replacing segments of")
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment],
-                         truncations: int | None = None) -> bool:
+                         truncations: int) -> bool:
         """Swap cleaned segments (files suffixed ``.cleaned``) in for ``old_segments``,
         crash-safely: .cleaned -> .swap, old -> .deleted, .swap -> final name. A crash
         between any two steps is completed or rolled back by ``_load``. ``truncations``:
@@ -679,7 +679,7 @@ class Log:
         it may hold records the truncation removed (Kafka aborts such a clean). Whether
         it was swapped in."""
         with self._lock:
-            if truncations is not None and truncations != self.truncations:
+            if truncations != self.truncations:
                 for seg in new_segments:
                     seg.delete()
                 return False
