@@ -97,7 +97,6 @@ class ReplicaHostActor:
         # Files to write soon, off the event loop (``_flush_soon``), and the task writing them.
         self._to_flush: list[Callable[[], None]] = []
         self._flusher: asyncio.Task | None = None
-        self._log_passes = asyncio.Lock()   # retention's and the cleaner's, one at a time
         self.verifier = TxnVerifier(namespace, broker_id)
         self._group_coordinator = None   # this broker's, for markers on __consumer_offsets
         # Where follower hosts fetch from, and producers and consumers send their requests
@@ -341,8 +340,8 @@ class ReplicaHostActor:
                                     "cleaning")
 
     async def _log_pass(self, replicas: list[HostedReplica], work, what: str) -> int:
-        """``work(replica)`` for each, in a worker thread, never two passes at once on this
-        host (retention and the cleaner each change a log's segments)."""
+        """``work(replica)`` for each, in a worker thread (retention and the cleaner take
+        turns on a log: ``HostedReplica._log_work``)."""
         def run() -> int:
             total = 0
             for r in replicas:
@@ -353,8 +352,7 @@ class ReplicaHostActor:
                 except Exception:  # a replica stopped meanwhile, or a bad segment: go on
                     log.exception("%s of %s failed", what, r.replica.name)
             return total
-        async with self._log_passes:
-            return await asyncio.to_thread(run)
+        return await asyncio.to_thread(run)
 
     async def isr_expiry(self) -> None:
         for r in list(self.replicas.values()):
