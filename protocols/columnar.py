@@ -169,30 +169,32 @@ def locate_batches(joined: bytes, bodies: list, counts: list[int], arr: np.ndarr
                    ) -> RecordColumns | None:
     """``locate_records`` of several batch bodies at once (a fetch's batches of one
     partition): ``joined`` is the bodies end to end and padded, ``arr`` its bytes as numpy,
-    and every start in the answer is a position in it. One numpy pass per field for all their records, not one per
-    batch: a fetch of 16 KiB batches (Kafka's default batch.size) holds dozens."""
+    and every start in the answer is a position in it. One numpy pass per field for all
+    their records, not one per batch: a fetch of 16 KiB batches (Kafka's default
+    batch.size) holds dozens."""
     positions: list = []
     at = 0
-    # Records of one size (a bulk producer's) are located without a loop; a body whose
-    # records differ is looped over, and so are the ones after it (their guess would cost
+    # Records of one size (a bulk producer's) are located without a loop, body by body; from
+    # the first body whose records differ on, the bodies' record boundaries are followed
+    # side by side (``_lane_starts``) or one body after another (their guess would cost
     # more than it saves).
-    guess = True
-    for body, count in zip(bodies, counts):
+    first = len(bodies)
+    for i, (body, count) in enumerate(zip(bodies, counts)):
         if count == 0:
             if len(body):
                 return None
             continue
         # A view from the body's start: what follows it is the next body, or the padding.
-        located = _guessed_starts(body, count, arr[at:]) if guess else None
-        if located is not None:
-            positions.append(located[0] + at)
-        else:
-            guess = False
-            starts = _looped_starts(joined, count, at, at + len(body))
-            if starts is None:
-                return None
-            positions.append(np.asarray(starts, dtype=np.int64))
+        located = _guessed_starts(body, count, arr[at:])
+        if located is None:
+            first = i
+            break
+        positions.append(located[0] + at)
         at += len(body)
+    rest = _followed_starts(joined, arr, bodies[first:], counts[first:], at)
+    if rest is None:
+        return None
+    positions += rest
     if not positions:
         return None
     pos = np.concatenate(positions) if len(positions) > 1 else positions[0]
@@ -200,6 +202,87 @@ def locate_batches(joined: bytes, bodies: list, counts: list[int], arr: np.ndarr
     if decoded is None:
         return None
     return _locate_fields(arr, pos, decoded[0], decoded[1])
+
+
+def _followed_starts(joined: bytes, arr: np.ndarray, bodies: list, counts: list[int],
+                     at: int) -> list[np.ndarray] | None:
+    """Where each record of ``bodies`` (the first at ``at`` in ``joined``) begins, found by
+    following each body's length varints: all the bodies side by side when there are
+    enough of them, else one loop per body."""
+    sizes = [len(body) for body in bodies]
+    if any(count == 0 and size for count, size in zip(counts, sizes)):
+        return None
+    held = [count for count in counts if count]
+    if held and sum(held) >= LANES_MIN * max(held):
+        ends = at + np.cumsum(sizes)
+        begins = ends - sizes
+        kept = np.flatnonzero(np.asarray(counts) > 0)
+        starts = _lane_starts(arr, begins[kept], np.asarray(held, np.int64), ends[kept])
+        if starts is not None:
+            return [starts]
+    positions = []
+    for count, size in zip(counts, sizes):
+        if count:
+            starts = _looped_starts(joined, count, at, at + size)
+            if starts is None:
+                return None
+            positions.append(np.asarray(starts, dtype=np.int64))
+        at += size
+    return positions
+
+
+# Side by side, each step costs a few numpy calls whatever the number of bodies: worth it
+# from about this many records per step (on average over the steps) on.
+LANES_MIN = 16
+_NOT_FOLLOWED = 1 << 40
+
+
+def _advance_table() -> np.ndarray:
+    """For each two bytes ``b0 b1`` (read as one little-endian word) at a record's start:
+    the distance to the next record's start when they begin a length varint of one or two
+    bytes holding a length of zero or more, else ``_NOT_FOLLOWED`` (a negative length, or a
+    varint of three bytes or more: records of 8 KiB and up, which the loop takes)."""
+    word = np.arange(1 << 16, dtype=np.int64)
+    b0, b1 = word & 0xFF, word >> 8
+    one = b0 < 0x80
+    z = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
+    followed = (one | (b1 < 0x80)) & (z & 1 == 0)
+    return np.where(followed, np.where(one, 1, 2) + (z >> 1), _NOT_FOLLOWED)
+
+
+_ADVANCE = _advance_table()
+
+
+def _lane_starts(arr: np.ndarray, begins: np.ndarray, counts: np.ndarray, ends: np.ndarray
+                 ) -> np.ndarray | None:
+    """Every record's start in the bodies at ``begins`` (``counts`` records each, ending at
+    ``ends``; none empty), in order: one numpy step per record index, moving every body
+    still holding that many records to its next record at once (a table lookup of the two
+    bytes there). None when a body's records do not end exactly at its end, or one has a
+    length the table does not follow (the loop then decides)."""
+    words = np.ndarray((len(arr) - 1,), "<u2", arr, 0, (1,))   # two bytes at any position
+    last = len(words) - 1
+    order = np.argsort(-counts, kind="stable")     # the bodies with most records first
+    pos = begins[order].astype(np.int64)
+    most = int(counts[order[0]])
+    # Bodies still stepping at step i: those holding more than i records (a prefix).
+    stepping = np.searchsorted(-counts[order], -np.arange(1, most + 1), side="right")
+    starts = np.empty((most, len(order)), np.int64)
+    for i, n in enumerate(stepping.tolist()):
+        at = pos[:n]
+        starts[i, :n] = at
+        # A body gone wrong may have stepped past the array: it is kept past ``last``
+        # (clamped, then a step of at least one), which no body's end is (every end is
+        # PADDING bytes before the array's).
+        np.minimum(at, last, out=at)
+        at += _ADVANCE[words[at]]
+        if i & 63 == 63 and int(pos.max()) > last:
+            return None
+    if not np.array_equal(pos, ends[order]):
+        return None
+    by_body = np.empty((len(order), most), np.int64)
+    by_body[order] = starts.T
+    return by_body[np.arange(most)[None, :] < counts[:, None]]
 
 
 def _locate_fields(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, width: np.ndarray

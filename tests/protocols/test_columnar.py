@@ -3,12 +3,13 @@ path (no headers, ordinary varints) it gives exactly the same records; off it, a
 body that does not add up, it declines (None) and the per-record decoder decides."""
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols import columnar
-from protocols.records import (RECORDS_OFFSET, MemoryRecordsBuilder, Record, _decode_records,
-                               encode_batch, iter_batches)
+from protocols.records import (RECORDS_OFFSET, MemoryRecordsBuilder, Record, RecordBatch,
+                               _decode_records, encode_batch, iter_batches)
 
 N = columnar.MIN_RECORDS
 
@@ -117,3 +118,90 @@ def test_a_length_spelled_in_more_bytes_than_it_needs_is_not_guessed():
     second = body[0] // 2 + 1
     body[second:second + 1] = bytes([body[second] | 0x80, 0x00])
     assert columnar._guessed_starts(bytes(body), N, columnar.padded(bytes(body))) is None
+
+
+def bodies_of(batches: list[bytes]):
+    """The bodies of several one-batch buffers end to end and padded, as a fetch's batches
+    of one partition reach ``locate_batches``: (joined, arr, bodies, counts)."""
+    parsed = [next(iter_batches(data)) for data in batches]
+    bodies = [body_of(data) for data in batches]
+    joined = b"".join([*bodies, bytes(columnar.PADDING)])
+    return joined, columnar.padded(b"".join(bodies)), bodies, [b.record_count for b in parsed]
+
+
+def looped(joined: bytes, bodies, counts) -> list[int] | None:
+    """Each body's record starts by the per-body loop, end to end (None if one declines)."""
+    starts, at = [], 0
+    for body, count in zip(bodies, counts):
+        if count:
+            found = columnar._looped_starts(joined, count, at, at + len(body))
+            if found is None:
+                return None
+            starts += found
+        at += len(body)
+    return starts
+
+
+varied_records = st.lists(
+    st.builds(Record, st.none() | st.binary(max_size=36),
+              st.none() | st.binary(max_size=2_000), st.integers(0, 2**42)),
+    min_size=0, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(varied_records, min_size=columnar.LANES_MIN, max_size=70))
+def test_many_bodies_are_followed_side_by_side_as_each_is_followed_alone(batches):
+    # A fetch of Kafka-sized batches (16 KiB: a few dozen records of differing sizes each)
+    # is located one record index at a time for all its bodies at once: the same starts as
+    # the loop over each body, and the same records as the per-record decoder.
+    # No record left (compaction removed them all): an empty body, stepped over.
+    data = [encode_batch(records) if records else encode_batch([], last_offset_delta=3)
+            for records in batches]
+    joined, arr, bodies, counts = bodies_of(data)
+    held = [c for c in counts if c]
+    expected = looped(joined, bodies, counts)
+    assert expected is not None
+    if held:
+        ends = np.cumsum([len(b) for b in bodies])
+        kept = np.flatnonzero(np.array(counts) > 0)
+        lanes = columnar._lane_starts(arr, (ends - [len(b) for b in bodies])[kept],
+                                      np.array(held), ends[kept])
+        assert lanes is not None and lanes.tolist() == expected
+    parsed = list(iter_batches(b"".join(data)))
+    if sum(held) >= columnar.MIN_RECORDS:
+        columns = RecordBatch.arrow_columns_of(parsed)
+        assert columns["offset"].to_pylist() == [o for b in parsed for o, *_ in
+                                                 b.record_tuples()]
+        assert columns["value"].to_pylist() == [r.value for rs in batches for r in rs]
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches=st.lists(plain_records, min_size=columnar.LANES_MIN, max_size=24),
+       at=st.integers(0, 10**9), byte=st.integers(0, 255))
+def test_a_damaged_body_among_many_is_never_followed_differently(batches, at, byte):
+    # One wrong byte in one of many bodies: side by side, the bodies are either declined
+    # (the loop then decides) or followed to exactly the loop's starts. Bodies holding
+    # 8 KiB values (3-byte lengths) are declined whole: the loop takes them.
+    joined, arr, bodies, counts = bodies_of([encode_batch(records) for records in batches])
+    damaged = bytearray(joined)
+    damaged[at % (len(joined) - columnar.PADDING)] = byte
+    joined = bytes(damaged)
+    arr = np.frombuffer(joined, np.uint8)
+    ends = np.cumsum([len(b) for b in bodies])
+    lanes = columnar._lane_starts(arr, ends - [len(b) for b in bodies], np.array(counts),
+                                  ends)
+    if lanes is not None:
+        assert lanes.tolist() == looped(joined, bodies, counts)
+    if not any(r.value is not None and len(r.value) > 8_000 for rs in batches for r in rs):
+        assert (lanes is None) == (looped(joined, bodies, counts) is None)
+
+
+def test_one_long_body_among_short_ones_is_looped_over():
+    # Side by side, steps cost the same with one body left as with fifty: a body of 5,000
+    # records beside a few short ones is looped over instead, and located the same.
+    data = [encode_batch([Record(b"k", b"v" * (i % 7), 5)] * (5_000 if i == 0 else 20))
+            for i in range(20)]
+    parsed = list(iter_batches(b"".join(data)))
+    columns = RecordBatch.arrow_columns_of(parsed)
+    assert columns["value"].to_pylist() == [v for b in parsed for _, _, _, v, _ in
+                                            b.record_tuples()]
