@@ -312,13 +312,7 @@ def _binary_from(body: bytes, arr: np.ndarray, start: np.ndarray, length: np.nda
 COLUMNS = ("offset", "timestamp", "key", "value")
 
 
-class BatchBody(NamedTuple):
-    """A decompressed batch body and what its header says of its records."""
-    body: bytes
-    count: int
-    base_offset: int
-    base_timestamp: int
-    append_time: int | None   # LogAppendTime: every record's timestamp
+BatchBody = columnar.BatchBody
 
 
 def decode_columns(body: bytes, count: int, base_offset: int, base_timestamp: int,
@@ -332,28 +326,12 @@ def decode_batches(batches: Sequence[BatchBody]) -> dict[str, pa.Array] | None:
     """The columns (offset, timestamp, key, value; ``headers`` when a record has one) of
     several batches' records, in order, located in one pass over all of them
     (``columnar.locate_batches``), or None when one is off the common path."""
-    # One copy: the bodies end to end, then the padding every vectorised read relies on.
-    joined = b"".join([*(b.body for b in batches), bytes(columnar.PADDING)])
-    arr = np.frombuffer(joined, dtype=np.uint8)
-    counts = [b.count for b in batches]
-    located = columnar.locate_batches(joined, [b.body for b in batches], counts, arr)
-    if located is None:
+    found = columnar.located_batches(batches)
+    if found is None:
         return None
-    if len(batches) == 1:
-        b = batches[0]
-        base_offsets, count = b.base_offset, b.count
-        timestamps = (np.full(count, b.append_time, np.int64) if b.append_time is not None
-                      else located.timestamp_delta + b.base_timestamp)
-    else:
-        base_offsets = np.repeat(np.array([b.base_offset for b in batches], np.int64), counts)
-        appended = [b.append_time is not None for b in batches]
-        bases = np.repeat(np.array([b.append_time if b.append_time is not None
-                                    else b.base_timestamp for b in batches], np.int64), counts)
-        timestamps = (located.timestamp_delta + bases if not any(appended) else
-                      np.where(np.repeat(appended, counts), bases,
-                               located.timestamp_delta + bases))
-    columns = {"offset": pa.array(located.offset_delta + base_offsets, pa.int64()),
-               "timestamp": pa.array(timestamps, pa.int64()),
+    joined, arr, located = found.joined, found.arr, found.columns
+    columns = {"offset": pa.array(found.offsets, pa.int64()),
+               "timestamp": pa.array(found.timestamps, pa.int64()),
                "key": _binary_from(joined, arr, located.key_start, located.key_length),
                "value": _binary_from(joined, arr, located.value_start, located.value_length)}
     if located.headers is not None:

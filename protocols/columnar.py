@@ -3,9 +3,11 @@ batch body, found with numpy over the whole batch instead of a Python loop that 
 every field of every record.
 
 Only the record boundaries need a loop (each record's length says where the next begins):
-one varint per record. Every other field (attributes, timestampDelta, offsetDelta, key and
-value lengths, the header count) is decoded for all records at once, and the records are then
-built by ``map`` and ``zip`` over the columns, in C.
+one varint per record, followed in Python for a few bodies, or one numpy step per record
+index for many bodies side by side (a fetch of Kafka-sized batches). Every other field
+(attributes, timestampDelta, offsetDelta, key and value lengths, the header count) is
+decoded for all records at once, and the records are then built by ``map`` and ``zip``
+over the columns, in C.
 
 The common path is records with varints of at most 5 bytes (9 for the timestamp delta)
 and at most ``MAX_HEADERS`` headers each; anything else, and anything that does not add up (a length that is
@@ -16,14 +18,15 @@ batch is corrupt; it only proves that a batch is well formed and simple.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from protocols.varint import decode_unsigned_varint
 
-__all__ = ["HeaderColumns", "RecordColumns", "locate_batches", "locate_records", "padded",
-           "record_columns", "record_tuples"]
+__all__ = ["BatchBody", "HeaderColumns", "LocatedBatches", "RecordColumns",
+           "batches_record_columns", "locate_batches", "locate_records", "located_batches",
+           "padded", "record_columns", "record_tuples"]
 
 # Below this many records numpy's fixed cost per call outweighs the per-record loop it saves.
 MIN_RECORDS = 16
@@ -204,6 +207,95 @@ def locate_batches(joined: bytes, bodies: list, counts: list[int], arr: np.ndarr
     return _locate_fields(arr, pos, decoded[0], decoded[1])
 
 
+class BatchBody(NamedTuple):
+    """A decompressed batch body and what its header says of its records."""
+    body: bytes
+    count: int
+    base_offset: int
+    base_timestamp: int
+    append_time: int | None   # LogAppendTime: every record's timestamp
+
+
+class LocatedBatches(NamedTuple):
+    """Consecutive batches' records located together: ``joined`` the bodies end to end and
+    padded (``arr`` its bytes), every start in ``columns`` a position in it, and each
+    record's offset and timestamp."""
+    joined: bytes
+    arr: np.ndarray
+    columns: RecordColumns
+    offsets: np.ndarray
+    timestamps: np.ndarray
+
+
+def located_batches(batches: Sequence[BatchBody]) -> LocatedBatches | None:
+    """``locate_batches`` of the batches' bodies (one copy: the bodies end to end, then the
+    padding every vectorised read relies on), with each record's offset and timestamp
+    (LogAppendTime where the batch has it); None when one is off the common path."""
+    joined = b"".join([*(b.body for b in batches), bytes(PADDING)])
+    arr = np.frombuffer(joined, dtype=np.uint8)
+    counts = [b.count for b in batches]
+    located = locate_batches(joined, [b.body for b in batches], counts, arr)
+    if located is None:
+        return None
+    if len(batches) == 1:
+        b = batches[0]
+        offsets = located.offset_delta + b.base_offset
+        timestamps = (np.full(b.count, b.append_time, np.int64) if b.append_time is not None
+                      else located.timestamp_delta + b.base_timestamp)
+    else:
+        offsets = located.offset_delta + np.repeat(
+            np.array([b.base_offset for b in batches], np.int64), counts)
+        appended = [b.append_time is not None for b in batches]
+        bases = np.repeat(np.array([b.append_time if b.append_time is not None
+                                    else b.base_timestamp for b in batches], np.int64), counts)
+        timestamps = (located.timestamp_delta + bases if not any(appended) else
+                      np.where(np.repeat(appended, counts), bases,
+                               located.timestamp_delta + bases))
+    return LocatedBatches(joined, arr, located, offsets, timestamps)
+
+
+def batches_record_columns(batches: Sequence[BatchBody]
+                           ) -> tuple[list, list, list, list, list | None] | None:
+    """``(offsets, timestamps, keys, values, headers)`` of consecutive batches' records as
+    lists, located together: what the per-record decoder gives, ``headers`` None when no
+    record has one. None when a batch is off the common path, or they hold fewer than
+    ``MIN_RECORDS`` records."""
+    count = sum(b.count for b in batches)
+    if count < MIN_RECORDS:
+        return None
+    found = located_batches(batches)
+    if found is None:
+        return None
+    joined, c = found.joined, found.columns
+    headers = None
+    if c.headers is not None:
+        headers = _header_tuples(joined, c.headers, count)
+        if headers is None:
+            return None
+    return (found.offsets.tolist(), found.timestamps.tolist(),
+            _slices(joined, c.key_start, c.key_length, count),
+            _slices(joined, c.value_start, c.value_length, count), headers)
+
+
+def _header_tuples(body: bytes, h: HeaderColumns, count: int) -> list[tuple] | None:
+    """Each record's headers as the per-record decoder gives them (a tuple of (str key,
+    bytes value or None) pairs; ``()`` for none), or None when a key is not UTF-8 (that
+    decoder then says so)."""
+    n = len(h.key_start)
+    try:
+        keys = list(map(bytes.decode, _slices(body, h.key_start, h.key_length, n)))
+    except UnicodeDecodeError:
+        return None
+    pairs = list(zip(keys, _slices(body, h.value_start, h.value_length, n)))
+    headers: list[tuple] = [()] * count
+    held = np.flatnonzero(h.count)
+    start = 0
+    for record, end in zip(held.tolist(), np.cumsum(h.count[held]).tolist()):
+        headers[record] = tuple(pairs[start:end])
+        start = end
+    return headers
+
+
 def _followed_starts(joined: bytes, arr: np.ndarray, bodies: list, counts: list[int],
                      at: int) -> list[np.ndarray] | None:
     """Where each record of ``bodies`` (the first at ``at`` in ``joined``) begins, found by
@@ -264,13 +356,14 @@ def _lane_starts(arr: np.ndarray, begins: np.ndarray, counts: np.ndarray, ends: 
     last = len(words) - 1
     order = np.argsort(-counts, kind="stable")     # the bodies with most records first
     pos = begins[order].astype(np.int64)
+    first = (np.cumsum(counts) - counts)[order]    # where each body's starts go
     most = int(counts[order[0]])
     # Bodies still stepping at step i: those holding more than i records (a prefix).
     stepping = np.searchsorted(-counts[order], -np.arange(1, most + 1), side="right")
-    starts = np.empty((most, len(order)), np.int64)
+    starts = np.empty(int(counts.sum()), np.int64)
     for i, n in enumerate(stepping.tolist()):
         at = pos[:n]
-        starts[i, :n] = at
+        starts[first[:n] + i] = at
         # A body gone wrong may have stepped past the array: it is kept past ``last``
         # (clamped, then a step of at least one), which no body's end is (every end is
         # PADDING bytes before the array's).
@@ -280,9 +373,7 @@ def _lane_starts(arr: np.ndarray, begins: np.ndarray, counts: np.ndarray, ends: 
             return None
     if not np.array_equal(pos, ends[order]):
         return None
-    by_body = np.empty((len(order), most), np.int64)
-    by_body[order] = starts.T
-    return by_body[np.arange(most)[None, :] < counts[:, None]]
+    return starts
 
 
 def _locate_fields(arr: np.ndarray, pos: np.ndarray, length: np.ndarray, width: np.ndarray
@@ -340,7 +431,9 @@ def _locate_headers(arr: np.ndarray, pos: np.ndarray, end: np.ndarray
     if decoded is None:
         return None
     count, width = decoded
-    if (count < 0).any() or int(count.max()) > MAX_HEADERS:
+    # No header at all though a count byte is not zero (zero spelled in two bytes): the
+    # per-record decoder reads it.
+    if (count < 0).any() or int(count.max()) > MAX_HEADERS or not count.any():
         return None
     pos = pos + width
     fields: list[list[np.ndarray]] = [[], [], [], [], []]   # record, key start/len, value

@@ -498,16 +498,7 @@ class RecordBatch:
         """The records as columns: ``(offsets, timestamps, keys, values, headers)``, lists in
         offset order, ``headers`` None when no record has any. The consumer's hot path: no
         object per record until the application takes them."""
-        body = self._body()
-        fast = columnar.record_columns(body, self.record_count, self.base_offset,
-                                       self.base_timestamp, self._append_time())
-        if fast is not None:
-            return (*fast, None)
-        records = self._decode(body)
-        if not records:
-            return [], [], [], [], None
-        offsets, timestamps, keys, values, headers = map(list, zip(*records))
-        return offsets, timestamps, keys, values, headers if any(headers) else None
+        return RecordBatch.record_columns_of([self])
 
     def arrow_columns(self, headers: bool = False) -> dict:
         """The records as Arrow arrays: ``offset``, ``timestamp`` (int64), ``key``, ``value``
@@ -528,8 +519,7 @@ class RecordBatch:
         import pyarrow as pa
 
         from protocols import arrow_records
-        bodies = [arrow_records.BatchBody(b._body(copy=False), b.record_count, b.base_offset,
-                                          b.base_timestamp, b._append_time()) for b in batches]
+        bodies = RecordBatch._bodies(batches)
         columns = arrow_records.decode_batches(bodies)
         if columns is not None:
             return columns
@@ -544,6 +534,37 @@ class RecordBatch:
             for c, batch in zip(each, batches):
                 c.setdefault("headers", arrow_records.no_headers(batch.record_count))
         return {name: pa.concat_arrays([c[name] for c in each]) for name in each[0]}
+
+    @staticmethod
+    def record_columns_of(batches: list["RecordBatch"]
+                          ) -> tuple[list, list, list, list, list | None]:
+        """``record_columns`` of consecutive batches end to end, headers and all (``headers``
+        None when no record has one), located together (``columnar.batches_record_columns``:
+        one numpy pass per field for all) when every batch is on the common path, else
+        batch by batch."""
+        bodies = RecordBatch._bodies(batches)
+        fast = columnar.batches_record_columns(bodies)
+        if fast is not None:
+            return fast
+        each = []
+        for batch, body in zip(batches, bodies):
+            alone = columnar.batches_record_columns([body]) if len(batches) > 1 else None
+            if alone is None:
+                records = batch._decode(bytes(body.body))
+                offsets, timestamps, keys, values, headers = (
+                    map(list, zip(*records)) if records else ([], [], [], [], []))
+                alone = (offsets, timestamps, keys, values, headers if any(headers) else None)
+            each.append(alone)
+        columns = tuple([value for c in each for value in c[i]] for i in range(4))
+        if all(c[4] is None for c in each):
+            return (*columns, None)
+        return (*columns, [h for c in each for h in
+                           (c[4] if c[4] is not None else [()] * len(c[0]))])
+
+    @staticmethod
+    def _bodies(batches: list["RecordBatch"]) -> list[columnar.BatchBody]:
+        return [columnar.BatchBody(b._body(copy=False), b.record_count, b.base_offset,
+                                   b.base_timestamp, b._append_time()) for b in batches]
 
     def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "

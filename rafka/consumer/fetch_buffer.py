@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from protocols.control_records import ABORT, control_record_type
+from protocols.errors import KafkaError
 from protocols.records import (CONTROL_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
                                RecordBatch, iter_batches)
 from protocols.topics import TopicPartition
@@ -17,12 +18,12 @@ from rafka.consumer.subscription_state import PartitionState
 
 @dataclass(eq=False, slots=True)
 class BufferedChunk:
-    """The records of one fetched batch (or, for poll_arrow, of consecutive batches of one
-    leader epoch and timestamp type) not yet polled, kept as columns: a ConsumerRecord is
-    made only when poll hands it out. (ConsumerRecords are tuple subclasses, which CPython's
-    collector tracks for as long as they live: tens of thousands of them waiting in a
-    buffer were promoted to the oldest generation and made every full collection slower, a
-    third of the consumer's time at a million records a second.)"""
+    """The records of consecutive fetched batches of one leader epoch and timestamp type
+    not yet polled, kept as columns: a ConsumerRecord is made only when poll hands it out.
+    (ConsumerRecords are tuple subclasses, which CPython's collector tracks for as long as
+    they live: tens of thousands of them waiting in a buffer were promoted to the oldest
+    generation and made every full collection slower, a third of the consumer's time at a
+    million records a second.)"""
     epoch: int                     # the batch's partition leader epoch
     timestamp_type: int
     offsets: list | range         # a range when they run without a gap (Arrow chunks)
@@ -81,11 +82,35 @@ def buffer_fetched(st: PartitionState, records: bytes, fetch_offset: int,
     dropped, markers and (``read_committed``) aborted transactions' batches left out,
     ``as_arrow`` as Arrow chunks, else as lists (through the deserializers given)."""
     before = st.buffered_records()
-    group: list = []   # consecutive batches for one Arrow chunk: same epoch and type
+    group: list = []   # consecutive batches for one chunk: same epoch and timestamp type
+
+    # Kafka's consumer hands out the records before a corrupt batch (or one it cannot
+    # decompress or deserialize), then raises: a group failing as a whole is buffered batch
+    # by batch, up to the one that fails. (Each chunk is appended only once made.)
+    def buffer_group(group: list) -> None:
+        try:
+            if as_arrow:
+                _buffer_arrow(st, group, fetch_offset)
+            else:
+                _buffer_lists(st, group, fetch_offset, key_de, value_de)
+        except Exception:
+            if len(group) == 1:
+                raise
+            for one in group:
+                buffer_group([one])
     skip = SkippedBatches(read_committed, aborted)
-    for batch in iter_batches(records):
-        if check_crcs:
-            batch.ensure_valid()
+    batches = iter_batches(records)
+    while True:
+        try:
+            batch = next(batches, None)
+            if batch is not None and check_crcs:
+                batch.ensure_valid()
+        except KafkaError:   # a batch's framing, magic or CRC
+            if group:
+                buffer_group(group)
+            raise
+        if batch is None:
+            break
         header = batch.header()
         next_offset = header.base_offset + header.last_offset_delta + 1
         if next_offset <= fetch_offset:
@@ -94,36 +119,39 @@ def buffer_fetched(st: PartitionState, records: bytes, fetch_offset: int,
             # A marker, or a batch of an aborted transaction: never handed out, but the
             # position moves past it (Kafka's fetcher moves to its nextOffset).
             if group:
-                _buffer_arrow(st, group, fetch_offset)
+                buffer_group(group)
                 group = []
             st.buffered.append(BufferedChunk(header.partition_leader_epoch, 0, [], [], [],
                                              [], None, next_offset))
             continue
-        if as_arrow:
-            if group and (group[0][1].partition_leader_epoch != header.partition_leader_epoch
-                          or (group[0][1].attributes ^ header.attributes)
-                          & TIMESTAMP_TYPE_MASK):
-                _buffer_arrow(st, group, fetch_offset)
-                group = []
-            group.append((batch, header, next_offset))
-            continue
-        offsets, timestamps, keys, values, headers = batch.record_columns()
-        if offsets and offsets[0] < fetch_offset:   # the fetch began inside the batch
-            i = bisect_left(offsets, fetch_offset)
-            offsets, timestamps, keys, values = (offsets[i:], timestamps[i:], keys[i:],
-                                                 values[i:])
-            headers = headers[i:] if headers is not None else None
-        if key_de is not None:
-            keys = list(map(key_de, keys))
-        if value_de is not None:
-            values = list(map(value_de, values))
-        st.buffered.append(BufferedChunk(
-            header.partition_leader_epoch,
-            1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
-            offsets, timestamps, keys, values, headers, next_offset))
+        if group and (group[0][1].partition_leader_epoch != header.partition_leader_epoch
+                      or (group[0][1].attributes ^ header.attributes) & TIMESTAMP_TYPE_MASK):
+            buffer_group(group)
+            group = []
+        group.append((batch, header, next_offset))
     if group:
-        _buffer_arrow(st, group, fetch_offset)
+        buffer_group(group)
     st.last_fetched = st.buffered_records() - before
+
+
+def _buffer_lists(st: PartitionState, group: list, fetch_offset: int,
+                  key_de: Callable | None, value_de: Callable | None) -> None:
+    """Consecutive batches of one leader epoch and timestamp type as one chunk of lists,
+    decoded together (``RecordBatch.record_columns_of``), through the deserializers."""
+    offsets, timestamps, keys, values, headers = RecordBatch.record_columns_of(
+        [batch for batch, _, _ in group])
+    if offsets and offsets[0] < fetch_offset:   # the fetch began inside the first batch
+        i = bisect_left(offsets, fetch_offset)
+        offsets, timestamps, keys, values = offsets[i:], timestamps[i:], keys[i:], values[i:]
+        headers = headers[i:] if headers is not None else None
+    if key_de is not None:
+        keys = list(map(key_de, keys))
+    if value_de is not None:
+        values = list(map(value_de, values))
+    header = group[0][1]
+    st.buffered.append(BufferedChunk(
+        header.partition_leader_epoch, 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
+        offsets, timestamps, keys, values, headers, group[-1][2]))
 
 
 def _buffer_arrow(st: PartitionState, group: list, fetch_offset: int) -> None:

@@ -205,3 +205,35 @@ def test_one_long_body_among_short_ones_is_looped_over():
     columns = RecordBatch.arrow_columns_of(parsed)
     assert columns["value"].to_pylist() == [v for b in parsed for _, _, _, v, _ in
                                             b.record_tuples()]
+
+
+def test_following_side_by_side_holds_one_start_per_record_in_memory():
+    # One long body beside thousands of one-record bodies: the starts are written to one
+    # array of a slot per record, not a (records of the longest body x bodies) table.
+    import tracemalloc
+    data = [encode_batch([Record(None, b"v" * (i % 5), 5)] * (2_000 if i == 0 else 1))
+            for i in range(5_001)]
+    joined, arr, bodies, counts = bodies_of(data)
+    ends = np.cumsum([len(b) for b in bodies])
+    tracemalloc.start()
+    try:
+        starts = columnar._lane_starts(arr, ends - [len(b) for b in bodies], np.array(counts),
+                                       ends)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert starts.tolist() == looped(joined, bodies, counts)
+    assert peak < 2_000_000   # the table would take 2,000 x 5,001 x 8 bytes: 80 MB
+
+
+def test_a_header_count_of_zero_in_two_bytes_is_left_to_the_per_record_decoder():
+    # 0x80 0x00 spells zero: Kafka reads no header. The columnar path declines (no header
+    # to locate) and the per-record decoder reads every record.
+    def record(i: int) -> bytes:
+        fields = bytes([0x00, 0x00, 2 * i, 0x01, 0x02]) + b"v" + bytes([0x80, 0x00])
+        return bytes([2 * len(fields)]) + fields
+    body = b"".join(record(i) for i in range(N))
+    batch = columnar.BatchBody(body, N, 0, 1_000, None)
+    assert columnar.batches_record_columns([batch]) is None
+    assert _decode_records(body, N, 0, 1_000, None) == [(i, 1_000, None, b"v", ())
+                                                         for i in range(N)]
