@@ -12,6 +12,8 @@ rafka cluster (``--partitions`` partitions, RF ``--replication-factor``), in thi
 - the client calls with their default arguments: ``Producer(cluster)`` and ``send_batch``
   of the stream's Arrow columns (and of Python lists), ``Consumer(cluster)`` and
   ``poll_arrow(timeout_ms=1000)`` / ``poll(timeout_ms=1000)`` until every record is read;
+  the same reads of the stream written in Kafka's default batches (``batch.size=16384``,
+  the batches Kafka's Java producer writes: a few dozen records each);
 - the Spark batch copy job, twice (the first is the Spark session's first job, so its
   one-time costs are in it)::
 
@@ -188,7 +190,7 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
         n, parts, rf = len(stream), args.partitions, args.replication_factor
         expected = copied(stream)
         admin = cluster.admin()
-        topics = ["src", "src-lists", "copy-1", "copy-2", "ray-copy", "stream-src"]
+        topics = ["src", "src-lists", "src-16k", "copy-1", "copy-2", "ray-copy", "stream-src"]
         admin.create_topics([rafka.NewTopic(t, parts, rf) for t in topics] + [
             rafka.NewTopic("stream-copy", parts, rf,
                            config={"message.timestamp.type": "LogAppendTime"})])
@@ -220,9 +222,20 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
                         timed(send_lists), job="send_batch lists")
         lists.clear()
 
-        for call in ("poll_arrow", "poll"):
+        def send_kafka_sized():
+            with rafka.Producer(cluster, {"batch.size": 16_384}) as producer:
+                producer.send_batch("src-16k", stream["value"], stream["key"],
+                                    timestamps=stream["timestamp"],
+                                    headers=stream["headers"]).result(300)
+        with Progress("send_batch 16 KiB", n, end("src-16k")):
+            report.line("send_batch(...) of Arrow columns, batch.size=16384 (Kafka's default: "
+                        "batches as Kafka's Java producer makes them)", n,
+                        timed(send_kafka_sized), job="send_batch 16k")
+
+        for topic, call in (("src", "poll_arrow"), ("src", "poll"), ("src-16k", "poll_arrow"),
+                            ("src-16k", "poll")):
             consumer = rafka.Consumer(cluster)
-            consumer.assign([TopicPartition("src", p) for p in range(parts)])
+            consumer.assign([TopicPartition(topic, p) for p in range(parts)])
             consumer.seek_to_beginning()   # auto.offset.reset is latest, as Kafka's
             got = [0]
 
@@ -235,9 +248,12 @@ def rafka_jobs(args, spark, stream, report: Report, root: Path) -> None:
                         got[0] += len(consumer.poll_arrow(timeout_ms=1000))
                     else:
                         got[0] += len(consumer.poll(timeout_ms=1000))
+            batches = ("send_batch's" if topic == "src" else
+                       "16 KiB (as Kafka's Java producer writes them)")
             with Progress(call, n, lambda: got[0]):
                 report.line(f"{call}(timeout_ms=1000) until every record is read, "
-                            "Consumer(cluster) defaults", n, timed(read), job=call)
+                            f"Consumer(cluster) defaults, {batches} batches", n, timed(read),
+                            job=call if topic == "src" else f"{call} 16k")
             consumer.close()
 
         # ---- Spark batch copy ---------------------------------------------------------
