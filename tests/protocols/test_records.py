@@ -169,6 +169,11 @@ def test_varint_edges(value):
     assert decode_varint(encoded, 0) == (value, len(encoded))
 
 
+def test_the_encoders_table_of_small_varints_is_encode_varints():
+    from protocols.records import _SMALL_VARINTS
+    assert list(_SMALL_VARINTS) == [encode_varint(n) for n in range(16_384)]
+
+
 def test_varint_examples():
     assert encode_varint(0) == b"\x00"
     assert encode_varint(-1) == b"\x01"
