@@ -384,6 +384,9 @@ class RecordBatches(Target):
                     raise Finding(f"batch at {batch.position} claims {batch.record_count} "
                                   f"records, decoded {len(rows)} rows, {len(columns[0])} "
                                   f"in columns")
+                headers = columns[4] or [()] * len(rows)
+                if list(zip(*columns[:4], headers)) != rows:
+                    raise Finding(f"batch at {batch.position}: its columns are not its rows")
                 if not crc_fixed and bytes(batch.buffer[ATTRIBUTES_OFFSET:]) \
                         not in self.covered:
                     raise Finding(f"a batch at {batch.position} passed its CRC with bytes "
