@@ -478,17 +478,10 @@ def record_columns(body: bytes, count: int, base_offset: int, base_ts: int,
     """``(offsets, timestamps, keys, values)`` of the batch's records as lists (a batch on
     the common path has no headers), or None when the batch is off the common path (and
     ``records._decode_records`` must run)."""
-    if count < MIN_RECORDS:
+    found = batches_record_columns([BatchBody(body, count, base_offset, base_ts, append_time)])
+    if found is None or found[4] is not None:
         return None
-    columns = locate_records(body, count)
-    if columns is None or columns.headers is not None:
-        return None
-    offsets = (columns.offset_delta + base_offset).tolist()
-    timestamps = ([append_time] * count if append_time is not None
-                  else (columns.timestamp_delta + base_ts).tolist())
-    keys = _slices(body, columns.key_start, columns.key_length, count)
-    values = _slices(body, columns.value_start, columns.value_length, count)
-    return offsets, timestamps, keys, values
+    return found[:4]
 
 
 def record_tuples(body: bytes, count: int, base_offset: int, base_ts: int,
