@@ -39,8 +39,8 @@ from protocols.records import MemoryRecordsBuilder
 from protocols.topics import TopicPartition
 from rafka.client.listener_client import ListenerClient
 from rafka.client.listener_transactions import ListenerTransactions
-from rafka.producer.arrow_plan import (encoded_batches, encoded_header_field, plan_batches,
-                                       record_sizes)
+from rafka.producer.arrow_plan import (bulk_batch_size, encoded_batches, encoded_header_field,
+                                       plan_batches, record_sizes)
 from rafka.producer.config import ACKS, PRODUCER_CONFIG, idempotence
 from rafka.producer.transaction_manager import State, TransactionAbortedError
 
@@ -100,8 +100,7 @@ class ListenerProducer(ListenerClient):
         if self.transactional_id is not None and not self.idempotent:
             raise InvalidConfigError("Cannot set a transactional.id without also enabling "
                                      "idempotence.")
-        self._batch_size = (min(c["batch.size"], c["max.request.size"])
-                            if "batch.size" in given else c["max.request.size"])
+        self._batch_size = bulk_batch_size(c, given)
         self._sticky = StickyPartitionCache()
         self._queued: dict[TopicPartition, deque[_Batch]] = {}
         self._queued_bytes = 0

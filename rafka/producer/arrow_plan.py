@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from protocols.arrow_records import as_headers, encode_bodies, header_field
 from protocols.errors import KafkaError, RecordTooLargeError
 from protocols.partitioner import StickyPartitionCache, partitions_for_keys
-from protocols.records import MemoryRecordsBuilder
+from protocols.records import RECORD_BATCH_OVERHEAD, MemoryRecordsBuilder
 from rafka.producer.accumulator import RECORD_OVERHEAD
 
 
@@ -29,22 +29,35 @@ def rows(array, indices: np.ndarray):
     return array.take(indices)
 
 
+# send_batch's batches when batch.size is not set: a broker's default max.message.bytes
+# (1000012), the largest batch a topic takes unless configured otherwise. Kafka's 16 KiB
+# default, made for records arriving one by one, would cut a columnar call's thousands of
+# records into a batch and a request per few dozen.
+BULK_BATCH_BYTES = 1_000_012
+
+
+def bulk_batch_size(config, given) -> int:
+    """The bytes ``send_batch`` puts in a batch (with its header): batch.size when set,
+    else ``BULK_BATCH_BYTES``; never more than max.request.size."""
+    size = config["batch.size"] if "batch.size" in given else BULK_BATCH_BYTES
+    return min(size, config["max.request.size"])
+
+
 def plan_batches(topic: str, partitions: list[int], partition: int | None, key_array,
                  sizes: np.ndarray, *, batch_size: int, max_request_size: int,
                  ignore_keys: bool, sticky: StickyPartitionCache
                  ) -> list[tuple[int, np.ndarray]]:
     """``[(partition, record indices), ...]``: the whole batches ``send_batch`` makes,
-    each of about batch.size, within max.request.size, records in their given order."""
+    records in their given order, each holding as many records as fit in ``batch_size``
+    bytes (``sizes``: each record's, at most), never more than ``max_request_size``; a
+    record larger than that is alone in its batch."""
     count = len(sizes)
-    per_batch = max(1, min(batch_size // max(1, int(sizes.mean())),
-                           max_request_size // max(1, int(sizes.max()))))
+    limit = min(batch_size, max_request_size)
     if partition is not None:
         if partition not in partitions:
             raise KafkaError(f"Invalid partition given with record: {partition} is not "
                              f"in the range [0...{len(partitions)}].")
-        groups = [(partition, np.arange(count))]
-        return [(p, chunk) for p, indices in groups
-                for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
+        return [(partition, chunk) for chunk in _cut(np.arange(count), sizes, limit)]
     # Each record's partition: its key's (murmur2), else the sticky one, which takes a
     # whole batch of the key-less records and then moves on (KIP-480). Records are then
     # grouped per partition in the order given, so a partition's records keep it.
@@ -54,17 +67,33 @@ def plan_batches(topic: str, partitions: list[int], partition: int | None, key_a
         target[keyed] = partitions_for_keys(key_array.filter(pa.array(keyed)),
                                             len(partitions))
     keyless = np.flatnonzero(target < 0)
-    for start in range(0, len(keyless), per_batch):
-        p = sticky.partition(topic, partitions, len(partitions))
-        target[keyless[start:start + per_batch]] = p
-        sticky.next_partition(topic, partitions, len(partitions), p)
-    order = np.argsort(target, kind="stable")
+    if len(keyless):
+        for chunk in _cut(keyless, sizes, limit):
+            p = sticky.partition(topic, partitions, len(partitions))
+            target[chunk] = p
+            sticky.next_partition(topic, partitions, len(partitions), p)
+    # A stable sort of small ints is a radix sort: ~10x a stable sort of int64.
+    order = np.argsort(target.astype(np.int16) if int(target.max()) < 1 << 15 else target,
+                       kind="stable")
     bounds = np.flatnonzero(np.diff(target[order])) + 1
-    out = []
-    for indices in np.split(order, bounds):
-        out += [(int(target[indices[0]]), chunk)
-                for chunk in np.array_split(indices, -(-len(indices) // per_batch))]
-    return out
+    return [(int(target[indices[0]]), chunk) for indices in np.split(order, bounds)
+            for chunk in _cut(indices, sizes, limit)]
+
+
+def _cut(indices: np.ndarray, sizes: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """``indices`` in consecutive runs, each as many records as fit in ``batch_size`` bytes
+    with the batch's header (Kafka's accumulator starts a new batch when the next record
+    would not fit), at least one each."""
+    limit = batch_size - RECORD_BATCH_OVERHEAD
+    ends = np.cumsum(sizes[indices])
+    if int(ends[-1]) <= limit:
+        return [indices]
+    chunks, first, done = [], 0, 0
+    while first < len(indices):
+        last = max(int(np.searchsorted(ends, done + limit, "right")), first + 1)
+        chunks.append(indices[first:last])
+        first, done = last, int(ends[last - 1])
+    return chunks
 
 
 # Records encoded together in one pass (``arrow_records.encode_bodies``): up to this many

@@ -40,8 +40,8 @@ from rafka.client.metadata import ClientMetadata
 from rafka.client.ray_door import RayDoor
 from rafka.client.serde import serializer
 from rafka.producer.accumulator import RECORD_OVERHEAD, RecordAccumulator, estimate_size
-from rafka.producer.arrow_plan import (encoded_batches, encoded_header_field, plan_batches,
-                                       record_sizes)
+from rafka.producer.arrow_plan import (bulk_batch_size, encoded_batches, encoded_header_field,
+                                       plan_batches, record_sizes)
 from rafka.producer.config import ACKS, PRODUCER_CONFIG, idempotence
 from rafka.producer.futures import BatchSendFuture, FutureRecordMetadata, failed_future
 from rafka.producer.sender_thread import SenderThread, now_ms
@@ -81,12 +81,7 @@ class Producer:
         self.accumulator = RecordAccumulator(min(c["batch.size"], c["max.request.size"]),
                                              c["linger.ms"], c["buffer.memory"],
                                              c["delivery.timeout.ms"], now_ms)
-        # send_batch's batches: batch.size when set; else max.request.size (1 MiB), since
-        # a columnar call hands over thousands of records at once, and Kafka's 16 KiB
-        # default, made for records arriving one by one, would cut them into a batch and a
-        # request per few dozen records.
-        self._bulk_batch_size = (self.accumulator.batch_size if "batch.size" in given
-                                 else c["max.request.size"])
+        self._bulk_batch_size = bulk_batch_size(c, given)
         self.sticky = StickyPartitionCache()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)

@@ -157,7 +157,9 @@ def test_a_consumer_over_its_byte_rate_is_held_to_it(cluster):
     from confluent_kafka import Consumer
     quota = 300_000
     cluster.admin().create_topics([rafka.NewTopic("quota-out", 1, 1)])
-    with rafka.Producer(cluster) as producer:
+    # Batches of Kafka's default 16 KiB: a fetch hands out whole batches, and batches of
+    # 1 MB (send_batch's own default) would let through 0 or 3 s of quota at a time.
+    with rafka.Producer(cluster, {"batch.size": 16_384}) as producer:
         producer.send_batch("quota-out", [b"c" * 1000] * 12_000).result(120)
     cluster.admin().alter_client_quotas([({"user": "ANONYMOUS", "client-id": None},
                                           {"consumer_byte_rate": quota})])
