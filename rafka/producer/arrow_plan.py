@@ -29,11 +29,12 @@ def rows(array, indices: np.ndarray):
     return array.take(indices)
 
 
-# send_batch's batches when batch.size is not set: a broker's default max.message.bytes
-# (1000012), the largest batch a topic takes unless configured otherwise. Kafka's 16 KiB
-# default, made for records arriving one by one, would cut a columnar call's thousands of
-# records into a batch and a request per few dozen.
-BULK_BATCH_BYTES = 1_000_012
+# send_batch's batches when batch.size is not set: just under a topic's default
+# max.message.bytes (1000012), the largest batch it takes unless configured otherwise,
+# leaving room for a codec's framing of bytes it cannot compress (gzip adds ~330 B to a
+# MB). Kafka's 16 KiB default, made for records arriving one by one, would cut a columnar
+# call's thousands of records into a batch and a request per few dozen.
+BULK_BATCH_BYTES = 1_000_012 - 1_024
 
 
 def bulk_batch_size(config, given) -> int:
@@ -49,9 +50,11 @@ def plan_batches(topic: str, partitions: list[int], partition: int | None, key_a
                  ) -> list[tuple[int, np.ndarray]]:
     """``[(partition, record indices), ...]``: the whole batches ``send_batch`` makes,
     records in their given order, each holding as many records as fit in ``batch_size``
-    bytes (``sizes``: each record's, at most), never more than ``max_request_size``; a
-    record larger than that is alone in its batch."""
+    bytes (``sizes``: each record's, at most) and in ``max_request_size``; a record larger
+    than that is alone in its batch."""
     count = len(sizes)
+    if count == 0:
+        return []
     limit = min(batch_size, max_request_size)
     if partition is not None:
         if partition not in partitions:

@@ -136,7 +136,7 @@ def test_a_lost_answer_or_a_moved_leader_writes_each_batch_once(cluster):
 
 
 def test_a_batch_too_large_for_the_topic_is_split_and_sent_again_in_order(cluster):
-    """Batches are cut at max.request.size (1 MiB) unless batch.size is set; a topic whose
+    """Batches are filled to about 1 MB unless batch.size is set; a topic whose
     max.message.bytes is smaller refuses them (MESSAGE_TOO_LARGE), and each is halved and
     sent again, as Kafka's sender splits it, until it fits: every record once, in order,
     with the sequences of an idempotent producer still following."""
