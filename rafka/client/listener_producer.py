@@ -4,8 +4,8 @@ cluster by ``kafka.bootstrap.servers`` alone (``rafka.spark.sink``).
 
 Many records at a time, as Arrow columns: ``send_batch`` cuts and encodes them as
 ``Producer.send_batch`` does (``rafka.producer.arrow_plan``: murmur2 of the key, else the
-sticky partition; batches filled to just under a topic's default max.message.bytes unless
-``batch.size`` is set), and
+sticky partition; batches filled to ``batch.size`` when set, else to just under a topic's
+default max.message.bytes, never past ``max.request.size``), and
 ``flush`` sends each partition's batches to its leader with Produce (v9, topic names; one
 batch per partition in a request, Kafka's rule since v3), every leader's request out before
 any answer is read, until each is acknowledged. Idempotent unless told otherwise, as

@@ -170,8 +170,8 @@ class Producer:
         given; else murmur2 of the key; else the sticky partition, moving on with each full
         batch) and encoded column by column into whole batches filled up to ``batch.size``,
         or to just under a topic's default max.message.bytes when batch.size is not set
-        (``arrow_plan.BULK_BATCH_BYTES``), with every other producer setting applying as
-        for ``send``. Returns
+        (``arrow_plan.BULK_BATCH_BYTES``), never past max.request.size, with every other
+        producer setting applying as for ``send``. Returns
         one future; its result is a ``pyarrow.Table`` of each record's partition, offset and
         timestamp, in the order given. ``headers``: None, or per record a list of
         ``(key, value)`` pairs or None, or an Arrow list of (key, value) structs (Spark's

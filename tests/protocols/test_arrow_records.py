@@ -76,6 +76,21 @@ def test_headers_encode_column_by_column_as_the_per_record_encoder_does(columns,
     assert encode_batch_columns(values, keys, stamps, padded, now_ms=NOW) == expected
 
 
+
+def test_many_headers_a_record_take_a_count_of_two_bytes_column_by_column_too():
+    """A header count of 64 or more is a two-byte varint (zig-zag: 128 and up); records
+    with none, 63, 64 and 8,192 headers side by side, from a slice of a bigger column."""
+    counts = [0, 63, 64, 1, 8_192, 0, 200]
+    headers = [[(f"k{j}", None if j % 5 == 0 else bytes([j % 256]) * (j % 3))
+                for j in range(n)] or None for n in counts]
+    values = [b"v%d" % i for i in range(len(counts))]
+    expected = per_record(values, None, None, headers)
+    as_arrow = pa.array([[{"key": "x", "value": b"y"}] * 70] + [
+        None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+        HEADERS_TYPE).slice(1)
+    assert encode_batch_columns(values, None, None, as_arrow, now_ms=NOW) == expected
+
+
 def test_a_null_header_key_is_refused():
     headers = pa.array([[{"key": None, "value": b"v"}]], HEADERS_TYPE)
     with pytest.raises(ValueError, match="header's key must not be null"):

@@ -237,7 +237,9 @@ def test_rafka_consumer_over_its_byte_rate_is_held_to_it(cluster):
     import rafka
     quota = 300_000
     cluster.admin().create_topics([rafka.NewTopic("quota-rafka-out", 1, 1)])
-    with rafka.Producer(cluster, {"batch.size": 16_384}) as producer:   # as above
+    # 16 KiB batches, as in the confluent-kafka consumer's test above: fetches hand out
+    # whole batches.
+    with rafka.Producer(cluster, {"batch.size": 16_384}) as producer:
         producer.send_batch("quota-rafka-out", [b"c" * 1000] * 12_000).result(120)
     cluster.admin().alter_client_quotas([({"user": "ANONYMOUS", "client-id": "rafka-qc"},
                                           {"consumer_byte_rate": quota})])
