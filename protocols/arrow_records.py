@@ -10,9 +10,10 @@ batch ``MemoryRecordsBuilder`` builds from it, is byte for byte the one the per-
 builder makes from the same records.
 
 Decoding: a batch body located by ``columnar.locate_records`` becomes Arrow columns
-(offset, timestamp, key, value): the keys and values are Arrow binary views into the body,
-compacted by Arrow into plain binary arrays; a batch off that common path (headers, unusual
-varints) is decoded record by record and then converted.
+(offset, timestamp, key, value; headers when a record has one): the body is read as an
+Arrow binary array whose elements are the keys (or values) and the bytes between them, and
+Arrow takes every other element into a plain binary array; a batch off that common path
+(unusual varints, many headers) is decoded record by record and then converted.
 """
 from __future__ import annotations
 
@@ -296,49 +297,30 @@ def encode_bodies(values: Any, keys: Any, timestamps: Any, headers: Any,
 
 
 # ---- decoding --------------------------------------------------------------------------------
-_INLINE = 12   # an Arrow binary view holds up to 12 bytes itself; longer ones point at data
-
-
-def _binary_from(body: bytes, arr: np.ndarray, start: np.ndarray, length: np.ndarray
-                 ) -> pa.Array:
-    """The byte strings at ``start`` with ``length`` (-1: null) in ``body`` (``arr``: it
-    padded, ``columnar.padded``), as one Arrow binary array: Arrow binary views over the
-    body (built for all records at once), which Arrow then compacts into a plain binary
-    array in C."""
+def _binary_from(body: bytes, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The byte strings at ``start`` with ``length`` (-1: null) in ``body``, as one Arrow
+    binary array. The strings lie in the body in order, so the body is already a binary
+    array whose elements alternate between them and the bytes between them (offsets: each
+    string's start and end); Arrow's ``take`` of every other element copies them out in C."""
     count = len(length)
+    if count == 0:
+        return pa.array([], pa.binary())
     nulls = length < 0
-    if nulls.all():
-        return pa.nulls(count, pa.binary())
-    present = np.maximum(length, 0)
-    views = np.zeros((count, 16), np.uint8)
-    views[:, 0:4] = present.astype("<i4").view(np.uint8).reshape(count, 4)
-    inline = present <= _INLINE
-    if inline.all():
-        short, long_ = slice(None), None
-    elif not inline.any():
-        short, long_ = None, slice(None)
-    else:
-        short, long_ = inline, ~inline
-    # The body's bytes read 4 at a time from any position (a view with a stride of one
-    # byte): a view's bytes are gathered a word at a time, not byte by byte.
-    at = np.ndarray((len(arr) - 3,), "<u4", arr, 0, (1,))
-    words = views.view("<u4")   # (count, 4): length, then inline bytes or prefix, 0, offset
-    if short is not None:
-        first = start[short]
-        head = np.empty((len(first), 3), "<u4")
-        for i in range(3):
-            head[:, i] = at[first + 4 * i]
-        head = head.view(np.uint8)   # (n, 12): zero past each value's length
-        head[np.arange(_INLINE)[None, :] >= present[short][:, None]] = 0
-        views[short, 4:16] = head
-    if long_ is not None:
-        words[long_, 1] = at[start[long_]]   # the prefix
-        words[long_, 3] = start[long_]
     null_count = int(nulls.sum())
-    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(pa.binary_view(), count,
-                                 [validity, pa.py_buffer(views), pa.py_buffer(body)],
-                                 null_count).cast(pa.binary())
+    if null_count == count:
+        return pa.nulls(count, pa.binary())
+    bounds = np.empty(2 * count, np.int64)
+    bounds[0::2] = start
+    bounds[1::2] = start + np.maximum(length, 0)
+    validity = None
+    if null_count:
+        present = np.ones(2 * count - 1, bool)
+        present[0::2] = ~nulls
+        validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    both = pa.Array.from_buffers(pa.large_binary(), 2 * count - 1,
+                                 [validity, pa.py_buffer(bounds), pa.py_buffer(body)],
+                                 null_count)
+    return both.take(pa.array(np.arange(0, 2 * count - 1, 2))).cast(pa.binary())
 
 
 COLUMNS = ("offset", "timestamp", "key", "value")
@@ -361,30 +343,28 @@ def decode_batches(batches: Sequence[BatchBody]) -> dict[str, pa.Array] | None:
     found = columnar.located_batches(batches)
     if found is None:
         return None
-    joined, arr, located = found.joined, found.arr, found.columns
+    joined, located = found.joined, found.columns
     columns = {"offset": pa.array(found.offsets, pa.int64()),
                "timestamp": pa.array(found.timestamps, pa.int64()),
-               "key": _binary_from(joined, arr, located.key_start, located.key_length),
-               "value": _binary_from(joined, arr, located.value_start, located.value_length)}
+               "key": _binary_from(joined, located.key_start, located.key_length),
+               "value": _binary_from(joined, located.value_start, located.value_length)}
     if located.headers is not None:
-        headers = _header_list(joined, arr, located.headers)
+        headers = _header_list(joined, located.headers)
         if headers is None:
             return None
         columns["headers"] = headers
     return columns
 
 
-def _header_list(body: bytes, arr: np.ndarray, h: columnar.HeaderColumns) -> pa.Array | None:
+def _header_list(body: bytes, h: columnar.HeaderColumns) -> pa.Array | None:
     """The located headers as a ``HEADERS_TYPE`` array (an empty list for a record without
     any); None when a key is not UTF-8 (the per-record decoder then says so)."""
-    keys = _binary_from(body, arr, h.key_start, h.key_length) if len(h.key_start) else \
-        pa.array([], pa.binary())
+    keys = _binary_from(body, h.key_start, h.key_length)
     try:
         keys = keys.cast(pa.string())
     except pa.ArrowInvalid:
         return None
-    values = _binary_from(body, arr, h.value_start, h.value_length) if len(h.value_start) \
-        else pa.array([], pa.binary())
+    values = _binary_from(body, h.value_start, h.value_length)
     offsets = np.zeros(len(h.count) + 1, np.int32)
     np.cumsum(h.count, out=offsets[1:])
     return pa.ListArray.from_arrays(

@@ -106,25 +106,23 @@ def _guessed_starts(body: bytes, count: int, arr: np.ndarray):
 
 def _looped_starts(buf: bytes, count: int, begin: int, end: int) -> list[int] | None:
     """Where each of ``count`` records in ``buf[begin:end]`` begins (positions in ``buf``),
-    by the one loop per record (each length varint locates the next record); None unless
+    by the one loop per record (each length varint locates the next record: its two bytes
+    looked up in ``_STEPS``, the few lengths of three bytes or more decoded); None unless
     they end exactly at ``end``."""
-    starts = [0] * count
+    starts: list[int] = []
+    append = starts.append
+    steps = _STEPS
     pos = begin
     try:
-        for i in range(count):
-            starts[i] = pos
-            b = buf[pos]
-            if b < 0x80:
-                z = b
-                pos += 1
-            elif buf[pos + 1] < 0x80:
-                z = (b & 0x7F) | (buf[pos + 1] << 7)
-                pos += 2
-            else:
-                z, pos = decode_unsigned_varint(buf, pos)
-            if z & 1:
-                return None             # a negative length
-            pos += z >> 1
+        for _ in range(count):
+            append(pos)
+            step = steps[buf[pos] | (buf[pos + 1] << 8)]
+            if step == _NOT_FOLLOWED:   # a record of 8 KiB or more, or a negative length
+                z, after = decode_unsigned_varint(buf, pos)
+                if z & 1:
+                    return None
+                step = after - pos + (z >> 1)
+            pos += step
     except Exception:                   # ran off the end, or a varint past 10 bytes
         return None
     return starts if pos == end else None
@@ -343,6 +341,7 @@ def _advance_table() -> np.ndarray:
 
 
 _ADVANCE = _advance_table()
+_STEPS = _ADVANCE.tolist()   # the same, for the loop (a list's items cost less to it)
 
 
 def _lane_starts(arr: np.ndarray, begins: np.ndarray, counts: np.ndarray, ends: np.ndarray

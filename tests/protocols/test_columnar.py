@@ -196,6 +196,28 @@ def test_a_damaged_body_among_many_is_never_followed_differently(batches, at, by
         assert (lanes is None) == (looped(joined, bodies, counts) is None)
 
 
+def test_the_loop_follows_lengths_of_every_width_and_declines_a_negative_one():
+    # Records of 8 KiB and more have length varints of three bytes, which the loop's table
+    # of two-byte lengths does not hold: it decodes those, and still finds every start.
+    sizes = [5, 200, 8_300, 60, 70_000, 1, 9_000] * 3
+    body = body_of(encode_batch([Record(b"k", b"v" * n, 5) for n in sizes]))
+    joined = body + bytes(columnar.PADDING)
+    starts = columnar._looped_starts(joined, len(sizes), 0, len(body))
+    assert starts is not None and len(starts) == len(sizes)
+    follows = []
+    for at in starts:
+        z, after = columnar.decode_unsigned_varint(joined, at)
+        follows.append(after + (z >> 1))
+    assert follows == starts[1:] + [len(body)]
+    # The third record's length made negative (zig-zag: odd), in its three bytes.
+    damaged = bytearray(joined)
+    damaged[starts[2]] |= 1
+    assert columnar._looped_starts(bytes(damaged), len(sizes), 0, len(body)) is None
+    columnar_answer, per_record = both(encode_batch([Record(b"k", b"v" * n, 5)
+                                                     for n in sizes]))
+    assert columnar_answer is not None and columnar_answer == per_record
+
+
 def test_one_long_body_among_short_ones_is_looped_over():
     # Side by side, steps cost the same with one body left as with fifty: a body of 5,000
     # records beside a few short ones is looped over instead, and located the same.
