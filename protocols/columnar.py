@@ -86,10 +86,12 @@ def _guessed_starts(body: bytes, count: int, arr: np.ndarray):
     and that the last record ends at the body's end. ``(starts, (lengths, their widths))``,
     or None when the guess is wrong."""
     try:
-        z, _ = decode_unsigned_varint(body, 0)
+        z, after = decode_unsigned_varint(body, 0)
+        # The second record (offset delta 1, one byte as 0 is) is as long as the first:
+        # most batches of records of varied sizes are told apart here, before numpy.
+        if z & 1 or (count > 1 and decode_unsigned_varint(body, after + (z >> 1))[0] != z):
+            return None
     except Exception:
-        return None
-    if z & 1:
         return None
     offset_width = _zigzag_width(np.arange(count))
     lengths = (z >> 1) - 1 + offset_width
