@@ -37,7 +37,8 @@ from actors.gcs import create_named, gcs_backlog
 from actors.broker.metrics_report import BrokerMetricsReport
 from actors.metrics.exporter import MetricsExporter, report_interval_ms
 from actors.names import broker_name, coordinator_name, namespace_for, txn_coordinator_name
-from actors.process import niceness_warning, process_niceness, raise_open_files_limit
+from actors.process import (keep_freed_memory, niceness_warning, process_niceness,
+                             raise_open_files_limit)
 from actors.timer.actor import keep_scheduled, node_timer
 from protocols.errors import (BrokerNotAvailableError, CoordinatorNotAvailableError,
                               InvalidRequestError, KafkaError, StaleControllerEpochError,
@@ -68,6 +69,7 @@ class BrokerActor:
         self.dir = Path(self.data_dir) / f"broker-{broker_id}"
         self.dir.mkdir(parents=True, exist_ok=True)
         raise_open_files_limit()   # one per client connection, and its replica hosts' files
+        keep_freed_memory()   # a listener's Produce requests move megabytes, as a host's do
         self.niceness = process_niceness()   # its replica hosts are workers of the same Ray
         warning = niceness_warning(self.niceness)
         if warning is not None:

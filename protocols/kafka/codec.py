@@ -77,37 +77,55 @@ class Request:
 
 
 class FrameDecoder:
-    """A connection's bytes -> its frames (without their size prefix), in order."""
+    """A connection's bytes -> its frames (without their size prefix), in order.
+
+    Each frame is copied once, into the bytes handed out: a frame within one read is cut
+    out of it; one spread over several reads (a producer's megabyte Produce arrives in
+    dozens) is joined from views of them when its last byte comes, not grown read by read
+    in a buffer. The reads are bytes (immutable), so views of them stay valid."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
         self.max_bytes = max_bytes
-        self._buffer = bytearray()
-        self._size: int | None = None
+        self._parts: list = []     # the bytes of an incomplete frame, or of its size prefix
+        self._have = 0             # how many bytes _parts hold
+        self._size: int | None = None   # the incomplete frame's size, once its prefix is read
 
     @property
     def pending(self) -> int:
         """Bytes received of a frame not yet complete."""
-        return len(self._buffer)
+        return self._have
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buffer += data
-        frames = []
-        while True:
-            if self._size is None:
-                if len(self._buffer) < 4:
-                    return frames
-                (size,) = struct.unpack_from(">i", self._buffer, 0)
-                if size < 0 or size > self.max_bytes:
-                    raise InvalidReceive(
-                        f"Invalid receive (size = {size} larger than {self.max_bytes})"
-                        if size > 0 else f"Invalid receive (size = {size})")
-                self._size = size
-                del self._buffer[:4]
-            if len(self._buffer) < self._size:
+        frames: list[bytes] = []
+        rest = memoryview(data)
+        if self._size is not None:
+            need = self._size - self._have
+            if len(rest) < need:
+                self._parts.append(rest)
+                self._have += len(rest)
                 return frames
-            frames.append(bytes(self._buffer[:self._size]))
-            del self._buffer[:self._size]
-            self._size = None
+            frames.append(b"".join([*self._parts, rest[:need]]))
+            self._parts, self._have, self._size = [], 0, None
+            rest = rest[need:]
+        elif self._parts:                # a size prefix cut between reads (rare): joined
+            rest = memoryview(b"".join([*self._parts, rest]))
+            self._parts, self._have = [], 0
+        while len(rest) >= 4:
+            (size,) = struct.unpack_from(">i", rest, 0)
+            if size < 0 or size > self.max_bytes:
+                raise InvalidReceive(
+                    f"Invalid receive (size = {size} larger than {self.max_bytes})"
+                    if size > 0 else f"Invalid receive (size = {size})")
+            if len(rest) < 4 + size:
+                self._size = size
+                rest = rest[4:]
+                break
+            frames.append(bytes(rest[4:4 + size]))
+            rest = rest[4 + size:]
+        if len(rest):
+            self._parts.append(rest)
+            self._have = len(rest)
+        return frames
 
 
 def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]],

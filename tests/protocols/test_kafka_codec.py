@@ -52,6 +52,29 @@ def test_frames_come_out_whole_however_the_bytes_are_cut():
         assert got == frames and decoder.pending == 0
 
 
+@settings(max_examples=200, deadline=None)
+@given(frames=st.lists(st.binary(max_size=3_000) | st.sampled_from([b"", b"x" * 70_000]),
+                       min_size=1, max_size=6),
+       cuts=st.lists(st.integers(1, 20_000), min_size=1, max_size=40))
+def test_frames_cut_anywhere_by_reads_of_any_size_come_out_whole(frames, cuts):
+    # A megabyte Produce arrives in dozens of reads; a read may end inside a size prefix,
+    # hold several frames, or the end of one frame and the start of the next.
+    stream = b"".join(framed(f) for f in frames)
+    ends = [0]
+    for f in frames:
+        ends.append(ends[-1] + 4 + len(f))
+    decoder, got, at, i = FrameDecoder(), [], 0, 0
+    while at < len(stream):
+        step = cuts[i % len(cuts)]
+        got += decoder.feed(stream[at:at + step])
+        at, i = min(at + step, len(stream)), i + 1
+        # What is held: the bytes of the frame under way (its size prefix once read aside).
+        under_way = at - max(e for e in ends if e <= at)
+        assert decoder.pending == (under_way if under_way < 4 else under_way - 4)
+    assert got == frames and decoder.pending == 0
+    assert all(type(frame) is bytes for frame in got)
+
+
 def test_a_frame_over_socket_request_max_bytes_is_refused_before_it_is_read():
     # Kafka's SocketServer: InvalidReceiveException, the connection closed.
     decoder = FrameDecoder(max_bytes=1000)

@@ -60,7 +60,9 @@ from protocols.kafka.ssl_principal import ANONYMOUS, NoMatchingRule, SslPrincipa
 
 log = logging.getLogger(__name__)
 
-READ_BYTES = 1 << 16
+# A read takes what the socket holds up to this: a producer's megabyte request in four reads,
+# each a turn of the connection's loop, rather than sixteen.
+READ_BYTES = 1 << 18
 # Requests of one connection handled at once (librdkafka's and the Java client's
 # max.in.flight.requests.per.connection default).
 MAX_OVERLAPPING = 5
