@@ -33,8 +33,8 @@ MIN_RECORDS = 16
 
 # The longest timestamp delta taken here: 9 bytes hold 63 bits, all an int64 column holds.
 _MAX_VARLONG = 9
-# Zero bytes after a body, so that reading a varint (or an Arrow view's 12 inline bytes) at
-# any position within it stays inside the array.
+# Zero bytes after a body, so that reading a varint (up to 9 bytes), or the two bytes the
+# record loop looks up, at any position within it stays inside the array.
 PADDING = 16
 
 

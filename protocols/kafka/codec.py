@@ -76,17 +76,23 @@ class Request:
     host: str = ""                      # the client's address, as ACLs name hosts
 
 
+# A read this large or larger, when part of a frame still incomplete, is held as it is (a view
+# of it, the read being immutable bytes); smaller ones are copied together, so that neither
+# a client trickling bytes (a part each would cost hundreds of bytes a byte) nor a few bytes
+# left at the end of a large read (a view would keep all of it) holds more than it sent.
+HELD_AS_IS = 16 << 10
+
+
 class FrameDecoder:
     """A connection's bytes -> its frames (without their size prefix), in order.
 
-    Each frame is copied once, into the bytes handed out: a frame within one read is cut
-    out of it; one spread over several reads (a producer's megabyte Produce arrives in
-    dozens) is joined from views of them when its last byte comes, not grown read by read
-    in a buffer. The reads are bytes (immutable), so views of them stay valid."""
+    A frame is copied once into the bytes handed out: cut out of the read that holds all of
+    it, or, spread over several reads (a producer's megabyte Produce arrives in dozens),
+    joined from them when its last byte comes, not grown read by read in a buffer."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
         self.max_bytes = max_bytes
-        self._parts: list = []     # the bytes of an incomplete frame, or of its size prefix
+        self._parts: list = []     # an incomplete frame's bytes so far (or its size prefix's)
         self._have = 0             # how many bytes _parts hold
         self._size: int | None = None   # the incomplete frame's size, once its prefix is read
 
@@ -98,34 +104,40 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         frames: list[bytes] = []
         rest = memoryview(data)
-        if self._size is not None:
+        while len(rest):
+            if self._size is None:
+                need = 4 - self._have
+                if len(rest) < need:
+                    self._hold(rest)
+                    return frames
+                prefix = rest[:need] if not self._parts else \
+                    b"".join([*self._parts, rest[:need]])
+                self._parts, self._have, rest = [], 0, rest[need:]
+                (size,) = struct.unpack_from(">i", prefix, 0)
+                if size < 0 or size > self.max_bytes:
+                    raise InvalidReceive(
+                        f"Invalid receive (size = {size} larger than {self.max_bytes})"
+                        if size > 0 else f"Invalid receive (size = {size})")
+                self._size = size
             need = self._size - self._have
             if len(rest) < need:
-                self._parts.append(rest)
-                self._have += len(rest)
+                self._hold(rest)
                 return frames
-            frames.append(b"".join([*self._parts, rest[:need]]))
+            frames.append(b"".join([*self._parts, rest[:need]]) if self._parts else
+                          bytes(rest[:need]))
             self._parts, self._have, self._size = [], 0, None
             rest = rest[need:]
-        elif self._parts:                # a size prefix cut between reads (rare): joined
-            rest = memoryview(b"".join([*self._parts, rest]))
-            self._parts, self._have = [], 0
-        while len(rest) >= 4:
-            (size,) = struct.unpack_from(">i", rest, 0)
-            if size < 0 or size > self.max_bytes:
-                raise InvalidReceive(
-                    f"Invalid receive (size = {size} larger than {self.max_bytes})"
-                    if size > 0 else f"Invalid receive (size = {size})")
-            if len(rest) < 4 + size:
-                self._size = size
-                rest = rest[4:]
-                break
-            frames.append(bytes(rest[4:4 + size]))
-            rest = rest[4 + size:]
-        if len(rest):
-            self._parts.append(rest)
-            self._have = len(rest)
         return frames
+
+    def _hold(self, rest: memoryview) -> None:
+        self._have += len(rest)
+        if len(rest) >= HELD_AS_IS:
+            self._parts.append(rest)
+        elif self._parts and isinstance(self._parts[-1], bytearray) \
+                and len(self._parts[-1]) < HELD_AS_IS:
+            self._parts[-1] += rest
+        else:
+            self._parts.append(bytearray(rest))
 
 
 def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]],

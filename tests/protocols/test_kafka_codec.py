@@ -75,6 +75,31 @@ def test_frames_cut_anywhere_by_reads_of_any_size_come_out_whole(frames, cuts):
     assert all(type(frame) is bytes for frame in got)
 
 
+def test_what_a_decoder_holds_stays_near_the_bytes_it_was_sent():
+    # A client trickling a frame a byte at a time (tiny TCP segments), and one whose large
+    # read ends a byte into the next frame: neither makes the broker hold much more than
+    # the bytes of the frame under way.
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        trickled = FrameDecoder()
+        trickled.feed(struct.pack(">i", 500_000))
+        for _ in range(100_000):
+            trickled.feed(b"x")
+        held = tracemalloc.get_traced_memory()[0]
+        assert trickled.pending == 100_000 and held < 2 * 100_000 + 50_000
+        tracemalloc.reset_peak()
+        decoders = []
+        for _ in range(50):
+            decoder = FrameDecoder()
+            assert decoder.feed(framed(bytes(262_000)) + b"\x00") == [bytes(262_000)]
+            decoders.append(decoder)
+        assert all(d.pending == 1 for d in decoders)
+        assert tracemalloc.get_traced_memory()[0] - held < 50 * 1_000
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_frame_over_socket_request_max_bytes_is_refused_before_it_is_read():
     # Kafka's SocketServer: InvalidReceiveException, the connection closed.
     decoder = FrameDecoder(max_bytes=1000)

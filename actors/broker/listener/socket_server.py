@@ -60,9 +60,13 @@ from protocols.kafka.ssl_principal import ANONYMOUS, NoMatchingRule, SslPrincipa
 
 log = logging.getLogger(__name__)
 
-# A read takes what the socket holds up to this: a producer's megabyte request in four reads,
-# each a turn of the connection's loop, rather than sixteen.
+# A read takes what the connection has buffered up to this: a producer's megabyte request in
+# a few reads, each a turn of the connection's loop, rather than sixteen.
 READ_BYTES = 1 << 18
+# What a connection buffers before it stops reading its socket (asyncio's StreamReader limit:
+# twice this): a muted (throttled) connection's or an unauthenticated one's unread bytes wait
+# in the socket, pushing back on the client.
+BUFFER_LIMIT = 1 << 16
 # Requests of one connection handled at once (librdkafka's and the Java client's
 # max.in.flight.requests.per.connection default).
 MAX_OVERLAPPING = 5
@@ -236,11 +240,11 @@ class SocketServer:
             context = self.tls[endpoint.name][0] if endpoint.name in self.tls else None
             if endpoint.host:
                 server = await asyncio.start_server(accept, endpoint.host, endpoint.port,
-                                                    limit=READ_BYTES, backlog=1024,
+                                                    limit=BUFFER_LIMIT, backlog=1024,
                                                     ssl=context)
             else:
                 server = await asyncio.start_server(
-                    accept, sock=every_interface(endpoint.port), limit=READ_BYTES,
+                    accept, sock=every_interface(endpoint.port), limit=BUFFER_LIMIT,
                     backlog=1024, ssl=context)
             self._servers.append(server)
             self.bound[endpoint.name] = server.sockets[0].getsockname()[1]
