@@ -218,10 +218,9 @@ class BatchBody(NamedTuple):
 
 class LocatedBatches(NamedTuple):
     """Consecutive batches' records located together: ``joined`` the bodies end to end and
-    padded (``arr`` its bytes), every start in ``columns`` a position in it, and each
-    record's offset and timestamp."""
+    padded, every start in ``columns`` a position in it, and each record's offset and
+    timestamp."""
     joined: bytes
-    arr: np.ndarray
     columns: RecordColumns
     offsets: np.ndarray
     timestamps: np.ndarray
@@ -251,7 +250,7 @@ def located_batches(batches: Sequence[BatchBody]) -> LocatedBatches | None:
         timestamps = (located.timestamp_delta + bases if not any(appended) else
                       np.where(np.repeat(appended, counts), bases,
                                located.timestamp_delta + bases))
-    return LocatedBatches(joined, arr, located, offsets, timestamps)
+    return LocatedBatches(joined, located, offsets, timestamps)
 
 
 def batches_record_columns(batches: Sequence[BatchBody]
