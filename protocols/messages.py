@@ -3,6 +3,7 @@
 stays raw RecordBatch bytes."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,7 +210,9 @@ class ProduceManyRequest:
 
     acks: int
     timeout_ms: int
-    partitions: tuple  # ((topic, partition, records), ...)
+    # ((topic, partition, records), ...); a sender's records may be a tuple of buffers (a
+    # batch's header and body), sent one after the other; a decoded request's are bytes.
+    partitions: tuple
     # A transactional producer's id (Kafka's ProduceRequest.transactionalId): its
     # coordinator verifies a transaction's first batch at each partition.
     transactional_id: str | None = None
@@ -218,20 +221,56 @@ class ProduceManyRequest:
     client_id: str | None = None
 
 
-def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
-    return msgpack.packb((request.acks, request.timeout_ms, request.partitions,
+# A produce request is a msgpack head, its length before it, naming each partition's records
+# by their size, then the records end to end: a producer sends its batches where they lie
+# (``produce_many_request_pieces``), not copied into msgpack's buffer first (megabytes a
+# request; on a fresh buffer each time, page faults too).
+_HEAD_SIZE = struct.Struct(">I")
+
+
+def produce_many_request_pieces(request: ProduceManyRequest) -> list:
+    """The request's bytes as buffers to send one after the other: the head, then each
+    partition's records."""
+    pieces: list = []
+    sizes = []
+    for topic, partition, records in request.partitions:
+        parts = records if isinstance(records, (tuple, list)) else (records,)
+        sizes.append((topic, partition, sum(memoryview(r).nbytes for r in parts)))
+        pieces.extend(parts)
+    head = msgpack.packb((request.acks, request.timeout_ms, sizes,
                           request.transactional_id, request.client_id), use_bin_type=True)
+    return [_HEAD_SIZE.pack(len(head)) + head, *pieces]
+
+
+def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
+    return b"".join(produce_many_request_pieces(request))
 
 
 @refusing_malformed("ProduceManyRequest")
 def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
-    acks, timeout_ms, partitions, transactional_id, client_id = msgpack.unpackb(
-        data, raw=False, use_list=False)
+    view = memoryview(data)
+    if len(view) < _HEAD_SIZE.size:
+        raise ValueError(f"{len(view)} bytes, short of the head's size")
+    (size,) = _HEAD_SIZE.unpack_from(view)
+    at = _HEAD_SIZE.size + size
+    if at > len(view):
+        raise ValueError(f"a head of {size} bytes in {len(view)}")
+    acks, timeout_ms, sizes, transactional_id, client_id = msgpack.unpackb(
+        view[_HEAD_SIZE.size:at], raw=False, use_list=False)
     if transactional_id is not None and not isinstance(transactional_id, str):
         raise TypeError("transactional_id must be a string")
     if client_id is not None and not isinstance(client_id, str):
         raise TypeError("client_id must be a string")
-    return ProduceManyRequest(acks, timeout_ms, partitions, transactional_id, client_id)
+    partitions = []
+    for topic, partition, length in sizes:
+        if type(length) is not int or length < 0 or at + length > len(view):
+            raise ValueError(f"records of {length!r} bytes at {at} of {len(view)}")
+        partitions.append((topic, partition, bytes(view[at:at + length])))
+        at += length
+    if at != len(view):
+        raise ValueError(f"{len(view) - at} bytes after the records")
+    return ProduceManyRequest(acks, timeout_ms, tuple(partitions), transactional_id,
+                              client_id)
 
 
 def encode_produce_many_response(results: list, throttle_time_ms: int = 0) -> bytes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import crc32c as _crc32c
 
@@ -198,11 +198,18 @@ class MemoryRecordsBuilder:
         producer splitting a batch the broker found too large)."""
         return _decode_records(bytes(self.body), self.count, 0, self.base_timestamp, None)
 
-    def build(self, *, base_offset: int = 0, compression: str = "none",
-              timestamp_type: str = "create_time", producer_id: int = -1,
-              producer_epoch: int = -1, base_sequence: int = -1,
-              partition_leader_epoch: int = -1, transactional: bool = False,
-              control: bool = False, last_offset_delta: int | None = None) -> bytes:
+    def build(self, **batch: Any) -> bytes:
+        """The batch's bytes (``build_parts``' arguments)."""
+        return b"".join(self.build_parts(**batch))
+
+    def build_parts(self, *, base_offset: int = 0, compression: str = "none",
+                    timestamp_type: str = "create_time", producer_id: int = -1,
+                    producer_epoch: int = -1, base_sequence: int = -1,
+                    partition_leader_epoch: int = -1, transactional: bool = False,
+                    control: bool = False, last_offset_delta: int | None = None
+                    ) -> tuple[bytearray, Any]:
+        """The batch as its header and its body, not joined: a producer sends the two one
+        after the other, its body where it was encoded (a megabyte for send_batch)."""
         codec = CODEC_IDS.get(compression)
         if codec is None:
             raise ValueError(f"unknown compression type {compression!r}; "
@@ -222,14 +229,15 @@ class MemoryRecordsBuilder:
             attributes |= TRANSACTIONAL_MASK
         if control:
             attributes |= CONTROL_MASK
-        batch = bytearray(RECORD_BATCH_OVERHEAD)
-        _HEADER.pack_into(batch, 0, base_offset, MIN_BATCH_LENGTH + len(body),
+        header = bytearray(RECORD_BATCH_OVERHEAD)
+        _HEADER.pack_into(header, 0, base_offset, MIN_BATCH_LENGTH + len(body),
                           partition_leader_epoch, MAGIC, 0, attributes, last_offset_delta,
                           self.base_timestamp, self.max_timestamp, producer_id, producer_epoch,
                           base_sequence, self.count)
-        batch += body
-        _U32.pack_into(batch, CRC_OFFSET, _crc(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-        return bytes(batch)
+        # The CRC runs on from the header's tail into the body.
+        _U32.pack_into(header, CRC_OFFSET,
+                       _crc(body, _crc(memoryview(header)[ATTRIBUTES_OFFSET:])))
+        return header, body
 
 
 def encode_batch(records: Iterable[Record], *, base_offset: int = 0,

@@ -111,7 +111,32 @@ def encode_frame(correlation_id: int, api: int, payload: bytes) -> bytes:
     return HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api) + payload
 
 
-def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int, payload: bytes) -> None:
+def write_chunks(writer: asyncio.StreamWriter, chunks: list) -> None:
+    """A message's pieces, the small ones joined and each of ``JOIN_BELOW`` bytes or more
+    written as it is: record sets go to the socket without first being copied into one
+    buffer with the rest (asyncio's ``writelines`` joins them all)."""
+    small: list = []
+    for chunk in chunks:
+        if len(chunk) < JOIN_BELOW:
+            small.append(chunk)
+            continue
+        if small:
+            writer.write(b"".join(small))
+            small = []
+        writer.write(chunk)
+    if small:
+        writer.write(b"".join(small))
+
+
+def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int,
+          payload: bytes | list) -> None:
+    """Frame ``payload``: bytes, or buffers sent one after the other
+    (``produce_many_request_pieces``)."""
+    if isinstance(payload, list):
+        size = sum(memoryview(p).nbytes for p in payload)
+        write_chunks(writer, [HEADER.pack(size + HEADER.size - 4, correlation_id, api),
+                              *payload])
+        return
     if len(payload) < JOIN_BELOW:
         writer.write(encode_frame(correlation_id, api, payload))
     else:
@@ -328,10 +353,10 @@ class ReplicationConnection:
             raise
         return connection
 
-    async def call(self, api: int, payload: bytes) -> bytes:
+    async def call(self, api: int, payload: bytes | list) -> bytes:
         return await self.send(api, payload)
 
-    def send(self, api: int, payload: bytes) -> asyncio.Future:
+    def send(self, api: int, payload: bytes | list) -> asyncio.Future:
         """``call`` with its frame written before this returns: the answer's future."""
         if self._closed is not None:
             raise ChannelClosed(str(self._closed))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import selectors
 import socket
+import ssl
 import threading
 import time
 from typing import Any
@@ -83,7 +84,18 @@ class _Connection:
         self.sock = sock
         self.pending: dict[int, ClientRequest] = {}
 
-    def send(self, correlation_id: int, api: int, payload: bytes) -> None:
+    def send(self, correlation_id: int, api: int, payload: bytes | list) -> None:
+        """Frame and send ``payload``: bytes, or buffers to send one after the other
+        (``produce_many_request_pieces``), written where they lie with ``sendmsg``."""
+        if isinstance(payload, list):
+            views = [v for v in (memoryview(p).cast("B") for p in payload) if v.nbytes]
+            size = sum(v.nbytes for v in views)
+            header = HEADER.pack(size + HEADER.size - 4, correlation_id, api)
+            if size < JOIN_BELOW or isinstance(self.sock, ssl.SSLSocket):  # TLS: no sendmsg
+                self.sock.sendall(b"".join([header, *views]))
+            else:
+                _send_all(self.sock, [memoryview(header), *views])
+            return
         if len(payload) < JOIN_BELOW:
             self.sock.sendall(encode_frame(correlation_id, api, payload))
         else:  # copying megabytes costs more than a second system call
@@ -106,6 +118,23 @@ class _Connection:
         return buffer
 
 
+# The buffers one sendmsg takes, well under the kernel's IOV_MAX (1024).
+_BUFFERS_PER_CALL = 512
+
+
+def _send_all(sock: socket.socket, views: list[memoryview]) -> None:
+    """``sendall`` of the buffers one after another (none empty), as few system calls as
+    the socket takes them in."""
+    first = 0
+    while first < len(views):
+        sent = sock.sendmsg(views[first:first + _BUFFERS_PER_CALL])
+        while first < len(views) and sent >= views[first].nbytes:
+            sent -= views[first].nbytes
+            first += 1
+        if sent:
+            views[first] = views[first][sent:]
+
+
 class NetworkClient:
     """One client's connections to replica hosts. Not thread-safe but for ``wakeup``: one
     thread sends, polls and closes."""
@@ -124,7 +153,7 @@ class NetworkClient:
         self._completed: list[ClientRequest] = []
         self._closed = False
 
-    def send(self, host_id: str, host: Any, api: int, payload: bytes,
+    def send(self, host_id: str, host: Any, api: int, payload: bytes | list,
              expect_answer: bool = True) -> ClientRequest | None:
         """Send ``payload`` as request ``api`` to the host (``host_id``, its actor handle).
         Raises when no connection can be made; a connection that breaks fails the request

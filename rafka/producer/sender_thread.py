@@ -24,7 +24,7 @@ from actors.replica.channel import API_PRODUCE
 from protocols.errors import (ClusterAuthorizationFailedError, KafkaError, KafkaTimeoutError,
                               NetworkError)
 from protocols.messages import (ProduceManyRequest, ProduceResult,
-                                decode_produce_many_response, encode_produce_many_request)
+                                decode_produce_many_response, produce_many_request_pieces)
 from protocols.topics import TopicPartition
 from rafka.client.metadata import ClientMetadata
 from rafka.client.network_client import ClientRequest, NetworkClient
@@ -256,18 +256,18 @@ class SenderThread:
         c = self.config
         partitions = []
         for batch in request.batches:
-            data = batch.builder.build(compression=c["compression.type"],
-                                       producer_id=batch.producer_id,
-                                       producer_epoch=batch.producer_epoch,
-                                       base_sequence=batch.base_sequence,
-                                       transactional=self.transactional_id is not None)
+            data = batch.builder.build_parts(compression=c["compression.type"],
+                                             producer_id=batch.producer_id,
+                                             producer_epoch=batch.producer_epoch,
+                                             base_sequence=batch.base_sequence,
+                                             transactional=self.transactional_id is not None)
             batch.attempts += 1
             partitions.append((batch.tp.topic, batch.tp.partition, data))
         produce = ProduceManyRequest(self.acks, c["request.timeout.ms"], tuple(partitions),
                                      self.transactional_id, c["client.id"])
         try:
             future = self.network.send(request.host_id, request.host, API_PRODUCE,
-                                        encode_produce_many_request(produce),
+                                        produce_many_request_pieces(produce),
                                         expect_answer=self.acks != 0)
         except Exception as e:  # no connection to the host: retry through fresh metadata
             self.state.request_done(request.host_id)

@@ -32,14 +32,15 @@ class HostChannels:
         self._connections: dict[Any, ReplicationConnection] = {}   # host handle -> its
         self._opening: dict[Any, asyncio.Future] = {}
 
-    async def call(self, host: Any, api: int, payload: bytes) -> bytes:
+    async def call(self, host: Any, api: int, payload: bytes | list) -> bytes:
         """The host's answer to ``payload`` on channel API ``api``."""
         connection = self._connections.get(host)
         if connection is None or connection.closed:
             connection = await self._open(host)
         return await connection.call(api, payload)
 
-    def send(self, host: Any, api: int, payload: bytes) -> tuple[asyncio.Future, bool]:
+    def send(self, host: Any, api: int, payload: bytes | list
+             ) -> tuple[asyncio.Future, bool]:
         """``call`` begun now: its answer's future, and whether the frame is already
         written (the host's connection open), or will be once the connection opens."""
         connection = self._connections.get(host)

@@ -42,7 +42,7 @@ from protocols.kafka.acl import CLUSTER_NAME, AclOperation, ResourceType
 from protocols.kafka.codec import (CloseConnection, InvalidRequest, NoResponse, Request,
                                    api_versions_body, build, response_class)
 from protocols.messages import (OffsetsForLeaderEpochRequest, ProduceManyRequest,
-                                decode_produce_many_response, encode_produce_many_request)
+                                decode_produce_many_response, produce_many_request_pieces)
 from protocols.topics import validate_topic_name
 from protocols.wire import decode, encode
 
@@ -231,7 +231,7 @@ class KafkaApis:
             lambda part: part.records or b"",
             self.auth.topic_refusal(request, AclOperation.WRITE))
         timeout_ms = int(body.timeout.total_seconds() * 1000)
-        sends = {host: self.channels.send(host, API_PRODUCE, encode_produce_many_request(
+        sends = {host: self.channels.send(host, API_PRODUCE, produce_many_request_pieces(
             ProduceManyRequest(acks, timeout_ms, tuple((n, p, r) for (_, p), n, r in parts),
                                txn_id)))
                  for host, parts in by_host.items()}

@@ -49,7 +49,7 @@ from actors.broker.listener.file_regions import OpenRegion, close_regions
 from actors.broker.listener.sasl_authenticator import Authenticator
 from actors.broker.listener.tls import principal_of
 from actors.metrics.request_metrics import RequestMetrics, request_name
-from actors.replica.channel import JOIN_BELOW
+from actors.replica.channel import write_chunks
 from protocols.kafka.api_keys import ApiKey
 from protocols.kafka.codec import (CloseConnection, FrameDecoder, NoResponse, Request,
                                    encode_response, parse_request)
@@ -86,23 +86,6 @@ def overlap_keys(request: Request) -> frozenset | None:
             return None
         keys.extend((name, int(p.index)) for p in topic.partition_data)
     return frozenset(keys)
-
-
-def write_chunks(writer: asyncio.StreamWriter, chunks: list) -> None:
-    """A response's pieces, the small ones joined and each of ``JOIN_BELOW`` bytes or more
-    written as it is: a fetch answer's record sets go to the socket without first being
-    copied into one buffer with the rest (asyncio's ``writelines`` joins them all)."""
-    small: list = []
-    for chunk in chunks:
-        if len(chunk) < JOIN_BELOW:
-            small.append(chunk)
-            continue
-        if small:
-            writer.write(b"".join(small))
-            small = []
-        writer.write(chunk)
-    if small:
-        writer.write(b"".join(small))
 
 
 # Over TLS a file region is read and written through the TLS layer in pieces this big.

@@ -1,0 +1,64 @@
+"""The produce request between a producer and a replica host: a msgpack head naming each
+partition's records by size, then the records end to end, sent where they lie."""
+from __future__ import annotations
+
+import pytest
+
+from protocols.errors import InvalidRequestError
+from protocols.messages import (ProduceManyRequest, decode_produce_many_request,
+                                encode_produce_many_request, produce_many_request_pieces)
+from protocols.records import MemoryRecordsBuilder, Record, RecordBatch, encode_batch
+
+
+def _builder(n: int) -> MemoryRecordsBuilder:
+    builder = MemoryRecordsBuilder()
+    for i in range(n):
+        builder.append(1_700_000_000_000 + i, f"k{i}".encode(), b"v" * i, (), i)
+    return builder
+
+
+def test_a_batch_sent_as_header_and_body_arrives_as_the_batch_build_makes():
+    builder = _builder(50)
+    header, body = builder.build_parts(producer_id=7, producer_epoch=1, base_sequence=3)
+    request = ProduceManyRequest(-1, 30_000, (("t", 0, (header, body)),), "tx", "app")
+    pieces = produce_many_request_pieces(request)
+    assert pieces[1] is header and pieces[2] is body   # not copied on the way out
+    decoded = decode_produce_many_request(b"".join(pieces))
+    records = builder.build(producer_id=7, producer_epoch=1, base_sequence=3)
+    assert decoded == ProduceManyRequest(-1, 30_000, (("t", 0, records),), "tx", "app")
+    batch = RecordBatch(decoded.partitions[0][2])
+    batch.ensure_valid()   # the CRC run on from the header into the body
+    assert batch.header().producer_id == 7 and batch.header().record_count == 50
+
+
+def test_partitions_records_of_every_shape_come_back_in_order_as_bytes():
+    one = encode_batch([Record(b"a", b"1", 0)])
+    two = encode_batch([Record(None, b"x" * 300, 0), Record(b"b", None, 0)])
+    request = ProduceManyRequest(1, 500, (("a", 0, one), ("b", 3, memoryview(two)),
+                                          ("a", 1, (two[:10], bytearray(two[10:]))),
+                                          ("c", 0, b"")))
+    decoded = decode_produce_many_request(encode_produce_many_request(request))
+    assert decoded.partitions == (("a", 0, one), ("b", 3, two), ("a", 1, two), ("c", 0, b""))
+    assert all(type(r) is bytes for _, _, r in decoded.partitions)
+    assert (decoded.acks, decoded.timeout_ms, decoded.transactional_id) == (1, 500, None)
+
+
+def test_a_request_cut_anywhere_or_with_bytes_after_it_is_invalid_request():
+    data = encode_produce_many_request(ProduceManyRequest(
+        -1, 30_000, (("t", 0, encode_batch([Record(b"k", b"v", 0)])),), None, "app"))
+    for cut in range(len(data)):
+        with pytest.raises(InvalidRequestError, match="Malformed ProduceManyRequest"):
+            decode_produce_many_request(data[:cut])
+    with pytest.raises(InvalidRequestError, match="1 bytes after the records"):
+        decode_produce_many_request(data + b"\0")
+
+
+@pytest.mark.parametrize("size", [-1, 1 << 40, "3", None])
+def test_a_records_size_that_is_not_a_size_within_the_request_is_invalid_request(size):
+    import struct
+
+    import msgpack
+    head = msgpack.packb((-1, 30_000, [("t", 0, size)], None, None))
+    with pytest.raises(InvalidRequestError, match=r"Malformed ProduceManyRequest .*: "
+                       rf"ValueError: records of {size!r} bytes at \d+ of \d+"):
+        decode_produce_many_request(struct.pack(">I", len(head)) + head + b"abc")
