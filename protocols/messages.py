@@ -145,41 +145,67 @@ def decode_fetch_many_request(data: bytes) -> FetchManyRequest:
 _REGION = 3   # a FileRegion in place of a result's records (msgpack extension type)
 
 
-def _records_out(records: bytes | FileRegion):
-    return msgpack.ExtType(_REGION, records.pack()) if isinstance(records, FileRegion) \
-        else records
+# A produce request and a fetch answer are a msgpack head, its length before it, naming each
+# partition's records by their size, then the records end to end: they are sent where they
+# lie (``produce_many_request_pieces``, ``fetch_many_response_pieces``), not copied into
+# msgpack's buffer first (megabytes a message; on a fresh buffer each time, page faults
+# too), and read where they arrived.
+_HEAD_SIZE = struct.Struct(">I")
 
 
-def _records_in(records) -> bytes | FileRegion:
-    if isinstance(records, bytes):
-        return records
+def _records_out(records: FileRegion) -> msgpack.ExtType:
+    return msgpack.ExtType(_REGION, records.pack())
+
+
+def _records_in(records) -> FileRegion:
     if isinstance(records, msgpack.ExtType) and records.code == _REGION:
         return FileRegion.unpack(records.data)
-    raise ValueError(f"records that are neither bytes nor a file region: {records!r:.80}")
+    raise ValueError(f"records that are neither a size nor a file region: {records!r:.80}")
 
 
-def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
-    return msgpack.packb(
-        ([(t, p, _records_out(r.records), r.high_watermark, r.log_start_offset,
+def fetch_many_response_pieces(response: FetchManyResponse) -> list:
+    """The answer's bytes as buffers to send one after the other: a head as a produce
+    request's (``_HEAD_SIZE``, then msgpack) giving each partition's records by their size
+    (or as a file region), then the records end to end, where the log read them."""
+    records = [r.records for _, _, r in response.results]
+    head = msgpack.packb(
+        ([(t, p, _records_out(r.records) if isinstance(r.records, FileRegion)
+           else len(r.records), r.high_watermark, r.log_start_offset,
            r.log_end_offset, None if r.error is None else encode(r.error), r.leader_epoch,
            r.fetch_offset, r.last_stable_offset, r.aborted_transactions)
           for t, p, r in response.results],
          None if response.error is None else encode(response.error), response.session_id,
          response.throttle_time_ms),
         use_bin_type=True)
+    return [_HEAD_SIZE.pack(len(head)) + head,
+            *(r for r in records if not isinstance(r, FileRegion) and len(r))]
+
+
+def encode_fetch_many_response(response: FetchManyResponse) -> bytes:
+    return b"".join(fetch_many_response_pieces(response))
 
 
 @refusing_malformed("FetchManyResponse")
-def decode_fetch_many_response(data: bytes) -> FetchManyResponse:
-    results, error, session_id, throttle_time_ms = msgpack.unpackb(data, raw=False,
-                                                                   use_list=False)
-    return FetchManyResponse(tuple(
-        (t, p, FetchResult(_records_in(records), hw, start, leo,
-                           None if e is None else decode(e),
-                           epoch, offset, lso,
-                           None if aborted is None else tuple(map(tuple, aborted))))
-        for t, p, records, hw, start, leo, e, epoch, offset, lso, aborted in results),
-        None if error is None else decode(error), session_id, throttle_time_ms)
+def decode_fetch_many_response(data: bytes, views: bool = False) -> FetchManyResponse:
+    """``views``: each partition's records a view of ``data``, not a copy (a consumer's
+    decoder reads them where they arrived)."""
+    view, at, (results, error, session_id, throttle_time_ms) = _head(data)
+    out = []
+    for t, p, records, hw, start, leo, e, epoch, offset, lso, aborted in results:
+        if type(records) is int:
+            if records < 0 or at + records > len(view):
+                raise ValueError(f"records of {records} bytes at {at} of {len(view)}")
+            part = view[at:at + records]
+            records, at = part if views else bytes(part), at + records
+        else:
+            records = _records_in(records)
+        out.append((t, p, FetchResult(records, hw, start, leo,
+                                      None if e is None else decode(e), epoch, offset, lso,
+                                      None if aborted is None else tuple(map(tuple, aborted)))))
+    if at != len(view):
+        raise ValueError(f"{len(view) - at} bytes after the records")
+    return FetchManyResponse(tuple(out), None if error is None else decode(error), session_id,
+                             throttle_time_ms)
 
 
 @message
@@ -221,13 +247,6 @@ class ProduceManyRequest:
     client_id: str | None = None
 
 
-# A produce request is a msgpack head, its length before it, naming each partition's records
-# by their size, then the records end to end: a producer sends its batches where they lie
-# (``produce_many_request_pieces``), not copied into msgpack's buffer first (megabytes a
-# request; on a fresh buffer each time, page faults too).
-_HEAD_SIZE = struct.Struct(">I")
-
-
 def produce_many_request_pieces(request: ProduceManyRequest) -> list:
     """The request's bytes as buffers to send one after the other: the head, then each
     partition's records."""
@@ -246,8 +265,8 @@ def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
     return b"".join(produce_many_request_pieces(request))
 
 
-@refusing_malformed("ProduceManyRequest")
-def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
+def _head(data: bytes) -> tuple[memoryview, int, Any]:
+    """``data`` as a view, where its records begin, and its head."""
     view = memoryview(data)
     if len(view) < _HEAD_SIZE.size:
         raise ValueError(f"{len(view)} bytes, short of the head's size")
@@ -255,8 +274,12 @@ def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
     at = _HEAD_SIZE.size + size
     if at > len(view):
         raise ValueError(f"a head of {size} bytes in {len(view)}")
-    acks, timeout_ms, sizes, transactional_id, client_id = msgpack.unpackb(
-        view[_HEAD_SIZE.size:at], raw=False, use_list=False)
+    return view, at, msgpack.unpackb(view[_HEAD_SIZE.size:at], raw=False, use_list=False)
+
+
+@refusing_malformed("ProduceManyRequest")
+def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
+    view, at, (acks, timeout_ms, sizes, transactional_id, client_id) = _head(data)
     if transactional_id is not None and not isinstance(transactional_id, str):
         raise TypeError("transactional_id must be a string")
     if client_id is not None and not isinstance(client_id, str):

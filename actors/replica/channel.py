@@ -63,9 +63,10 @@ READ_LIMIT = 16 * 1024 * 1024
 # copying megabytes costs more than a second system call.
 JOIN_BELOW = 65_536
 
-Handler = Callable[[bytes], Awaitable[bytes]]
+# A handler answers bytes, buffers to send one after the other, or either as ``Throttled``.
+Handler = Callable[[bytes], Awaitable["bytes | list | Throttled"]]
 # A Ray door client's requests (``actors.broker.ray_door``): the payload and who sent it.
-DoorHandler = Callable[[bytes, object], Awaitable[bytes]]
+DoorHandler = Callable[[bytes, object], Awaitable["bytes | list | Throttled"]]
 # How long a ticket the broker asked for waits for its connection.
 TICKET_TTL_S = 60.0
 
@@ -75,13 +76,15 @@ class Throttled:
     """A handler's answer to a client over its quota: sent at once, then its connection
     muted for ``throttle_ms``."""
 
-    answer: bytes
+    answer: bytes | list
     throttle_ms: int
 
 
-def unthrottled(answer: bytes | Throttled) -> bytes:
-    """A handler's answer as bytes (for a caller other than the channel: a Ray call)."""
-    return answer.answer if isinstance(answer, Throttled) else answer
+def unthrottled(answer: bytes | list | Throttled) -> bytes:
+    """A handler's answer as bytes (for a caller other than the channel: a Ray call); one
+    given as buffers (``fetch_many_response_pieces``) joined."""
+    answer = answer.answer if isinstance(answer, Throttled) else answer
+    return b"".join(answer) if isinstance(answer, list) else answer
 
 
 class ChannelError(Exception):

@@ -51,7 +51,7 @@ from protocols.errors import (CoordinatorNotAvailableError, KafkaError, KafkaSto
 from protocols.messages import (DeleteRecordsResult, FetchManyRequest, FetchManyResponse,
                                 FetchResult, ProduceManyRequest, ProduceResult,
                                 decode_fetch_many_request, decode_produce_many_request,
-                                encode_fetch_many_response, encode_produce_many_response)
+                                encode_produce_many_response, fetch_many_response_pieces)
 from protocols.topics import OFFSETS_TOPIC, TopicPartition
 from protocols.wire import decode, encode
 from storage.log_dir_failure import LogDirFailureChannel
@@ -400,7 +400,7 @@ class ReplicaHostActor:
             allowed, req.acks, merge, len(request), began,
             self.client_quotas.subject(req.client_id, caller))
 
-    async def _door_fetch(self, request: bytes, caller) -> bytes | Throttled:
+    async def _door_fetch(self, request: bytes, caller) -> list | Throttled:
         from actors.replica.door_guard import guard_fetch
         began = time.perf_counter_ns()
         req = decode_fetch_many_request(request)
@@ -424,13 +424,13 @@ class ReplicaHostActor:
         return Throttled(answer, throttle_ms) if throttle_ms else answer
 
     def _fetch_answer(self, response: FetchManyResponse, subject: Subject | None,
-                      spent_ns: int, count: bool = True) -> bytes | Throttled:
+                      spent_ns: int, count: bool = True) -> list | Throttled:
         """A consumer's fetch answer: held to its quotas (a throttled one has no records),
         what it sends counted in BytesOut then."""
         response = self.client_quotas.fetched(subject, response, spent_ns)
         if subject is not None and count:
             self._count_read(response, follower=False)
-        answer = encode_fetch_many_response(response)
+        answer = fetch_many_response_pieces(response)
         return Throttled(answer, response.throttle_time_ms) if response.throttle_time_ms \
             else answer
 
@@ -511,22 +511,22 @@ class ReplicaHostActor:
         answered when ``min_bytes`` are there over the request, or after ``max_wait_ms``."""
         return unthrottled(await self._serve_fetch(request))
 
-    async def _serve_fetch(self, request: bytes) -> bytes | Throttled:
+    async def _serve_fetch(self, request: bytes) -> list | Throttled:
         """``fetch_many`` on the channel: a client over its quota throttled there."""
         began = time.perf_counter_ns()
         req = decode_fetch_many_request(request)
         subject = self.client_quotas.subject(req.client_id, None, req.replica_id)
         if subject is None:
-            return encode_fetch_many_response(await self._fetch(req))
+            return fetch_many_response_pieces(await self._fetch(req))
         req = self.client_quotas.cap_fetch(req, subject)
         spent = [time.perf_counter_ns() - began]
         response = await self._fetch(req, counted=False, spent=spent)
         return self._fetch_answer(response, subject, spent[0])
 
-    async def _listener_fetch(self, request: bytes) -> bytes:
+    async def _listener_fetch(self, request: bytes) -> list:
         """``fetch_many`` for a broker's Kafka listener, which counts the bytes it sends
         itself: of a fetch spread over several hosts it may drop a late answer."""
-        return encode_fetch_many_response(await self._fetch(
+        return fetch_many_response_pieces(await self._fetch(
             decode_fetch_many_request(request), counted=False))
 
     async def _fetch(self, req: FetchManyRequest, sessions: FetchSessionCache | None = None,

@@ -221,7 +221,8 @@ class Fetcher:
                 st.in_flight = None
                 mine[tp] = st
         try:
-            response = decode_fetch_many_response(fetch.request.result())
+            # Records read where they arrived: the answer's buffer is the consumer's.
+            response = decode_fetch_many_response(fetch.request.result(), views=True)
         except Exception as e:   # the leader's host died under the request
             session.handle_error()
             for tp, st in mine.items():

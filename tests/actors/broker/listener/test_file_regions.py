@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 
+import msgpack
 import pytest
 
 from actors.broker.listener.file_regions import OpenRegion, open_region
@@ -72,8 +74,9 @@ def test_only_a_segment_file_by_its_absolute_path_is_a_region():
             decode_fetch_many_response(answer(FileRegion(path, 1, 2, 0, 10)))
     good = FileRegion("/data/t-0/00000000000000000000.log", 1, 2, 0, 10)
     assert decode_fetch_many_response(answer(good)).results[0][2].records == good
-    with pytest.raises(InvalidRequestError, match="neither bytes nor a file region"):
-        decode_fetch_many_response(answer(7))
+    head = msgpack.packb(([("t", 0, "7", -1, -1, -1, None, -1, -1, -1, None)], None, 0, 0))
+    with pytest.raises(InvalidRequestError, match="neither a size nor a file region"):
+        decode_fetch_many_response(struct.pack(">I", len(head)) + head)
 
 
 def serve_once(chunks, tls=None):
