@@ -47,8 +47,8 @@ class FetchRequest:
 @dataclass
 class FetchResult:
     # The records read, or where they lie (a FileRegion: see FetchManyRequest's
-    # regions_on_node).
-    records: bytes | FileRegion = b""
+    # regions_on_node); a view of the answer where a consumer decoded it with ``views``.
+    records: bytes | memoryview | FileRegion = b""
     high_watermark: int = -1
     log_start_offset: int = -1
     # The leader's LEO rides along so that an out-of-range follower knows where to cut
@@ -151,6 +151,18 @@ _REGION = 3   # a FileRegion in place of a result's records (msgpack extension t
 # msgpack's buffer first (megabytes a message; on a fresh buffer each time, page faults
 # too), and read where they arrived.
 _HEAD_SIZE = struct.Struct(">I")
+
+
+def _head(data: bytes) -> tuple[memoryview, int, Any]:
+    """``data`` as a view, where its records begin, and its head."""
+    view = memoryview(data)
+    if len(view) < _HEAD_SIZE.size:
+        raise ValueError(f"{len(view)} bytes, short of the head's size")
+    (size,) = _HEAD_SIZE.unpack_from(view)
+    at = _HEAD_SIZE.size + size
+    if at > len(view):
+        raise ValueError(f"a head of {size} bytes in {len(view)}")
+    return view, at, msgpack.unpackb(view[_HEAD_SIZE.size:at], raw=False, use_list=False)
 
 
 def _records_out(records: FileRegion) -> msgpack.ExtType:
@@ -263,18 +275,6 @@ def produce_many_request_pieces(request: ProduceManyRequest) -> list:
 
 def encode_produce_many_request(request: ProduceManyRequest) -> bytes:
     return b"".join(produce_many_request_pieces(request))
-
-
-def _head(data: bytes) -> tuple[memoryview, int, Any]:
-    """``data`` as a view, where its records begin, and its head."""
-    view = memoryview(data)
-    if len(view) < _HEAD_SIZE.size:
-        raise ValueError(f"{len(view)} bytes, short of the head's size")
-    (size,) = _HEAD_SIZE.unpack_from(view)
-    at = _HEAD_SIZE.size + size
-    if at > len(view):
-        raise ValueError(f"a head of {size} bytes in {len(view)}")
-    return view, at, msgpack.unpackb(view[_HEAD_SIZE.size:at], raw=False, use_list=False)
 
 
 @refusing_malformed("ProduceManyRequest")

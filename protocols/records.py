@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import crc32c as _crc32c
 
@@ -198,16 +198,24 @@ class MemoryRecordsBuilder:
         producer splitting a batch the broker found too large)."""
         return _decode_records(bytes(self.body), self.count, 0, self.base_timestamp, None)
 
-    def build(self, **batch: Any) -> bytes:
-        """The batch's bytes (``build_parts``' arguments)."""
-        return b"".join(self.build_parts(**batch))
+    def build(self, *, base_offset: int = 0, compression: str = "none",
+              timestamp_type: str = "create_time", producer_id: int = -1,
+              producer_epoch: int = -1, base_sequence: int = -1,
+              partition_leader_epoch: int = -1, transactional: bool = False,
+              control: bool = False, last_offset_delta: int | None = None) -> bytes:
+        """The batch's bytes."""
+        return b"".join(self.build_parts(
+            base_offset=base_offset, compression=compression, timestamp_type=timestamp_type,
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=base_sequence, partition_leader_epoch=partition_leader_epoch,
+            transactional=transactional, control=control, last_offset_delta=last_offset_delta))
 
     def build_parts(self, *, base_offset: int = 0, compression: str = "none",
                     timestamp_type: str = "create_time", producer_id: int = -1,
                     producer_epoch: int = -1, base_sequence: int = -1,
                     partition_leader_epoch: int = -1, transactional: bool = False,
                     control: bool = False, last_offset_delta: int | None = None
-                    ) -> tuple[bytearray, Any]:
+                    ) -> tuple[bytearray, bytes | bytearray | memoryview]:
         """The batch as its header and its body, not joined: a producer sends the two one
         after the other, its body where it was encoded (a megabyte for send_batch)."""
         codec = CODEC_IDS.get(compression)

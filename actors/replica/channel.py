@@ -136,9 +136,11 @@ def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int,
     """Frame ``payload``: bytes, or buffers sent one after the other
     (``produce_many_request_pieces``)."""
     if isinstance(payload, list):
-        size = sum(memoryview(p).nbytes for p in payload)
+        # As bytes: a view of wider items would be measured and re-sliced in items.
+        views = [memoryview(p).cast("B") for p in payload]
+        size = sum(v.nbytes for v in views)
         write_chunks(writer, [HEADER.pack(size + HEADER.size - 4, correlation_id, api),
-                              *payload])
+                              *views])
         return
     if len(payload) < JOIN_BELOW:
         writer.write(encode_frame(correlation_id, api, payload))

@@ -91,7 +91,8 @@ class _Connection:
             views = [v for v in (memoryview(p).cast("B") for p in payload) if v.nbytes]
             size = sum(v.nbytes for v in views)
             header = HEADER.pack(size + HEADER.size - 4, correlation_id, api)
-            if size < JOIN_BELOW or isinstance(self.sock, ssl.SSLSocket):  # TLS: no sendmsg
+            if size < JOIN_BELOW or isinstance(self.sock, ssl.SSLSocket) or \
+                    not hasattr(self.sock, "sendmsg"):   # TLS has no sendmsg, nor Windows
                 self.sock.sendall(b"".join([header, *views]))
             else:
                 _send_all(self.sock, [memoryview(header), *views])
@@ -124,15 +125,25 @@ _BUFFERS_PER_CALL = 512
 
 def _send_all(sock: socket.socket, views: list[memoryview]) -> None:
     """``sendall`` of the buffers one after another (none empty), as few system calls as
-    the socket takes them in."""
+    the socket takes them in, within the socket's timeout for all of them (as sendall)."""
+    timeout = sock.gettimeout()
+    deadline = None if timeout is None else time.monotonic() + timeout
     first = 0
-    while first < len(views):
-        sent = sock.sendmsg(views[first:first + _BUFFERS_PER_CALL])
-        while first < len(views) and sent >= views[first].nbytes:
-            sent -= views[first].nbytes
-            first += 1
-        if sent:
-            views[first] = views[first][sent:]
+    try:
+        while first < len(views):
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("timed out")
+                sock.settimeout(left)
+            sent = sock.sendmsg(views[first:first + _BUFFERS_PER_CALL])
+            while first < len(views) and sent >= views[first].nbytes:
+                sent -= views[first].nbytes
+                first += 1
+            if sent:
+                views[first] = views[first][sent:]
+    finally:
+        sock.settimeout(timeout)
 
 
 class NetworkClient:

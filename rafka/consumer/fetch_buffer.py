@@ -72,7 +72,7 @@ class SkippedBatches:
         return control
 
 
-def buffer_fetched(st: PartitionState, records: bytes, fetch_offset: int,
+def buffer_fetched(st: PartitionState, records: bytes | memoryview, fetch_offset: int,
                    aborted: tuple | None = None, *, read_committed: bool = False,
                    check_crcs: bool = True, as_arrow: bool = False,
                    key_de: Callable | None = None, value_de: Callable | None = None

@@ -449,12 +449,15 @@ class ActorMessages(Target):
             ("t", 0, m.FetchResult(batch, 100, 0, 120, None, 2, 10)),
             ("u", 3, m.FetchResult(b"", 0, 0, 0, NotLeaderOrFollowerError("moved"), 1, 0))),
             None, 5)
-        produce = m.ProduceManyRequest(-1, 30_000, (("t", 0, batch), ("t", 1, batch)))
+        produce = m.ProduceManyRequest(-1, 30_000, (("t", 0, batch),
+                                                    ("t", 1, (batch[:61], batch[61:]))))
         produced = [("t", 0, m.ProduceResult(10, -1, 0)),
                     ("t", 1, m.ProduceResult(error=NotLeaderOrFollowerError("moved")))]
         self.seeds = [
             (m.decode_fetch_many_request, m.encode_fetch_many_request(fetch)),
             (m.decode_fetch_many_response, m.encode_fetch_many_response(answer)),
+            (lambda data: m.decode_fetch_many_response(bytearray(data), views=True),
+             m.encode_fetch_many_response(answer)),
             (m.decode_produce_many_request, m.encode_produce_many_request(produce)),
             (m.decode_produce_many_response, m.encode_produce_many_response(produced)),
             (None, encode(fetch)), (None, encode(answer)),

@@ -36,3 +36,18 @@ def test_a_small_frame_of_buffers_is_one_joined_send():
         receiver.settimeout(30)
         _Connection("host", sender).send(1, 3, [b"head", b"", memoryview(b"records")])
         assert _Connection("host", receiver).read_frame() == (1, 3, bytearray(b"headrecords"))
+
+
+def test_a_frame_a_host_stops_reading_times_out_within_the_sockets_timeout():
+    import time
+
+    import pytest
+    sender, receiver = socket.socketpair()
+    with sender, receiver:
+        sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sender.settimeout(0.5)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            _Connection("host", sender).send(2, 3, [bytes(1 << 20)] * 8)
+        assert time.monotonic() - started < 5
+        assert sender.gettimeout() == 0.5   # the socket's own timeout, as it was
