@@ -165,6 +165,18 @@ def _head(data: bytes) -> tuple[memoryview, int, Any]:
     return view, at, msgpack.unpackb(view[_HEAD_SIZE.size:at], raw=False, use_list=False)
 
 
+def _records_at(view: memoryview, at: int, size) -> memoryview:
+    """The ``size`` bytes of records at ``at``, which the head named."""
+    if type(size) is not int or size < 0 or at + size > len(view):
+        raise ValueError(f"records of {size!r} bytes at {at} of {len(view)}")
+    return view[at:at + size]
+
+
+def _all_read(view: memoryview, at: int) -> None:
+    if at != len(view):
+        raise ValueError(f"{len(view) - at} bytes after the records")
+
+
 def _records_out(records: FileRegion) -> msgpack.ExtType:
     return msgpack.ExtType(_REGION, records.pack())
 
@@ -205,17 +217,14 @@ def decode_fetch_many_response(data: bytes, views: bool = False) -> FetchManyRes
     out = []
     for t, p, records, hw, start, leo, e, epoch, offset, lso, aborted in results:
         if type(records) is int:
-            if records < 0 or at + records > len(view):
-                raise ValueError(f"records of {records} bytes at {at} of {len(view)}")
-            part = view[at:at + records]
+            part = _records_at(view, at, records)
             records, at = part if views else bytes(part), at + records
         else:
             records = _records_in(records)
         out.append((t, p, FetchResult(records, hw, start, leo,
                                       None if e is None else decode(e), epoch, offset, lso,
                                       None if aborted is None else tuple(map(tuple, aborted)))))
-    if at != len(view):
-        raise ValueError(f"{len(view) - at} bytes after the records")
+    _all_read(view, at)
     return FetchManyResponse(tuple(out), None if error is None else decode(error), session_id,
                              throttle_time_ms)
 
@@ -285,13 +294,10 @@ def decode_produce_many_request(data: bytes) -> ProduceManyRequest:
     if client_id is not None and not isinstance(client_id, str):
         raise TypeError("client_id must be a string")
     partitions = []
-    for topic, partition, length in sizes:
-        if type(length) is not int or length < 0 or at + length > len(view):
-            raise ValueError(f"records of {length!r} bytes at {at} of {len(view)}")
-        partitions.append((topic, partition, bytes(view[at:at + length])))
-        at += length
-    if at != len(view):
-        raise ValueError(f"{len(view) - at} bytes after the records")
+    for topic, partition, size in sizes:
+        partitions.append((topic, partition, bytes(_records_at(view, at, size))))
+        at += size
+    _all_read(view, at)
     return ProduceManyRequest(acks, timeout_ms, tuple(partitions), transactional_id,
                               client_id)
 

@@ -135,18 +135,11 @@ def _send(writer: asyncio.StreamWriter, correlation_id: int, api: int,
           payload: bytes | list) -> None:
     """Frame ``payload``: bytes, or buffers sent one after the other
     (``produce_many_request_pieces``)."""
-    if isinstance(payload, list):
-        # As bytes: a view of wider items would be measured and re-sliced in items.
-        views = [memoryview(p).cast("B") for p in payload]
-        size = sum(v.nbytes for v in views)
-        write_chunks(writer, [HEADER.pack(size + HEADER.size - 4, correlation_id, api),
-                              *views])
-        return
-    if len(payload) < JOIN_BELOW:
-        writer.write(encode_frame(correlation_id, api, payload))
-    else:
-        writer.write(HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api))
-        writer.write(payload)
+    # As bytes: a view of wider items would be measured and re-sliced in items.
+    views = [memoryview(p).cast("B") for p in (payload if isinstance(payload, list)
+                                                else (payload,))]
+    size = sum(v.nbytes for v in views)
+    write_chunks(writer, [HEADER.pack(size + HEADER.size - 4, correlation_id, api), *views])
 
 
 def channel_tls(broker_config) -> tuple[ssl.SSLContext | None, str | None]:

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from actors.replica.channel import (API_ERROR, API_HELLO, HEADER, JOIN_BELOW, ChannelClosed,
-                                    ChannelError, decode_header, encode_frame)
+                                    ChannelError, decode_header)
 
 # Asking a host where it listens and opening the connection: a live host answers in
 # milliseconds; one that does not within this is treated as gone.
@@ -87,21 +87,17 @@ class _Connection:
     def send(self, correlation_id: int, api: int, payload: bytes | list) -> None:
         """Frame and send ``payload``: bytes, or buffers to send one after the other
         (``produce_many_request_pieces``), written where they lie with ``sendmsg``."""
-        if isinstance(payload, list):
-            views = [v for v in (memoryview(p).cast("B") for p in payload) if v.nbytes]
-            size = sum(v.nbytes for v in views)
-            header = HEADER.pack(size + HEADER.size - 4, correlation_id, api)
-            if size < JOIN_BELOW or isinstance(self.sock, ssl.SSLSocket) or \
-                    not hasattr(self.sock, "sendmsg"):   # TLS has no sendmsg, nor Windows
-                self.sock.sendall(b"".join([header, *views]))
-            else:
-                _send_all(self.sock, [memoryview(header), *views])
-            return
-        if len(payload) < JOIN_BELOW:
-            self.sock.sendall(encode_frame(correlation_id, api, payload))
-        else:  # copying megabytes costs more than a second system call
-            self.sock.sendall(HEADER.pack(len(payload) + HEADER.size - 4, correlation_id, api))
-            self.sock.sendall(payload)
+        views = [v for v in (memoryview(p).cast("B") for p in (
+            payload if isinstance(payload, list) else (payload,))) if v.nbytes]
+        size = sum(v.nbytes for v in views)
+        header = memoryview(HEADER.pack(size + HEADER.size - 4, correlation_id, api))
+        if size < JOIN_BELOW:
+            self.sock.sendall(b"".join([header, *views]))
+        elif isinstance(self.sock, ssl.SSLSocket) or not hasattr(self.sock, "sendmsg"):
+            for view in (header, *views):   # TLS has no sendmsg, nor Windows: one by one
+                self.sock.sendall(view)
+        else:   # copying megabytes costs more than giving the kernel each buffer
+            _send_all(self.sock, [header, *views])
 
     def read_frame(self) -> tuple[int, int, bytearray]:
         body, correlation_id, api = decode_header(bytes(self._read_exactly(HEADER.size)))
